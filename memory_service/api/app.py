@@ -1,0 +1,69 @@
+"""The app factory: configuration in, a FastAPI app with its services' lifespan out."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from ..config import ConfigError, Settings, is_loopback
+from ..services import Services
+from . import errors, routes_health, routes_limits, routes_memories, routes_recall
+
+BODY_OVERHEAD_BYTES = 64 * 1024
+
+
+def check_exposure(settings: Settings) -> None:
+    """Without API keys everything belongs to one local team: never expose that beyond loopback."""
+    if not settings.auth_enabled and not is_loopback(settings.host):
+        raise ConfigError(
+            f"refusing to listen on {settings.host} without API keys: set MEMORY_API_KEYS='key:team,...' "
+            "or bind to 127.0.0.1"
+        )
+
+
+def create_app(settings: Settings) -> FastAPI:
+    check_exposure(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        services = Services.open(settings)
+        app.state.services = services
+        await services.start()
+        try:
+            yield
+        finally:
+            await services.stop()
+
+    app = FastAPI(
+        title="memory-service",
+        version="0.1.0",
+        description="Durable memory for agent teams: remember, recall, daily limits. Local llama.cpp extraction.",
+        lifespan=lifespan,
+    )
+    errors.install(app)
+
+    max_body = settings.max_text_bytes * 4 + BODY_OVERHEAD_BYTES
+
+    @app.middleware("http")
+    async def limit_body(request: Request, call_next):  # type: ignore[no-untyped-def]
+        length = request.headers.get("content-length")
+        if length and length.isdigit() and int(length) > max_body:
+            return JSONResponse(
+                {"error": "too_large",
+                 "detail": f"request body is {length} bytes; the limit is {max_body} bytes "
+                           f"(texts up to {settings.max_text_bytes} bytes, MEMORY_MAX_TEXT_BYTES)"},
+                status_code=413,
+            )
+        return await call_next(request)
+
+    for module in (routes_memories, routes_recall, routes_limits, routes_health):
+        app.include_router(module.router)
+    # the product card's short paths, as aliases of the v1 routes
+    app.add_api_route("/remember", routes_memories.remember, methods=["POST"], status_code=202,
+                      response_model=routes_memories.RememberResponse, include_in_schema=False)
+    app.add_api_route("/recall", routes_recall.recall_route, methods=["POST"],
+                      response_model=routes_recall.RecallResponse, include_in_schema=False)
+    return app

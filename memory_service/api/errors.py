@@ -1,0 +1,65 @@
+"""Every error is JSON with a message that says what was wrong and what is allowed."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger("memory_service.api")
+
+_STATUS_NAMES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+                 405: "method_not_allowed", 409: "conflict", 413: "too_large", 415: "unsupported_media_type",
+                 422: "invalid_request", 429: "limit_reached", 503: "unavailable"}
+
+
+def _location(loc: tuple) -> str:
+    parts = [str(p) for p in loc if p not in ("body",)]
+    return ".".join(parts) or "body"
+
+
+def _describe(error: dict) -> str:
+    kind = error.get("type", "")
+    where = _location(tuple(error.get("loc", ())))
+    if kind == "extra_forbidden":
+        return f"{where}: unknown field (not part of this request's schema, see /docs)"
+    if kind == "missing":
+        return f"{where}: field required"
+    msg = error.get("msg", "invalid")
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    return f"{where}: {msg}"
+
+
+async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    errors = exc.errors()
+    if any(e.get("type") == "json_invalid" for e in errors):
+        return JSONResponse(
+            {"error": "bad_request", "detail": "request body is not valid JSON"}, status_code=400
+        )
+    messages = [_describe(e) for e in errors]
+    return JSONResponse(
+        {"error": "invalid_request", "detail": "; ".join(messages),
+         "errors": [{"field": _location(tuple(e.get("loc", ()))), "message": m} for e, m in zip(errors, messages)]},
+        status_code=422,
+    )
+
+
+async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    body = exc.detail if isinstance(exc.detail, dict) else {"detail": exc.detail}
+    body.setdefault("error", _STATUS_NAMES.get(exc.status_code, "error"))
+    return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return JSONResponse({"error": "internal", "detail": f"internal error: {type(exc).__name__}"}, status_code=500)
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
+    app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
+    app.add_exception_handler(Exception, _unexpected)

@@ -1,0 +1,127 @@
+"""Request and response models: the API's edges, strict (unknown fields are refused)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@/-]*$"
+MAX_TAGS = 32
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _clean_tags(tags: list[str]) -> list[str]:
+    out = []
+    for tag in tags:
+        tag = tag.strip()
+        if not tag:
+            raise ValueError("tags must be non-empty strings")
+        out.append(tag)
+    return list(dict.fromkeys(out))
+
+
+class RememberRequest(Strict):
+    text: str = Field(description="What the agent did, read or was told. Limit: MEMORY_MAX_TEXT_BYTES (64 KiB).")
+    agent_id: str = Field(min_length=1, max_length=128, pattern=ID_PATTERN)
+    run_id: str | None = Field(default=None, min_length=1, max_length=128, pattern=ID_PATTERN)
+    tags: list[str] = Field(default_factory=list, max_length=MAX_TAGS)
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Kept with the text, returned as given (≤ 8 KiB as JSON).")
+    idempotency_key: str | None = Field(default=None, min_length=1, max_length=256)
+    wait_s: float = Field(default=0, ge=0, le=120, description="Wait up to this long for extraction to finish before answering.")
+
+    @field_validator("text")
+    @classmethod
+    def _text_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("text is empty or only whitespace; send the text to remember")
+        return value
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, value: list[str]) -> list[str]:
+        for tag in value:
+            if len(tag) > 64:
+                raise ValueError("each tag is at most 64 characters")
+        return _clean_tags(value)
+
+
+class RememberResponse(BaseModel):
+    id: str
+    status: str
+    created: bool = Field(description="False when an earlier save with the same idempotency_key was returned.")
+    queue_depth: int
+    estimated_extraction_s: float | None = Field(description="From measured model throughput and the queue ahead.")
+
+
+class FactOut(BaseModel):
+    id: str
+    text: str
+    spans: list[list[int]]
+    superseded_by: str | None = None
+    created_at: datetime
+
+
+class MemoryOut(BaseModel):
+    id: str
+    status: Literal["queued", "extracting", "done", "failed"]
+    agent_id: str
+    run_id: str | None
+    text: str
+    tags: list[str]
+    metadata: dict[str, Any]
+    created_at: datetime
+    attempts: int
+    deferrals: int
+    next_attempt_at: datetime | None
+    last_error: str | None
+    facts: list[FactOut]
+    rejected_facts: list[dict[str, str]]
+    timings: dict[str, Any] | None
+    extraction: dict[str, Any] | None
+    raw_reply: str | None = Field(description="The model's raw reply, kept when parsing failed.")
+
+
+class RecallRequest(Strict):
+    query: str = Field(min_length=1, max_length=4096)
+    agent_id: str | None = Field(default=None, min_length=1, max_length=128, pattern=ID_PATTERN)
+    scope: Literal["team", "agent"] = "team"
+    k: int = Field(default=10, ge=1, le=100)
+    kinds: list[Literal["fact", "passage"]] = Field(default_factory=lambda: ["fact", "passage"], min_length=1)
+    tags: list[str] = Field(default_factory=list, max_length=MAX_TAGS, description="Items must carry all of these.")
+    since: datetime | None = None
+    until: datetime | None = None
+    min_score: float | None = Field(default=None, ge=-1, le=1, description="Minimum cosine similarity of an item to the query.")
+
+    @field_validator("query")
+    @classmethod
+    def _query_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("query is empty or only whitespace")
+        return value
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, value: list[str]) -> list[str]:
+        return _clean_tags(value)
+
+
+class RecallItem(BaseModel):
+    kind: Literal["fact", "passage"]
+    text: str
+    score: float = Field(description="Rank-fusion score of vector and keyword search; higher is better.")
+    similarity: float | None = Field(description="Cosine similarity to the query, when the vector search found it.")
+    memory_id: str
+    source_memory_ids: list[str]
+    fact_id: str | None = None
+    agent_id: str
+    created_at: datetime
+    tags: list[str]
+
+
+class RecallResponse(BaseModel):
+    items: list[RecallItem]

@@ -1,0 +1,52 @@
+"""Liveness, readiness and metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+
+from .deps import ServicesDep
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/health")
+async def health() -> dict:
+    """The process is alive and serving HTTP."""
+    return {"status": "ok"}
+
+
+@router.get("/ready")
+async def ready(services: ServicesDep) -> JSONResponse:
+    """200 when the model server is reachable and its props are known; 503 with the reason otherwise."""
+    model = services.model
+    if not model.ready or time.time() - model.last_check > 5:
+        await model.probe()
+    counts = await asyncio.to_thread(services.journal.counts)
+    props = model.props
+    body = {
+        "status": "ready" if model.ready else "unavailable",
+        "model_server": {
+            "url": model.client.base_url,
+            "reachable": model.ready,
+            "error": model.last_error,
+            "n_ctx": props.n_ctx if props else None,
+            "slots": props.slots if props else None,
+            "build": props.build_info if props else None,
+            "model": props.model_path.rsplit("/", 1)[-1] if props else None,
+        },
+        "queue_depth": counts["queued"] + counts["extracting"],
+        "jobs": counts,
+        "throughput": model.throughput.snapshot(),
+        "extract_budget_s": services.settings.extract_budget_s,
+    }
+    return JSONResponse(body, status_code=200 if model.ready else 503)
+
+
+@router.get("/metrics")
+async def metrics(services: ServicesDep) -> dict:
+    counts = await asyncio.to_thread(services.journal.counts)
+    return {"jobs": counts, "throughput": services.model.throughput.snapshot(), "model_ready": services.model.ready}

@@ -1,0 +1,377 @@
+"""HTTP routes for daily limits and the handled-item ledger.
+
+Everything is scoped to the caller's team (`Team`): another team's limits and
+keys are invisible, even under the same names. Handlers are sync `def`s run in
+the threadpool; the store does one short SQLite transaction per call.
+Responses are built directly (no response_model re-validation) to keep the
+consume path lean; the models below only document the shapes in /docs.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, HTTPException, Path, Query, Response
+from fastapi.responses import JSONResponse
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from ..storage.limits import (
+    MAX_AGENT_ID_LEN,
+    MAX_DAILY_LIMIT,
+    MAX_HANDLED_KEY_LEN,
+    MAX_HISTORY_DAYS,
+    MAX_IDEMPOTENCY_KEY_LEN,
+    MAX_NAME_LEN,
+    MAX_TTL_DAYS,
+    NAME_RULE,
+    IdempotencyConflict,
+    InvalidInput,
+    LimitNotFound,
+    LimitView,
+    check_name,
+    check_text,
+    check_timezone,
+)
+from .auth import Team
+from .deps import ServicesDep
+
+router = APIRouter(tags=["limits"])
+
+
+# ---------------------------------------------------------------- input types
+
+
+def _agent_id(value: str) -> str:
+    return check_text(value, "agent_id", MAX_AGENT_ID_LEN)
+
+
+def _idem_key(value: str) -> str:
+    return check_text(value, "idempotency_key", MAX_IDEMPOTENCY_KEY_LEN)
+
+
+def _tz(value: str) -> str:
+    check_timezone(value)
+    return value
+
+
+def _handled_key(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("key must not contain NUL characters")
+    return value
+
+
+AgentId = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_AGENT_ID_LEN, description=f"1-{MAX_AGENT_ID_LEN} chars, no control chars"),
+    AfterValidator(_agent_id),
+]
+HandledKey = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_HANDLED_KEY_LEN,
+        description=f"Opaque key (URL, message id): 1-{MAX_HANDLED_KEY_LEN} chars, no NUL",
+    ),
+    AfterValidator(_handled_key),
+]
+LimitName = Annotated[
+    str,
+    Path(max_length=MAX_NAME_LEN, description=f"Limit name: {NAME_RULE}"),
+    AfterValidator(check_name),
+]
+AgentQuery = Annotated[
+    str | None,
+    Query(min_length=1, max_length=MAX_AGENT_ID_LEN, description="Show this agent's counter (per=agent limits)"),
+]
+
+
+class LimitSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    daily_limit: int = Field(
+        strict=True, ge=0, le=MAX_DAILY_LIMIT, description=f"Units allowed per local day, 0-{MAX_DAILY_LIMIT}"
+    )
+    timezone: Annotated[str, AfterValidator(_tz)] = Field(
+        description="IANA timezone whose calendar day the limit counts (DST aware)", examples=["Europe/Madrid"]
+    )
+    per: Literal["team", "agent"] = Field(
+        default="team", description="'team': one counter for the team; 'agent': one counter per agent_id"
+    )
+
+
+class ConsumeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    agent_id: AgentId
+    amount: int = Field(default=1, strict=True, ge=1, le=MAX_DAILY_LIMIT, description=f"1-{MAX_DAILY_LIMIT}")
+    idempotency_key: (
+        Annotated[str, Field(min_length=1, max_length=MAX_IDEMPOTENCY_KEY_LEN), AfterValidator(_idem_key)] | None
+    ) = Field(
+        default=None,
+        description=f"1-{MAX_IDEMPOTENCY_KEY_LEN} chars; repeats on the same local day replay the first allowed answer",
+    )
+
+
+class HandledRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    key: HandledKey
+    agent_id: AgentId | None = Field(default=None, description="Per-agent ledger; omit for the team-wide one")
+    ttl_days: int | None = Field(
+        default=None,
+        strict=True,
+        ge=1,
+        le=MAX_TTL_DAYS,
+        description=f"Forget the key this many days after it was first seen (1-{MAX_TTL_DAYS}); omit = forever",
+    )
+
+
+# ---------------------------------------------------------------- documented outputs
+
+
+class ConsumeAnswer(BaseModel):
+    allowed: bool
+    used: int = Field(description="Units used today in this counter, after this request")
+    limit: int
+    remaining: int
+    resets_at: str = Field(description="Next local midnight, ISO-8601 with offset")
+
+
+class LimitOut(BaseModel):
+    name: str
+    daily_limit: int
+    timezone: str
+    per: Literal["team", "agent"]
+    created_at: str
+    updated_at: str
+    day: str = Field(description="Today's local date (YYYY-MM-DD)")
+    resets_at: str
+    agent_id: str | None = Field(description="Whose counter `used` is; null = team counter or all agents")
+    used: int = Field(description="per=agent without agent_id: the sum over all agents")
+    remaining: int | None = Field(description="null when `used` sums several agents")
+    agents: list[dict[str, object]] | None = Field(
+        default=None, description="per=agent without agent_id: today's counters, busiest first (max 1000)"
+    )
+    history: list[dict[str, object]] | None = Field(default=None, description="With ?days=N: oldest first, today last")
+
+
+class HandledOut(BaseModel):
+    key: str
+    agent_id: str | None
+    first_time: bool
+    first_seen_at: str
+    last_seen_at: str
+    seen_count: int
+    expires_at: str | None
+
+
+class ErrorOut(BaseModel):
+    detail: object
+
+
+_ERRORS: dict[int | str, dict[str, object]] = {
+    401: {"model": ErrorOut, "description": "Missing or unknown API key"},
+    422: {"model": ErrorOut, "description": "Invalid input; the message says what is allowed. Nothing changed."},
+    503: {"model": ErrorOut, "description": "Storage busy or closed; retry shortly. Nothing changed."},
+}
+_NOT_FOUND: dict[int | str, dict[str, object]] = {404: {"model": ErrorOut, "description": "No such limit"}}
+
+
+# ---------------------------------------------------------------- helpers
+
+
+@contextmanager
+def _store_errors() -> Iterator[None]:
+    """Map store exceptions to 4xx/503 so callers never see a 500 for them."""
+    try:
+        yield
+    except InvalidInput as exc:
+        raise HTTPException(status_code=422, detail=str(exc)) from None
+    except LimitNotFound as exc:
+        raise HTTPException(status_code=404, detail=str(exc)) from None
+    except IdempotencyConflict as exc:
+        raise HTTPException(status_code=409, detail=str(exc)) from None
+    except (sqlite3.OperationalError, RuntimeError) as exc:
+        raise HTTPException(
+            status_code=503, detail=f"limit storage unavailable: {exc}", headers={"Retry-After": "1"}
+        ) from None
+
+
+def _view_body(view: LimitView) -> dict[str, object]:
+    body = asdict(view)
+    for optional in ("agents", "history"):
+        if body[optional] is None:
+            del body[optional]
+    return body
+
+
+# ---------------------------------------------------------------- limits
+
+
+@router.put(
+    "/v1/limits/{name}",
+    summary="Create or change a daily limit",
+    response_model=None,
+    responses={200: {"model": LimitOut, "description": "Changed"}, 201: {"model": LimitOut, "description": "Created"}}
+    | _ERRORS,
+)
+def put_limit(name: LimitName, spec: LimitSpec, team: Team, services: ServicesDep) -> JSONResponse:
+    """Create (201) or change (200) the team's limit `name`.
+
+    The day is the local calendar day in `timezone` (IANA name; 23- and
+    25-hour DST days included). Today's counters are kept: lowering
+    `daily_limit` below today's usage denies consumes until the reset;
+    changing `timezone` or `per` starts new counters. `daily_limit` is
+    0-1,000,000,000 (0 blocks everything). Names: 1-128 chars of
+    `[A-Za-z0-9._-]`, starting with a letter or digit, no `..`.
+    """
+    with _store_errors():
+        view, created = services.limits.set_limit(team, name, spec.daily_limit, spec.timezone, spec.per)
+    return JSONResponse(_view_body(view), status_code=201 if created else 200)
+
+
+@router.get("/v1/limits", summary="List the team's limits with today's usage", response_model=None,
+            responses={200: {"model": list[LimitOut]}} | _ERRORS)
+def list_limits(team: Team, services: ServicesDep, agent_id: AgentQuery = None) -> JSONResponse:
+    """All of the team's limits, sorted by name, each with today's usage.
+
+    For per=agent limits `used` is the sum over agents unless `agent_id` is given.
+    """
+    with _store_errors():
+        views = services.limits.list_limits(team, agent_id)
+    return JSONResponse([_view_body(v) for v in views])
+
+
+@router.get("/v1/limits/{name}", summary="One limit with today's usage (and history)", response_model=None,
+            responses={200: {"model": LimitOut}} | _NOT_FOUND | _ERRORS)
+def get_limit(
+    name: LimitName,
+    team: Team,
+    services: ServicesDep,
+    agent_id: AgentQuery = None,
+    days: Annotated[
+        int | None, Query(ge=1, le=MAX_HISTORY_DAYS, description=f"Add the last N local days (1-{MAX_HISTORY_DAYS})")
+    ] = None,
+) -> JSONResponse:
+    """Today's usage of `name`; 404 if the team has no such limit.
+
+    per=agent: pass `agent_id` for one agent's counter, or omit it to get the
+    sum plus per-agent counters (`agents`, busiest 1000). `days=N` adds
+    `history`, the last N local days ending today (zeros included).
+    """
+    with _store_errors():
+        view = services.limits.get_limit(team, name, agent_id, days)
+    return JSONResponse(_view_body(view))
+
+
+@router.delete("/v1/limits/{name}", status_code=204, summary="Delete a limit and its counters",
+               responses=_NOT_FOUND | _ERRORS)
+def delete_limit(name: LimitName, team: Team, services: ServicesDep) -> Response:
+    """Remove the limit, its counters and idempotency records (204); 404 if absent."""
+    with _store_errors():
+        services.limits.delete_limit(team, name)
+    return Response(status_code=204)
+
+
+@router.post(
+    "/v1/limits/{name}/consume",
+    summary="Check and count usage atomically",
+    response_model=None,
+    responses={
+        200: {"model": ConsumeAnswer, "description": "Allowed and counted"},
+        409: {"model": ErrorOut, "description": "idempotency_key reused today with another agent_id or amount"},
+        429: {
+            "model": ConsumeAnswer,
+            "description": "Denied (allowed=false); Retry-After = seconds until resets_at. Nothing counted.",
+        },
+    }
+    | _NOT_FOUND
+    | _ERRORS,
+)
+def consume(name: LimitName, body: ConsumeRequest, team: Team, services: ServicesDep) -> JSONResponse:
+    """Add `amount` (1-1,000,000,000) to today's counter if it stays within the limit.
+
+    Check and count are one transaction: concurrent callers can never push
+    `used` past `daily_limit`, and a denial (429, same body with
+    allowed=false, `Retry-After` header) changes nothing. per=agent limits
+    count each `agent_id` separately. With `idempotency_key`, repeats on the
+    same local day return the first allowed answer (header
+    `Idempotent-Replayed: true`) and count once; denials are not recorded,
+    so a denied request may be retried with the same key. 404 when the team
+    has no limit `name` (create it with PUT first).
+    """
+    with _store_errors():
+        result = services.limits.consume(team, name, body.agent_id, body.amount, body.idempotency_key)
+    if not result.allowed:
+        return JSONResponse(result.body(), status_code=429, headers={"Retry-After": str(result.retry_after_s)})
+    headers = {"Idempotent-Replayed": "true"} if result.replayed else None
+    return JSONResponse(result.body(), headers=headers)
+
+
+# ---------------------------------------------------------------- handled ledger
+
+
+@router.post("/v1/handled", summary="Record a key; say whether it is the first time", response_model=None,
+             responses={200: {"model": HandledOut}} | _ERRORS)
+def mark_handled(body: HandledRequest, team: Team, services: ServicesDep) -> JSONResponse:
+    """Atomic set-if-absent of `key` in the team's ledger (or the agent's, with `agent_id`).
+
+    Exactly one of any number of concurrent posts gets `first_time: true`;
+    others bump `seen_count`. With `ttl_days` the key is forgotten that many
+    days after first being seen, and then counts as first_time again (later
+    posts do not extend it). Keys: 1-2048 chars, any text but NUL.
+    """
+    with _store_errors():
+        record = services.limits.mark_handled(team, body.key, body.agent_id, body.ttl_days)
+    return JSONResponse(asdict(record))
+
+
+def _get_handled(team: str, services: ServicesDep, key: str, agent_id: str | None) -> JSONResponse:
+    with _store_errors():
+        record = services.limits.get_handled(team, key, agent_id)
+    if record is None:
+        raise HTTPException(status_code=404, detail="key not recorded for this team/agent (or expired)")
+    body = asdict(record)
+    del body["first_time"]
+    return JSONResponse(body)
+
+
+_HANDLED_GET = {200: {"model": HandledOut}, 404: {"model": ErrorOut, "description": "Never seen, or expired"}}
+
+
+@router.get("/v1/handled", summary="Look up a key given as a query parameter", response_model=None,
+            responses=_HANDLED_GET | _ERRORS)
+def get_handled_by_query(
+    team: Team,
+    services: ServicesDep,
+    key: Annotated[str, Query(min_length=1, max_length=MAX_HANDLED_KEY_LEN, description="The key, URL-encoded")],
+    agent_id: AgentQuery = None,
+) -> JSONResponse:
+    """Recommended form for keys with `?`, `#`, `%` or `//` (e.g. URLs): `?key=<url-encoded>`."""
+    return _get_handled(team, services, _checked_key(key), agent_id)
+
+
+@router.get("/v1/handled/{key:path}", summary="Look up a key given in the path", response_model=None,
+            responses=_HANDLED_GET | _ERRORS)
+def get_handled(
+    key: Annotated[str, Path(max_length=MAX_HANDLED_KEY_LEN, description="The key; may contain '/'")],
+    team: Team,
+    services: ServicesDep,
+    agent_id: AgentQuery = None,
+) -> JSONResponse:
+    """The record for `key`, or 404 if never seen or expired.
+
+    The rest of the path is the key, slashes included; percent-encode `?`,
+    `#` and `%`, or use `GET /v1/handled?key=` instead.
+    """
+    return _get_handled(team, services, _checked_key(key), agent_id)
+
+
+def _checked_key(key: str) -> str:
+    if not key or "\x00" in key:
+        raise HTTPException(status_code=422, detail=f"key must be 1-{MAX_HANDLED_KEY_LEN} characters (no NUL)")
+    return key

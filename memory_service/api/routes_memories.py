@@ -1,0 +1,104 @@
+"""POST /v1/remember and GET /v1/memories/{id}."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from datetime import datetime, timezone
+
+from fastapi import APIRouter, HTTPException, Response
+
+from ..storage.journal import DONE, FAILED, Memory
+from .auth import Team
+from .deps import ServicesDep
+from .models import FactOut, MemoryOut, RememberRequest, RememberResponse
+
+router = APIRouter(tags=["memories"])
+
+MAX_METADATA_BYTES = 8 * 1024
+
+
+def _ts(value: float | None) -> datetime | None:
+    return None if value is None else datetime.fromtimestamp(value, tz=timezone.utc)
+
+
+@router.post("/v1/remember", status_code=202, response_model=RememberResponse,
+             responses={413: {"description": "text larger than MEMORY_MAX_TEXT_BYTES"}})
+async def remember(body: RememberRequest, team: Team, services: ServicesDep, response: Response) -> RememberResponse:
+    """Commit the text to the journal (on disk before this answers), queue its extraction, answer 202.
+
+    The raw text is recallable at once (keyword index) and within moments by meaning
+    (passage embedding), whether or not extraction ever succeeds.
+    """
+    settings = services.settings
+    size = len(body.text.encode("utf-8"))
+    if size > settings.max_text_bytes:
+        raise HTTPException(
+            413, f"text is {size} bytes; the limit is {settings.max_text_bytes} bytes (MEMORY_MAX_TEXT_BYTES). "
+                 "Split it into several saves."
+        )
+    if len(json.dumps(body.metadata)) > MAX_METADATA_BYTES:
+        raise HTTPException(413, f"metadata is larger than {MAX_METADATA_BYTES} bytes as JSON")
+    memory, created = await asyncio.to_thread(
+        services.journal.insert, team=team, agent_id=body.agent_id, text=body.text, run_id=body.run_id,
+        tags=body.tags, metadata=body.metadata, idempotency_key=body.idempotency_key,
+        budget_s=settings.extract_budget_s,
+    )
+    if created:
+        services.notify_saved()
+    if body.wait_s > 0 and memory.status not in (DONE, FAILED):
+        memory = await _wait_for(services, team, memory, body.wait_s)
+    depth = await asyncio.to_thread(services.journal.queue_depth)
+    if not created:
+        response.headers["Idempotent-Replay"] = "true"
+    return RememberResponse(
+        id=memory.id, status=memory.status, created=created, queue_depth=depth,
+        estimated_extraction_s=_estimate(services, depth) if memory.status not in (DONE, FAILED) else None,
+    )
+
+
+def _estimate(services, depth: int) -> float | None:
+    per_job = services.model.throughput.job_seconds()
+    if per_job is None:
+        return None
+    slots = services.model.props.slots if services.model.props else 1
+    return round(per_job * (depth / max(1, slots) + 1), 2)
+
+
+async def _wait_for(services, team: str, memory: Memory, wait_s: float) -> Memory:
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+        current = await asyncio.to_thread(services.journal.get, team, memory.id)
+        if current is not None:
+            memory = current
+            if memory.status in (DONE, FAILED):
+                break
+    return memory
+
+
+@router.get("/v1/memories/{memory_id}", response_model=MemoryOut)
+async def get_memory(memory_id: str, team: Team, services: ServicesDep) -> MemoryOut:
+    """A saved text, its job status, its facts (with spans and history), timings, and the raw reply on failure."""
+    memory = await asyncio.to_thread(services.journal.get, team, memory_id)
+    if memory is None:
+        raise HTTPException(404, f"no memory with id {memory_id!r} in this team")
+    facts = await asyncio.to_thread(services.journal.facts_of_memory, team, memory_id)
+    report = memory.report or {}
+    return MemoryOut(
+        id=memory.id, status=memory.status, agent_id=memory.agent_id, run_id=memory.run_id, text=memory.text,
+        tags=memory.tags, metadata=memory.metadata, created_at=_ts(memory.created_at), attempts=memory.attempts,
+        deferrals=memory.deferrals,
+        next_attempt_at=_ts(memory.next_attempt_at) if memory.status == "queued" else None,
+        last_error=memory.last_error,
+        facts=[
+            FactOut(id=f.id, text=f.text, spans=[s["span"] for s in f.sources], superseded_by=f.superseded_by,
+                    created_at=_ts(f.created_at))
+            for f in facts
+        ],
+        rejected_facts=report.get("rejected", []),
+        timings=memory.timings,
+        extraction={k: v for k, v in report.items() if k != "rejected"} or None,
+        raw_reply=memory.raw_reply if memory.status != DONE else None,
+    )

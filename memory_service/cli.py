@@ -1,0 +1,187 @@
+"""`memory-service` command line: serve | doctor | remember | recall | get | limits | bench | eval."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from .config import ConfigError, Settings
+
+
+def _client_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", default=os.environ.get("MEMORY_URL", "http://127.0.0.1:8700"),
+                        help="service URL (env MEMORY_URL)")
+    parser.add_argument("--api-key", default=os.environ.get("MEMORY_API_KEY"), help="API key (env MEMORY_API_KEY)")
+
+
+def _http(args: argparse.Namespace):
+    import httpx
+
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    return httpx.Client(base_url=args.url, headers=headers, timeout=150, trust_env=False)
+
+
+def _print_response(response) -> int:
+    try:
+        print(json.dumps(response.json(), indent=2))
+    except ValueError:
+        print(response.text)
+    return 0 if response.status_code < 400 else 1
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from .api.app import check_exposure, create_app
+    from .llm_runtime.models import resolve_model
+    from .llm_runtime.server import LlamaServerProcess, find_binary
+
+    settings = Settings.from_env().with_overrides(
+        host=args.host, port=args.port, data_dir=Path(args.data_dir) if args.data_dir else None,
+        model=args.model, llm_url=args.llm_url,
+    )
+    check_exposure(settings)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    llama = None
+    if not settings.llm_url:
+        os.environ.setdefault("MEMORY_CACHE_DIR", str(settings.cache_dir))
+        model_path = resolve_model(settings.model)
+        binary = find_binary(settings.llama_bin, settings.cache_dir)
+        logging.info("starting llama-server %s with %s (%d thread(s), ctx %d)", binary, model_path.name,
+                     settings.llama_threads, settings.llama_ctx)
+        llama = LlamaServerProcess(
+            binary=binary, model=model_path, threads=settings.llama_threads, ctx=settings.llama_ctx,
+            chat_template_file=settings.llama_chat_template_file,
+            log_path=settings.data_dir / "llama-server.log",
+        ).start()
+        settings = replace(settings, llm_url=llama.url)
+        logging.info("llama-server ready at %s", llama.url)
+    try:
+        uvicorn.run(create_app(settings), host=settings.host, port=settings.port, workers=1,
+                    log_level=os.environ.get("MEMORY_LOG_LEVEL", "info").lower(), access_log=False)
+    finally:
+        if llama is not None:
+            llama.stop()
+    return 0
+
+
+def cmd_remember(args: argparse.Namespace) -> int:
+    text = sys.stdin.read() if args.text == "-" else args.text
+    body = {"text": text, "agent_id": args.agent_id, "tags": args.tag or [], "wait_s": args.wait}
+    with _http(args) as client:
+        return _print_response(client.post("/v1/remember", json=body))
+
+
+def cmd_recall(args: argparse.Namespace) -> int:
+    body = {"query": args.query, "k": args.k}
+    if args.agent_id:
+        body.update(agent_id=args.agent_id, scope="agent")
+    with _http(args) as client:
+        return _print_response(client.post("/v1/recall", json=body))
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    with _http(args) as client:
+        return _print_response(client.get(f"/v1/memories/{args.id}"))
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from .doctor import run_doctor
+
+    return run_doctor(args)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .bench_cli import run_bench
+
+    return run_bench(args)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from .eval_cli import run_eval
+
+    return run_eval(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="memory-service", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="start llama-server (unless MEMORY_LLM_URL is set) and the API")
+    serve.add_argument("--host", help="env MEMORY_HOST (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="env MEMORY_PORT (default 8700)")
+    serve.add_argument("--data-dir", help="env MEMORY_DATA_DIR (default ./memory-data)")
+    serve.add_argument("--model", help="default | tiny | large | path to a .gguf (env MEMORY_MODEL)")
+    serve.add_argument("--llm-url", help="use this running llama-server (env MEMORY_LLM_URL)")
+    serve.set_defaults(func=cmd_serve)
+
+    doctor = sub.add_parser("doctor", help="check that the model server meets the contract and the budget")
+    doctor.add_argument("--llm-url", default=os.environ.get("MEMORY_LLM_URL"),
+                        help="llama-server to check; default: start one like `serve` does")
+    doctor.add_argument("--model", default=None, help="model for the started server (default | tiny | large | path)")
+    doctor.add_argument("--json", action="store_true", help="print the report as JSON")
+    doctor.set_defaults(func=cmd_doctor)
+
+    remember = sub.add_parser("remember", help="save a text ('-' reads stdin)")
+    remember.add_argument("text")
+    remember.add_argument("--agent-id", required=True)
+    remember.add_argument("--tag", action="append")
+    remember.add_argument("--wait", type=float, default=0, help="wait up to N s for extraction")
+    _client_args(remember)
+    remember.set_defaults(func=cmd_remember)
+
+    recall = sub.add_parser("recall", help="search the team's memory")
+    recall.add_argument("query")
+    recall.add_argument("-k", type=int, default=5)
+    recall.add_argument("--agent-id", help="only this agent's memories")
+    _client_args(recall)
+    recall.set_defaults(func=cmd_recall)
+
+    get = sub.add_parser("get", help="show a memory: status, facts, timings, errors")
+    get.add_argument("id")
+    _client_args(get)
+    get.set_defaults(func=cmd_get)
+
+    try:
+        from .limits_cli import add_limits_parser
+
+        add_limits_parser(sub)
+    except ImportError:  # pragma: no cover
+        pass
+
+    bench = sub.add_parser("bench", help="run the benchmark suite, print JSON, write plots")
+    bench.add_argument("--out", default="bench-results", help="directory for JSON and PNG results")
+    bench.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
+    bench.set_defaults(func=cmd_bench)
+
+    ev = sub.add_parser("eval", help="retrieval/extraction eval on LoCoMo / PersonaExt-format data")
+    ev.add_argument("--data", required=True, action="append", help="a LoCoMo .json or PersonaExt .jsonl file")
+    ev.add_argument("--out", default="eval-results")
+    ev.add_argument("--url", default=os.environ.get("MEMORY_URL"), help="evaluate a running service (default: start one)")
+    ev.add_argument("--api-key", default=os.environ.get("MEMORY_API_KEY"))
+    ev.add_argument("--limit", type=int, default=None, help="only the first N conversations / utterances")
+    ev.set_defaults(func=cmd_eval)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=os.environ.get("MEMORY_LOG_LEVEL", "INFO").upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

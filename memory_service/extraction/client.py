@@ -1,0 +1,140 @@
+"""The llama-server client: the only place that speaks llama.cpp's HTTP API.
+
+Every completion request carries the contract from the design: thinking off
+(`chat_template_kwargs.enable_thinking = false`), temperature 0, an output cap,
+`cache_prompt`, a JSON schema, and an httpx timeout equal to the job's remaining
+budget (llama-server cancels the task when we disconnect).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from .errors import BadReply, ContextOverflow, LlmTimeout, LlmUnavailable
+
+
+@dataclass
+class ServerProps:
+    n_ctx: int
+    slots: int
+    chat_template: str
+    build_info: str
+    model_path: str
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Completion:
+    content: str
+    finish_reason: str
+    timings: dict[str, Any]
+    reasoning_chars: int
+    raw: dict[str, Any]
+
+
+class LlamaClient:
+    def __init__(self, base_url: str, *, connect_timeout_s: float = 5.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url, timeout=httpx.Timeout(30.0, connect=connect_timeout_s), trust_env=False
+        )
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _request(self, method: str, path: str, *, timeout: float | None = None, **kwargs: Any) -> Any:
+        try:
+            response = await self._http.request(
+                method, path, timeout=httpx.Timeout(timeout) if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+                **kwargs,
+            )
+        except httpx.TimeoutException as exc:
+            raise LlmTimeout(f"llama-server did not answer {path} within {timeout or 30:.1f}s") from exc
+        except httpx.HTTPError as exc:
+            raise LlmUnavailable(f"llama-server at {self.base_url} unreachable on {path}: {exc!r}") from exc
+        if response.status_code >= 400:
+            message = _error_message(response)
+            if response.status_code == 400 and "context" in message.lower():
+                raise ContextOverflow(f"llama-server refused the prompt: {message}")
+            if response.status_code >= 500 or response.status_code == 429:
+                raise LlmUnavailable(f"llama-server answered {response.status_code} on {path}: {message}")
+            raise BadReply(f"llama-server answered {response.status_code} on {path}: {message}")
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise LlmUnavailable(f"llama-server sent a non-JSON body on {path}", raw_reply=response.text[:2000]) from exc
+
+    async def health(self, timeout: float = 2.0) -> bool:
+        try:
+            await self._request("GET", "/health", timeout=timeout)
+            return True
+        except Exception:
+            return False
+
+    async def props(self) -> ServerProps:
+        data = await self._request("GET", "/props", timeout=10)
+        settings = data.get("default_generation_settings") or {}
+        n_ctx = settings.get("n_ctx") or data.get("n_ctx") or 0
+        return ServerProps(
+            n_ctx=int(n_ctx), slots=int(data.get("total_slots") or 1),
+            chat_template=data.get("chat_template") or "", build_info=str(data.get("build_info") or ""),
+            model_path=str(data.get("model_path") or ""), raw=data,
+        )
+
+    async def count_tokens(self, text: str, timeout: float = 10.0) -> int:
+        data = await self._request("POST", "/tokenize", json={"content": text, "add_special": False}, timeout=timeout)
+        return len(data.get("tokens") or [])
+
+    async def apply_template(self, messages: list[dict[str, str]], *, enable_thinking: bool | None) -> str:
+        body: dict[str, Any] = {"messages": messages}
+        if enable_thinking is not None:
+            body["chat_template_kwargs"] = {"enable_thinking": enable_thinking}
+        data = await self._request("POST", "/apply-template", json=body, timeout=10)
+        return data.get("prompt") or ""
+
+    async def complete_json(
+        self,
+        messages: list[dict[str, str]],
+        *,
+        schema: dict[str, Any],
+        max_tokens: int,
+        timeout_s: float,
+    ) -> Completion:
+        body = {
+            "messages": messages,
+            "temperature": 0,
+            "max_tokens": max_tokens,
+            "cache_prompt": True,
+            "chat_template_kwargs": {"enable_thinking": False},
+            "response_format": {"type": "json_schema", "json_schema": {"name": "facts", "strict": True, "schema": schema}},
+        }
+        data = await self._request("POST", "/v1/chat/completions", json=body, timeout=max(timeout_s, 0.05))
+        try:
+            choice = data["choices"][0]
+            message = choice.get("message") or {}
+        except (KeyError, IndexError, TypeError) as exc:
+            raise BadReply("llama-server reply has no choices", raw_reply=json.dumps(data)[:4000]) from exc
+        # reasoning_content is never used as output: only its size is kept, for diagnosis
+        reasoning = message.get("reasoning_content") or ""
+        return Completion(
+            content=message.get("content") or "",
+            finish_reason=choice.get("finish_reason") or "",
+            timings=dict(data.get("timings") or {}),
+            reasoning_chars=len(reasoning),
+            raw=data,
+        )
+
+
+def _error_message(response: httpx.Response) -> str:
+    try:
+        data = response.json()
+        error = data.get("error")
+        if isinstance(error, dict):
+            return str(error.get("message") or error)
+        return str(error or data)[:500]
+    except ValueError:
+        return response.text[:500]

@@ -1,0 +1,30 @@
+"""One hierarchy for everything that can go wrong between us and the model."""
+
+from __future__ import annotations
+
+
+class ExtractionError(Exception):
+    """An attempt failed; `raw_reply` keeps what the model said, for inspection."""
+
+    retryable = True
+
+    def __init__(self, message: str, *, raw_reply: str | None = None, timings: dict | None = None) -> None:
+        super().__init__(message)
+        self.raw_reply = raw_reply
+        self.timings = timings
+
+
+class LlmUnavailable(ExtractionError):
+    """Could not connect, connection dropped, or the server answered 5xx."""
+
+
+class LlmTimeout(ExtractionError):
+    """The job's budget ran out before the model answered (the request was cancelled)."""
+
+
+class ContextOverflow(ExtractionError):
+    """The prompt did not fit the server's context even after sizing."""
+
+
+class BadReply(ExtractionError):
+    """The model answered, but not with valid facts JSON (tool-call text, prose, truncated JSON...)."""

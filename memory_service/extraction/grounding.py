@@ -1,0 +1,142 @@
+"""Check every extracted fact against the text it came from.
+
+Small models "remember" things that were never said. A fact is kept only if
+its numbers, its names and most of its content words occur in the source
+(after normalisation and light stemming). Facts made only of small talk are
+dropped too: grounding alone can't catch them, since their words *are* in the
+source. Each kept fact gets the character span(s) of the sentences it rests on.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass, field
+
+_WORD = re.compile(r"[0-9a-z]+(?:['’][a-z]+)?")
+_NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")
+_SENTENCE = re.compile(r"[^.!?\n]+[.!?]*", re.UNICODE)
+_NAME = re.compile(r"\b[A-Z][\w'’-]+")
+
+STOPWORDS = frozenset(
+    """a an the and or but if then than so of to in on at by for with from into onto over under about as is are was
+    were be been being am do does did doing have has had having it its it's this that these those there here they them
+    their theirs he him his she her hers we us our ours you your yours i me my mine who whom whose which what when where
+    why how not no nor very can could should would will shall may might must also just only up down out off all any
+    some each both more most other such own same too s t don now user users speaker agent text note mentioned says said
+    told tells stated states wants want wanted like likes liked per via one""".split()
+)
+
+SMALL_TALK = frozenset(
+    """thanks thank haha hahaha lol talk soon bye goodbye hello hi hey great awesome cool nice glad see later welcome
+    sounds sure okay ok yeah yes yep wow care take chat catch pleasure cheers morning evening night good day
+    congrats congratulations amazing wonderful fun happy hear hope doing well fine alright right totally""".split()
+)
+
+MIN_CONTENT_COVERAGE = 0.6
+
+
+def normalize(text: str) -> str:
+    text = unicodedata.normalize("NFKC", text).lower().replace("’", "'")
+    return " ".join(_WORD.findall(text))
+
+
+def shape(norm_text: str) -> str:
+    """The fact with its numbers masked: two facts with one shape and different numbers state a changed value."""
+    return _NUMBER.sub("#", norm_text)
+
+
+def numbers(text: str) -> list[str]:
+    return [n.replace(",", "") for n in _NUMBER.findall(text)]
+
+
+def _stem(word: str) -> str:
+    return word[:5] if len(word) > 5 else word.rstrip("s")
+
+
+def content_words(norm_text: str) -> list[str]:
+    return [w for w in norm_text.split() if len(w) >= 3 and w not in STOPWORDS and not w.isdigit()]
+
+
+@dataclass
+class GroundedFact:
+    text: str
+    spans: list[tuple[int, int]]
+
+
+@dataclass
+class RejectedFact:
+    text: str
+    reason: str
+
+
+@dataclass
+class GroundingResult:
+    kept: list[GroundedFact] = field(default_factory=list)
+    rejected: list[RejectedFact] = field(default_factory=list)
+
+
+class SourceIndex:
+    """What a fact may draw on: the source's words, stems, numbers and sentences."""
+
+    def __init__(self, source: str, offset: int = 0) -> None:
+        self.source = source
+        self.offset = offset
+        norm = normalize(source)
+        self.words = set(norm.split())
+        self.stems = {_stem(w) for w in self.words}
+        self.numbers = set(numbers(source))
+        self.sentences: list[tuple[int, int, set[str]]] = []
+        for match in _SENTENCE.finditer(source):
+            if match.group().strip():
+                words = {_stem(w) for w in normalize(match.group()).split()}
+                self.sentences.append((match.start(), match.end(), words))
+
+    def has(self, word: str) -> bool:
+        return word in self.words or _stem(word) in self.stems
+
+
+def check_fact(fact: str, index: SourceIndex) -> GroundedFact | RejectedFact:
+    norm = normalize(fact)
+    words = content_words(norm)
+    if not words or all(w in SMALL_TALK for w in words):
+        return RejectedFact(fact, "small talk: nothing durable to remember")
+    missing_numbers = [n for n in numbers(fact) if n not in index.numbers]
+    if missing_numbers:
+        return RejectedFact(fact, f"numbers not in the source: {', '.join(missing_numbers)}")
+    names = [normalize(m) for m in _NAME.findall(fact)[1:]]  # first word is capitalised anyway
+    missing_names = [n for n in names if n and n not in STOPWORDS and not all(index.has(p) for p in n.split())]
+    if missing_names:
+        return RejectedFact(fact, f"names not in the source: {', '.join(missing_names)}")
+    present = [w for w in words if index.has(w)]
+    coverage = len(present) / len(words)
+    if coverage < MIN_CONTENT_COVERAGE:
+        absent = [w for w in words if not index.has(w)]
+        return RejectedFact(fact, f"only {coverage:.0%} of its key words are in the source (missing: {', '.join(absent[:6])})")
+    return GroundedFact(fact, _spans(words, numbers(fact), index))
+
+
+def _spans(words: list[str], nums: list[str], index: SourceIndex) -> list[tuple[int, int]]:
+    stems = {_stem(w) for w in words} | set(nums)
+    scored = [(len(stems & sent_words), start, end) for start, end, sent_words in index.sentences]
+    scored = [s for s in scored if s[0] > 0]
+    if not scored:
+        return [(index.offset, index.offset + len(index.source))]
+    best = max(s[0] for s in scored)
+    keep = [s for s in scored if s[0] == best or s[0] >= 2]
+    keep.sort(key=lambda s: (-s[0], s[1]))
+    return sorted((index.offset + start, index.offset + end) for _, start, end in keep[:3])
+
+
+def ground(facts: list[str], source: str, offset: int = 0) -> GroundingResult:
+    index = SourceIndex(source, offset)
+    result = GroundingResult()
+    seen: set[str] = set()
+    for fact in facts:
+        norm = normalize(fact)
+        if norm in seen:
+            continue
+        seen.add(norm)
+        verdict = check_fact(fact, index)
+        (result.kept if isinstance(verdict, GroundedFact) else result.rejected).append(verdict)  # type: ignore[arg-type]
+    return result

@@ -1,0 +1,54 @@
+"""The extraction prompt and the schema the model must fill, kept side by side.
+
+The system prompt is byte-stable (llama.cpp reuses the KV cache of an identical
+prefix) and short: the variable text goes last, in the user message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PROMPT_VERSION = "facts-v1"
+
+SYSTEM_PROMPT = (
+    "You extract facts worth remembering from a text saved by an AI agent.\n"
+    'Reply with JSON only: {"facts": ["...", "..."]}.\n'
+    "Rules:\n"
+    "- Each fact is one short, self-contained sentence.\n"
+    "- Say who or what each fact is about; use the speaker's name instead of I, we or you when it is given.\n"
+    "- Copy numbers, names, dates, emails and URLs exactly as written.\n"
+    "- State only what the text says. Never guess or add anything.\n"
+    "- Skip greetings, thanks, jokes and small talk. If nothing is worth keeping, reply {\"facts\": []}."
+)
+
+
+class ExtractedFacts(BaseModel):
+    """What the model must return."""
+
+    model_config = ConfigDict(extra="ignore")
+    facts: list[str] = Field(default_factory=list)
+
+
+def facts_schema(max_facts: int, max_fact_chars: int) -> dict[str, Any]:
+    """JSON schema for llama.cpp's grammar: bounded, so output can't run away."""
+    return {
+        "type": "object",
+        "properties": {
+            "facts": {
+                "type": "array",
+                "items": {"type": "string", "minLength": 3, "maxLength": max_fact_chars},
+                "maxItems": max_facts,
+            }
+        },
+        "required": ["facts"],
+        "additionalProperties": False,
+    }
+
+
+def build_messages(text: str) -> list[dict[str, str]]:
+    return [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": "Text:\n" + text},
+    ]

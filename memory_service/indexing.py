@@ -1,0 +1,126 @@
+"""Put passages and facts into the vector store; decide what a new fact is.
+
+Passages: every saved text is embedded as-is (in windows, for long texts)
+right after it is acked, so recall finds it whether or not extraction ever
+succeeds. Facts: deterministic dedup before anything else — an exact
+(normalised) duplicate adds a source to the existing fact; a fact with the same
+shape but different numbers supersedes the older one; a near-duplicate by
+cosine merges into it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from .extraction.grounding import GroundedFact, normalize, shape
+from .storage.embedder import Embedder
+from .storage.journal import FactPlan, Journal, Memory, NewFact
+from .storage.vectors import VectorItem, VectorStore, tag_key
+
+PASSAGE_WINDOW_CHARS = 1000
+PASSAGE_OVERLAP_CHARS = 150
+
+
+def base_metadata(memory: Memory) -> dict:
+    meta: dict = {
+        "memory_id": memory.id,
+        "agent_id": memory.agent_id,
+        "run_id": memory.run_id or "",
+        "created_at": memory.created_at,
+    }
+    for tag in memory.tags:
+        meta[tag_key(tag)] = True
+    return meta
+
+
+def passage_windows(text: str) -> list[tuple[int, str]]:
+    if len(text) <= PASSAGE_WINDOW_CHARS:
+        return [(0, text)]
+    step = PASSAGE_WINDOW_CHARS - PASSAGE_OVERLAP_CHARS
+    return [(start, text[start:start + PASSAGE_WINDOW_CHARS]) for start in range(0, len(text) - PASSAGE_OVERLAP_CHARS, step)]
+
+
+def index_passages(memories: list[Memory], embedder: Embedder, vectors: VectorStore) -> None:
+    by_team: dict[str, list[tuple[Memory, int, str]]] = {}
+    for memory in memories:
+        for start, window in passage_windows(memory.text):
+            by_team.setdefault(memory.team, []).append((memory, start, window))
+    for team, rows in by_team.items():
+        embeddings = embedder.embed([window for _, _, window in rows])
+        items = [
+            VectorItem(
+                id=f"p:{memory.id}:{start}", text=window, embedding=vec,
+                metadata={**base_metadata(memory), "kind": "passage", "start": start},
+            )
+            for (memory, start, window), vec in zip(rows, embeddings)
+        ]
+        vectors.upsert(team, items)
+
+
+def fact_id(team: str, norm: str) -> str:
+    return "f:" + hashlib.sha256(f"{team}\x00{norm}".encode()).hexdigest()[:32]
+
+
+@dataclass
+class FactStoreResult:
+    plan: FactPlan
+    stored: int
+    merged: int
+    superseded: int
+
+
+def store_facts(
+    memory: Memory,
+    facts: list[GroundedFact],
+    *,
+    journal: Journal,
+    embedder: Embedder,
+    vectors: VectorStore,
+    near_duplicate: float,
+) -> FactPlan:
+    """Decide new/merged/superseded for each fact and write the vectors; the caller commits the plan."""
+    plan = FactPlan()
+    candidates: list[tuple[GroundedFact, str, str]] = []
+    for fact in facts:
+        norm = normalize(fact.text)
+        exact = journal.active_facts_by_norm(memory.team, norm)
+        if exact:
+            plan.merged.append((exact[0].id, fact.spans))
+            continue
+        candidates.append((fact, norm, shape(norm)))
+    if not candidates:
+        return plan
+    embeddings = embedder.embed([fact.text for fact, _, _ in candidates])
+    new_items: list[VectorItem] = []
+    retired: list[str] = []
+    for (fact, norm, fact_shape), vec in zip(candidates, embeddings):
+        new_id = fact_id(memory.team, norm)
+        changed = [f for f in journal.active_facts_by_shape(memory.team, fact_shape) if f.id != new_id]
+        if changed:
+            older = [f for f in changed if f.created_at <= memory.created_at]
+            newer = [f for f in changed if f.created_at > memory.created_at]
+            plan.superseded += [(f.id, new_id) for f in older]
+            retired += [f.id for f in older]
+            if newer:  # a replayed or late job: this value is already out of date
+                plan.born_superseded.append((new_id, newer[0].id))
+                plan.new.append(NewFact(new_id, fact.text, norm, fact_shape, fact.spans))
+                continue
+        elif near_duplicate < 1.0:
+            hits = vectors.query(memory.team, vec, 2, where={"kind": "fact"})
+            hit = next((h for h in hits if h.id != new_id and h.similarity >= near_duplicate), None)
+            if hit is not None:
+                plan.merged.append((hit.id, fact.spans))
+                continue
+        plan.new.append(NewFact(new_id, fact.text, norm, fact_shape, fact.spans))
+        new_items.append(
+            VectorItem(id=new_id, text=fact.text, embedding=np.asarray(vec),
+                       metadata={**base_metadata(memory), "kind": "fact"})
+        )
+    if new_items:
+        vectors.upsert(memory.team, new_items)
+    if retired:
+        vectors.delete(memory.team, retired)
+    return plan

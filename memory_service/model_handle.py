@@ -1,0 +1,75 @@
+"""The service's view of its llama-server: reachable or not, its props, its measured speed.
+
+Workers block on `wait_ready()` while the server is down or loading; recall
+never touches this.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+from .config import Settings
+from .extraction.client import LlamaClient, ServerProps
+from .extraction.extractor import Extractor
+from .extraction.throughput import Throughput
+
+log = logging.getLogger("memory_service.model")
+
+
+@dataclass
+class ModelHandle:
+    settings: Settings
+    client: LlamaClient
+    throughput: Throughput = field(default_factory=Throughput)
+    props: ServerProps | None = None
+    extractor: Extractor | None = None
+    last_error: str | None = None
+    last_check: float = 0.0
+    _ready: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def ready(self) -> bool:
+        return self._ready.is_set()
+
+    def mark_down(self, reason: str) -> None:
+        self.last_error = reason
+        self._ready.clear()
+
+    async def probe(self) -> bool:
+        """Ask the server for health and props; on success, (re)build the extractor."""
+        self.last_check = time.time()
+        if not await self.client.health():
+            self.mark_down(f"llama-server at {self.client.base_url} is not healthy")
+            return False
+        try:
+            props = await self.client.props()
+        except Exception as exc:
+            self.mark_down(f"could not read /props: {exc}")
+            return False
+        if props.n_ctx <= 0:
+            self.mark_down("llama-server reported no context size")
+            return False
+        if self.props is None or props.n_ctx != self.props.n_ctx:
+            log.info("llama-server ready: n_ctx=%d slots=%d build=%s", props.n_ctx, props.slots, props.build_info)
+        self.props = props
+        self.extractor = Extractor(
+            client=self.client, props=props, throughput=self.throughput,
+            max_output_tokens=min(self.settings.max_output_tokens, max(64, props.n_ctx // 4)),
+            max_facts=self.settings.max_facts, max_fact_chars=self.settings.max_fact_chars,
+        )
+        self.last_error = None
+        self._ready.set()
+        return True
+
+    async def wait_ready(self) -> Extractor:
+        delay = 0.5
+        while not self._ready.is_set() or self.extractor is None:
+            if await self.probe():
+                break
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10.0)
+        assert self.extractor is not None
+        return self.extractor

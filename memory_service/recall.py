@@ -1,0 +1,145 @@
+"""Recall: vector search and keyword search, fused by rank. Never touches the model.
+
+Vector search (Chroma, one collection per team) finds paraphrases; keyword
+search (SQLite FTS5) finds exact names, ids and numbers, and covers texts saved
+a moment ago whose passage embedding is not written yet. Reciprocal-rank fusion
+merges both without having to calibrate their scores against each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from .storage.embedder import Embedder
+from .storage.journal import Journal
+from .storage.vectors import VectorStore, tag_key
+
+RRF_K = 60.0
+KEYWORD_WEIGHT = 0.7
+
+
+@dataclass
+class RecallQuery:
+    team: str
+    query: str
+    k: int = 10
+    kinds: tuple[str, ...] = ("fact", "passage")
+    agent_id: str | None = None  # only items of this agent
+    tags: tuple[str, ...] = ()
+    since: float | None = None
+    until: float | None = None
+    min_score: float | None = None
+
+
+@dataclass
+class Hit:
+    key: str
+    kind: str
+    text: str
+    memory_id: str
+    fact_id: str | None
+    agent_id: str = ""
+    created_at: float = 0.0
+    tags: list[str] = field(default_factory=list)
+    similarity: float | None = None
+    score: float = 0.0
+    source_memory_ids: list[str] = field(default_factory=list)
+
+
+def _where(q: RecallQuery) -> dict[str, Any] | None:
+    clauses: list[dict[str, Any]] = []
+    if len(q.kinds) == 1:
+        clauses.append({"kind": q.kinds[0]})
+    if q.agent_id:
+        clauses.append({"agent_id": q.agent_id})
+    for tag in q.tags:
+        clauses.append({tag_key(tag): True})
+    if q.since is not None:
+        clauses.append({"created_at": {"$gte": q.since}})
+    if q.until is not None:
+        clauses.append({"created_at": {"$lte": q.until}})
+    if not clauses:
+        return None
+    return clauses[0] if len(clauses) == 1 else {"$and": clauses}
+
+
+def _tags_of(meta: dict[str, Any]) -> list[str]:
+    return sorted(key[4:] for key, value in meta.items() if key.startswith("tag:") and value)
+
+
+def recall(q: RecallQuery, *, journal: Journal, vectors: VectorStore, embedder: Embedder) -> list[Hit]:
+    pool = max(q.k * 3, 30)
+    hits: dict[str, Hit] = {}
+
+    vector = embedder.embed_one(q.query)
+    for rank, vh in enumerate(vectors.query(q.team, vector, pool, where=_where(q))):
+        meta = vh.metadata
+        kind = meta.get("kind", "passage")
+        memory_id = meta.get("memory_id", "")
+        key = vh.id if kind == "fact" else "p:" + memory_id
+        hit = hits.get(key)
+        if hit is None:
+            hit = hits[key] = Hit(
+                key=key, kind=kind, text=vh.text, memory_id=memory_id, fact_id=vh.id if kind == "fact" else None,
+                agent_id=meta.get("agent_id", ""), created_at=float(meta.get("created_at", 0.0)),
+                tags=_tags_of(meta), similarity=vh.similarity,
+            )
+        hit.score += 1.0 / (RRF_K + rank + 1)
+
+    keyword = journal.keyword_search(q.team, q.query, kinds=set(q.kinds), limit=pool)
+    memories = journal.get_many(q.team, list({h.memory_id for h in keyword if h.kind == "passage"}))
+    facts = journal.facts_by_ids(q.team, [h.item_id for h in keyword if h.kind == "fact"])
+    ranks = {"passage": 0, "fact": 0}
+    for kh in keyword:
+        if kh.kind == "passage":
+            m = memories.get(kh.memory_id)
+            if m is None:
+                continue
+            agent_id, created_at, tags, text = m.agent_id, m.created_at, m.tags, m.text
+            key = "p:" + kh.memory_id
+        else:
+            f = facts.get(kh.item_id)
+            if f is None:
+                continue
+            agent_id, created_at, tags, text = f.agent_id, f.created_at, f.tags, f.text
+            key = kh.item_id
+        if q.agent_id and agent_id != q.agent_id:
+            continue
+        if any(t not in tags for t in q.tags):
+            continue
+        if (q.since is not None and created_at < q.since) or (q.until is not None and created_at > q.until):
+            continue
+        rank = ranks[kh.kind]
+        ranks[kh.kind] += 1
+        hit = hits.get(key)
+        if hit is None:
+            if kh.kind == "passage" and len(text) > 1000:
+                text = text[:1000]
+            hit = hits[key] = Hit(
+                key=key, kind=kh.kind, text=text, memory_id=kh.memory_id,
+                fact_id=kh.item_id if kh.kind == "fact" else None, agent_id=agent_id, created_at=created_at,
+                tags=list(tags),
+            )
+        hit.score += KEYWORD_WEIGHT / (RRF_K + rank + 1)
+
+    ranked = sorted(hits.values(), key=lambda h: h.score, reverse=True)
+    if q.min_score is not None:
+        ranked = [h for h in ranked if h.similarity is not None and h.similarity >= q.min_score]
+    ranked = ranked[: q.k]
+    sources = journal.fact_sources([h.fact_id for h in ranked if h.fact_id])
+    for hit in ranked:
+        if hit.fact_id:
+            hit.source_memory_ids = list(dict.fromkeys(m for m, _, _ in sources.get(hit.fact_id, []))) or [hit.memory_id]
+        else:
+            hit.source_memory_ids = [hit.memory_id]
+    return ranked
+
+
+def to_epoch(value: datetime | None) -> float | None:
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    return value.timestamp()

@@ -1,0 +1,507 @@
+"""The journal: every saved text, its extraction job, and the facts it produced.
+
+SQLite in WAL mode with `synchronous=FULL`, so a row is on disk before
+`/remember` answers. The job queue lives in the same table as the text: a job
+cannot be lost without losing its text, and a restart resumes whatever was
+`queued` or `extracting`. A keyword index (FTS5) is written in the same
+transaction, so a saved text is findable by recall the moment it is acked,
+before any embedding or model work.
+
+All methods are synchronous and thread-safe (one connection, one lock); the
+async code calls them through `asyncio.to_thread`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS memories (
+    id TEXT PRIMARY KEY,
+    team TEXT NOT NULL,
+    agent_id TEXT NOT NULL,
+    run_id TEXT,
+    text TEXT NOT NULL,
+    tags TEXT NOT NULL DEFAULT '[]',
+    metadata TEXT NOT NULL DEFAULT '{}',
+    idempotency_key TEXT,
+    created_at REAL NOT NULL,
+    status TEXT NOT NULL DEFAULT 'queued',
+    attempts INTEGER NOT NULL DEFAULT 0,
+    deferrals INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at REAL NOT NULL,
+    deadline_at REAL NOT NULL,
+    started_at REAL,
+    finished_at REAL,
+    last_error TEXT,
+    raw_reply TEXT,
+    timings TEXT,
+    report TEXT,
+    indexed INTEGER NOT NULL DEFAULT 0
+);
+CREATE UNIQUE INDEX IF NOT EXISTS memories_idem ON memories(team, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
+CREATE INDEX IF NOT EXISTS memories_queue ON memories(status, next_attempt_at);
+CREATE INDEX IF NOT EXISTS memories_unindexed ON memories(indexed) WHERE indexed = 0;
+
+CREATE TABLE IF NOT EXISTS facts (
+    id TEXT PRIMARY KEY,
+    team TEXT NOT NULL,
+    agent_id TEXT NOT NULL,
+    memory_id TEXT NOT NULL,
+    text TEXT NOT NULL,
+    norm TEXT NOT NULL,
+    shape TEXT NOT NULL,
+    tags TEXT NOT NULL DEFAULT '[]',
+    created_at REAL NOT NULL,
+    superseded_by TEXT,
+    superseded_at REAL
+);
+CREATE INDEX IF NOT EXISTS facts_norm ON facts(team, norm);
+CREATE INDEX IF NOT EXISTS facts_shape ON facts(team, shape);
+
+CREATE TABLE IF NOT EXISTS fact_sources (
+    fact_id TEXT NOT NULL,
+    memory_id TEXT NOT NULL,
+    span_start INTEGER NOT NULL,
+    span_end INTEGER NOT NULL,
+    added_at REAL NOT NULL,
+    PRIMARY KEY (fact_id, memory_id, span_start)
+);
+CREATE INDEX IF NOT EXISTS fact_sources_memory ON fact_sources(memory_id);
+
+CREATE VIRTUAL TABLE IF NOT EXISTS memories_fts USING fts5(text, content='memories', content_rowid='rowid');
+CREATE TRIGGER IF NOT EXISTS memories_ai AFTER INSERT ON memories BEGIN
+    INSERT INTO memories_fts(rowid, text) VALUES (new.rowid, new.text);
+END;
+CREATE VIRTUAL TABLE IF NOT EXISTS facts_fts USING fts5(text, content='facts', content_rowid='rowid');
+CREATE TRIGGER IF NOT EXISTS facts_ai AFTER INSERT ON facts BEGIN
+    INSERT INTO facts_fts(rowid, text) VALUES (new.rowid, new.text);
+END;
+"""
+
+QUEUED, EXTRACTING, DONE, FAILED = "queued", "extracting", "done", "failed"
+
+
+@dataclass
+class Memory:
+    id: str
+    team: str
+    agent_id: str
+    run_id: str | None
+    text: str
+    tags: list[str]
+    metadata: dict[str, Any]
+    idempotency_key: str | None
+    created_at: float
+    status: str
+    attempts: int
+    deferrals: int
+    next_attempt_at: float
+    deadline_at: float
+    started_at: float | None
+    finished_at: float | None
+    last_error: str | None
+    raw_reply: str | None
+    timings: dict[str, Any] | None
+    report: dict[str, Any] | None
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> "Memory":
+        return cls(
+            id=row["id"], team=row["team"], agent_id=row["agent_id"], run_id=row["run_id"], text=row["text"],
+            tags=json.loads(row["tags"]), metadata=json.loads(row["metadata"]),
+            idempotency_key=row["idempotency_key"], created_at=row["created_at"], status=row["status"],
+            attempts=row["attempts"], deferrals=row["deferrals"], next_attempt_at=row["next_attempt_at"],
+            deadline_at=row["deadline_at"], started_at=row["started_at"], finished_at=row["finished_at"],
+            last_error=row["last_error"], raw_reply=row["raw_reply"],
+            timings=json.loads(row["timings"]) if row["timings"] else None,
+            report=json.loads(row["report"]) if row["report"] else None,
+        )
+
+
+@dataclass
+class Fact:
+    id: str
+    team: str
+    agent_id: str
+    memory_id: str
+    text: str
+    norm: str
+    shape: str
+    tags: list[str]
+    created_at: float
+    superseded_by: str | None = None
+    superseded_at: float | None = None
+    sources: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class NewFact:
+    """A grounded fact ready to be stored; `id` is deterministic so a replayed job upserts, not duplicates."""
+
+    id: str
+    text: str
+    norm: str
+    shape: str
+    spans: list[tuple[int, int]]
+
+
+@dataclass
+class FactPlan:
+    """What the dedup step decided for one job, applied in one transaction."""
+
+    new: list[NewFact] = field(default_factory=list)
+    merged: list[tuple[str, list[tuple[int, int]]]] = field(default_factory=list)  # (existing fact id, spans)
+    superseded: list[tuple[str, str]] = field(default_factory=list)  # (old fact id, new fact id)
+    born_superseded: list[tuple[str, str]] = field(default_factory=list)  # (new fact id, newer existing id)
+
+
+@dataclass
+class KeywordHit:
+    kind: str  # passage | fact
+    item_id: str
+    memory_id: str
+    text: str
+    rank: float
+
+
+_FTS_TOKEN = re.compile(r"[\w]+", re.UNICODE)
+
+
+def fts_query(text: str) -> str | None:
+    """Quote every word, OR them: a free-text query must never be parsed as FTS syntax."""
+    words = [w for w in _FTS_TOKEN.findall(text.lower()) if len(w) > 1]
+    if not words:
+        return None
+    return " OR ".join(f'"{w}"' for w in dict.fromkeys(words))
+
+
+class Journal:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+        self._conn.row_factory = sqlite3.Row
+        self._lock = threading.RLock()
+        with self._lock:
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=FULL")  # durable before we ack
+            self._conn.executescript(SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    # -- writes -----------------------------------------------------------------
+
+    def _tx(self) -> "_Transaction":
+        return _Transaction(self._conn, self._lock)
+
+    def insert(
+        self,
+        *,
+        team: str,
+        agent_id: str,
+        text: str,
+        run_id: str | None,
+        tags: list[str],
+        metadata: dict[str, Any],
+        idempotency_key: str | None,
+        budget_s: float,
+        now: float | None = None,
+    ) -> tuple[Memory, bool]:
+        """Commit a text and its job; returns (memory, created). An idempotency hit returns the first one."""
+        now = time.time() if now is None else now
+        with self._tx() as conn:
+            if idempotency_key is not None:
+                row = conn.execute(
+                    "SELECT * FROM memories WHERE team = ? AND idempotency_key = ?", (team, idempotency_key)
+                ).fetchone()
+                if row is not None:
+                    return Memory.from_row(row), False
+            memory_id = "mem_" + uuid.uuid4().hex
+            conn.execute(
+                """INSERT INTO memories (id, team, agent_id, run_id, text, tags, metadata, idempotency_key,
+                   created_at, next_attempt_at, deadline_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)""",
+                (memory_id, team, agent_id, run_id, text, json.dumps(tags), json.dumps(metadata),
+                 idempotency_key, now, now, now + budget_s),
+            )
+            row = conn.execute("SELECT * FROM memories WHERE id = ?", (memory_id,)).fetchone()
+            return Memory.from_row(row), True
+
+    def recover(self) -> int:
+        """Jobs that were mid-extraction when the process died go back to the queue."""
+        with self._tx() as conn:
+            return conn.execute(
+                "UPDATE memories SET status = ?, started_at = NULL WHERE status = ?", (QUEUED, EXTRACTING)
+            ).rowcount
+
+    def claim_next(self, now: float | None = None) -> Memory | None:
+        now = time.time() if now is None else now
+        with self._tx() as conn:
+            row = conn.execute(
+                "SELECT * FROM memories WHERE status = ? AND next_attempt_at <= ? "
+                "ORDER BY next_attempt_at, created_at LIMIT 1",
+                (QUEUED, now),
+            ).fetchone()
+            if row is None:
+                return None
+            conn.execute("UPDATE memories SET status = ?, started_at = ? WHERE id = ?", (EXTRACTING, now, row["id"]))
+            memory = Memory.from_row(row)
+            memory.status, memory.started_at = EXTRACTING, now
+            return memory
+
+    def next_due_in(self, now: float | None = None) -> float | None:
+        """Seconds until the earliest queued job is due (0 if one is due now), None if the queue is empty."""
+        now = time.time() if now is None else now
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT MIN(next_attempt_at) FROM memories WHERE status = ?", (QUEUED,)
+            ).fetchone()
+        return None if row[0] is None else max(0.0, row[0] - now)
+
+    def defer(self, memory_id: str, *, until: float, budget_s: float, reason: str) -> None:
+        """Not enough budget left to start: keep the job, give it a fresh window later."""
+        with self._tx() as conn:
+            conn.execute(
+                "UPDATE memories SET status = ?, deferrals = deferrals + 1, next_attempt_at = ?, deadline_at = ?, "
+                "started_at = NULL, last_error = ? WHERE id = ?",
+                (QUEUED, until, until + budget_s, reason, memory_id),
+            )
+
+    def fail_attempt(
+        self,
+        memory_id: str,
+        *,
+        error: str,
+        raw_reply: str | None,
+        timings: dict[str, Any] | None,
+        report: dict[str, Any] | None,
+        retry_at: float | None,
+        budget_s: float,
+        now: float | None = None,
+    ) -> str:
+        """Record a failed attempt; retry at `retry_at`, or mark failed when it is None. Returns the new status."""
+        now = time.time() if now is None else now
+        status = QUEUED if retry_at is not None else FAILED
+        with self._tx() as conn:
+            conn.execute(
+                "UPDATE memories SET status = ?, attempts = attempts + 1, last_error = ?, "
+                "raw_reply = COALESCE(?, raw_reply), timings = COALESCE(?, timings), report = COALESCE(?, report), "
+                "next_attempt_at = ?, deadline_at = ?, started_at = NULL, finished_at = ? WHERE id = ?",
+                (status, error, raw_reply, _dumps(timings), _dumps(report),
+                 retry_at if retry_at is not None else now,
+                 (retry_at + budget_s) if retry_at is not None else now,
+                 None if retry_at is not None else now, memory_id),
+            )
+        return status
+
+    def complete(
+        self,
+        memory: Memory,
+        plan: FactPlan,
+        *,
+        raw_reply: str | None,
+        timings: dict[str, Any] | None,
+        report: dict[str, Any],
+        now: float | None = None,
+    ) -> None:
+        """Store the job's facts and mark it done, all in one transaction."""
+        now = time.time() if now is None else now
+        tags = json.dumps(memory.tags)
+        with self._tx() as conn:
+            for fact in plan.new:
+                conn.execute(
+                    "INSERT OR IGNORE INTO facts (id, team, agent_id, memory_id, text, norm, shape, tags, created_at) "
+                    "VALUES (?,?,?,?,?,?,?,?,?)",
+                    (fact.id, memory.team, memory.agent_id, memory.id, fact.text, fact.norm, fact.shape, tags,
+                     memory.created_at),
+                )
+                self._add_sources(conn, fact.id, memory.id, fact.spans, now)
+            for fact_id, spans in plan.merged:
+                self._add_sources(conn, fact_id, memory.id, spans, now)
+            for old_id, new_id in plan.superseded + plan.born_superseded:
+                conn.execute(
+                    "UPDATE facts SET superseded_by = ?, superseded_at = ? WHERE id = ? AND team = ?",
+                    (new_id, now, old_id, memory.team),
+                )
+            conn.execute(
+                "UPDATE memories SET status = ?, attempts = attempts + 1, finished_at = ?, last_error = NULL, "
+                "raw_reply = ?, timings = ?, report = ? WHERE id = ?",
+                (DONE, now, raw_reply, _dumps(timings), _dumps(report), memory.id),
+            )
+
+    @staticmethod
+    def _add_sources(conn: sqlite3.Connection, fact_id: str, memory_id: str,
+                     spans: Iterable[tuple[int, int]], now: float) -> None:
+        for start, end in spans or [(0, 0)]:
+            conn.execute(
+                "INSERT OR IGNORE INTO fact_sources (fact_id, memory_id, span_start, span_end, added_at) "
+                "VALUES (?,?,?,?,?)",
+                (fact_id, memory_id, start, end, now),
+            )
+
+    def mark_indexed(self, memory_ids: list[str]) -> None:
+        with self._tx() as conn:
+            conn.executemany("UPDATE memories SET indexed = 1 WHERE id = ?", [(m,) for m in memory_ids])
+
+    # -- reads ------------------------------------------------------------------
+
+    def get(self, team: str, memory_id: str) -> Memory | None:
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT * FROM memories WHERE id = ? AND team = ?", (memory_id, team)
+            ).fetchone()
+        return Memory.from_row(row) if row else None
+
+    def get_many(self, team: str, memory_ids: list[str]) -> dict[str, Memory]:
+        if not memory_ids:
+            return {}
+        marks = ",".join("?" * len(memory_ids))
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT * FROM memories WHERE team = ? AND id IN ({marks})", (team, *memory_ids)
+            ).fetchall()
+        return {row["id"]: Memory.from_row(row) for row in rows}
+
+    def unindexed(self, limit: int) -> list[Memory]:
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT * FROM memories WHERE indexed = 0 ORDER BY created_at LIMIT ?", (limit,)
+            ).fetchall()
+        return [Memory.from_row(r) for r in rows]
+
+    def facts_of_memory(self, team: str, memory_id: str) -> list[Fact]:
+        """Facts this memory produced or confirmed, superseded ones included (its history)."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT f.*, s.span_start, s.span_end FROM fact_sources s JOIN facts f ON f.id = s.fact_id "
+                "WHERE s.memory_id = ? AND f.team = ? ORDER BY f.created_at, s.span_start",
+                (memory_id, team),
+            ).fetchall()
+        facts: dict[str, Fact] = {}
+        for row in rows:
+            fact = facts.get(row["id"]) or facts.setdefault(row["id"], _fact_from_row(row))
+            fact.sources.append({"memory_id": memory_id, "span": [row["span_start"], row["span_end"]]})
+        return list(facts.values())
+
+    def fact_sources(self, fact_ids: list[str]) -> dict[str, list[tuple[str, int, int]]]:
+        if not fact_ids:
+            return {}
+        marks = ",".join("?" * len(fact_ids))
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT fact_id, memory_id, span_start, span_end FROM fact_sources WHERE fact_id IN ({marks}) "
+                "ORDER BY added_at",
+                fact_ids,
+            ).fetchall()
+        out: dict[str, list[tuple[str, int, int]]] = {}
+        for row in rows:
+            out.setdefault(row[0], []).append((row[1], row[2], row[3]))
+        return out
+
+    def active_facts_by_norm(self, team: str, norm: str) -> list[Fact]:
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT * FROM facts WHERE team = ? AND norm = ? AND superseded_by IS NULL", (team, norm)
+            ).fetchall()
+        return [_fact_from_row(r) for r in rows]
+
+    def active_facts_by_shape(self, team: str, shape: str) -> list[Fact]:
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT * FROM facts WHERE team = ? AND shape = ? AND superseded_by IS NULL", (team, shape)
+            ).fetchall()
+        return [_fact_from_row(r) for r in rows]
+
+    def facts_by_ids(self, team: str, fact_ids: list[str]) -> dict[str, Fact]:
+        if not fact_ids:
+            return {}
+        marks = ",".join("?" * len(fact_ids))
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT * FROM facts WHERE team = ? AND id IN ({marks})", (team, *fact_ids)
+            ).fetchall()
+        return {r["id"]: _fact_from_row(r) for r in rows}
+
+    def keyword_search(self, team: str, query: str, *, kinds: set[str], limit: int) -> list[KeywordHit]:
+        """BM25 over passages and active facts of one team."""
+        match = fts_query(query)
+        if match is None:
+            return []
+        hits: list[KeywordHit] = []
+        with self._lock:
+            if "passage" in kinds:
+                for row in self._conn.execute(
+                    "SELECT m.id, m.text, bm25(memories_fts) AS r FROM memories_fts "
+                    "JOIN memories m ON m.rowid = memories_fts.rowid "
+                    "WHERE memories_fts MATCH ? AND m.team = ? ORDER BY r LIMIT ?",
+                    (match, team, limit),
+                ):
+                    hits.append(KeywordHit("passage", row[0], row[0], row[1], row[2]))
+            if "fact" in kinds:
+                for row in self._conn.execute(
+                    "SELECT f.id, f.memory_id, f.text, bm25(facts_fts) AS r FROM facts_fts "
+                    "JOIN facts f ON f.rowid = facts_fts.rowid "
+                    "WHERE facts_fts MATCH ? AND f.team = ? AND f.superseded_by IS NULL ORDER BY r LIMIT ?",
+                    (match, team, limit),
+                ):
+                    hits.append(KeywordHit("fact", row[0], row[1], row[2], row[3]))
+        return hits
+
+    def queue_depth(self) -> int:
+        with self._lock:
+            return self._conn.execute(
+                "SELECT COUNT(*) FROM memories WHERE status IN (?, ?)", (QUEUED, EXTRACTING)
+            ).fetchone()[0]
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            rows = self._conn.execute("SELECT status, COUNT(*) FROM memories GROUP BY status").fetchall()
+            facts = self._conn.execute("SELECT COUNT(*) FROM facts WHERE superseded_by IS NULL").fetchone()[0]
+        out = {status: 0 for status in (QUEUED, EXTRACTING, DONE, FAILED)}
+        out.update({row[0]: row[1] for row in rows})
+        out["facts"] = facts
+        return out
+
+
+def _fact_from_row(row: sqlite3.Row) -> Fact:
+    return Fact(
+        id=row["id"], team=row["team"], agent_id=row["agent_id"], memory_id=row["memory_id"], text=row["text"],
+        norm=row["norm"], shape=row["shape"], tags=json.loads(row["tags"]), created_at=row["created_at"],
+        superseded_by=row["superseded_by"], superseded_at=row["superseded_at"],
+    )
+
+
+def _dumps(value: Any) -> str | None:
+    return None if value is None else json.dumps(value)
+
+
+class _Transaction:
+    """`BEGIN IMMEDIATE` … `COMMIT` under the journal's lock; rolls back on any error."""
+
+    def __init__(self, conn: sqlite3.Connection, lock: threading.RLock) -> None:
+        self._conn, self._lock = conn, lock
+
+    def __enter__(self) -> sqlite3.Connection:
+        self._lock.acquire()
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+        except BaseException:
+            self._lock.release()
+            raise
+        return self._conn
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        try:
+            self._conn.execute("ROLLBACK" if exc_type else "COMMIT")
+        finally:
+            self._lock.release()

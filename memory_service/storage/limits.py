@@ -1,0 +1,596 @@
+"""Daily-limit counters and the handled-item ledger, stored in SQLite.
+
+Agents ask two questions before acting: "may I do this once more today?"
+(`consume`) and "have I already dealt with this item?" (`mark_handled`). Both
+must be answered atomically, so each answer is one SQLite write transaction
+(`BEGIN IMMEDIATE`) whose writes are `INSERT ... ON CONFLICT DO UPDATE ...
+RETURNING` upserts: the same statements run on PostgreSQL (with `%s`
+placeholders and row locks instead of the database lock), so a PostgreSQL
+store can implement `LimitBackend` later without changing the routes.
+
+Durability: WAL with `synchronous=NORMAL` (the default here). A committed
+consume survives a crash of the service process; only an OS crash or power
+loss can lose the last few commits (WAL is then rolled back to a consistent
+earlier state, never corrupted). `synchronous=FULL` adds an fsync per commit,
+which caps consume throughput at the disk's fsync rate; pass
+`synchronous="FULL"` when losing a few seconds of counts on power loss is not
+acceptable.
+
+Every row is keyed by team first: a team can never read or change another
+team's rows, whatever names it uses.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sqlite3
+import threading
+from dataclasses import asdict, dataclass, field
+from datetime import date, datetime, time, timedelta, timezone
+from pathlib import Path
+from typing import Callable, Literal, Protocol
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+# Documented input bounds (README and OpenAPI quote these).
+MAX_NAME_LEN = 128
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+MAX_DAILY_LIMIT = 10**9
+MAX_AGENT_ID_LEN = 128
+MAX_IDEMPOTENCY_KEY_LEN = 256
+MAX_HANDLED_KEY_LEN = 2048
+MAX_TTL_DAYS = 3650
+MAX_HISTORY_DAYS = 366
+MAX_AGENTS_SHOWN = 1000
+# Idempotency answers are only replayed on the same local day; keep them a bit
+# longer than any day can last, then purge.
+IDEMPOTENCY_RETENTION = timedelta(days=3)
+PURGE_EVERY = timedelta(hours=1)
+
+Per = Literal["team", "agent"]
+TEAM_SCOPE = ""  # agent_id column value for team-wide rows; real agent ids are never empty
+
+_NAME_RE = re.compile(NAME_PATTERN)
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+NAME_RULE = "1-128 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit, without '..'"
+
+
+class LimitError(Exception):
+    """Base for errors the API maps to a 4xx."""
+
+
+class InvalidInput(LimitError, ValueError):
+    """A value is outside the documented bounds; nothing was changed."""
+
+
+class LimitNotFound(LimitError, LookupError):
+    """The team has no limit of that name."""
+
+
+class IdempotencyConflict(LimitError):
+    """An idempotency key was reused today with a different agent or amount."""
+
+
+# ---------------------------------------------------------------- validation
+
+
+def check_name(name: str) -> str:
+    if not isinstance(name, str) or not _NAME_RE.match(name) or ".." in name:
+        raise InvalidInput(f"invalid limit name {name[:40]!r}: use {NAME_RULE}")
+    return name
+
+
+def check_timezone(tz: str) -> ZoneInfo:
+    if not isinstance(tz, str) or not tz or len(tz) > 64 or tz.startswith(("/", ".")) or ".." in tz:
+        raise InvalidInput(f"unknown timezone {str(tz)[:64]!r}: use an IANA name such as Europe/Madrid")
+    try:
+        return ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise InvalidInput(f"unknown timezone {tz!r}: use an IANA name such as Europe/Madrid") from None
+
+
+def check_text(value: str, what: str, max_len: int) -> str:
+    if not isinstance(value, str) or not 1 <= len(value) <= max_len:
+        raise InvalidInput(f"{what} must be 1-{max_len} characters")
+    if _CONTROL_RE.search(value):
+        raise InvalidInput(f"{what} must not contain control characters")
+    return value
+
+
+def check_int(value: int, what: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidInput(f"{what} must be an integer from {low} to {high}")
+    return value
+
+
+# ---------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class ConsumeResult:
+    allowed: bool
+    used: int
+    limit: int
+    remaining: int
+    resets_at: str
+    retry_after_s: int = field(default=0, compare=False)  # seconds until resets_at (Retry-After)
+    replayed: bool = field(default=False, compare=False)  # answer came from the idempotency record
+
+    def body(self) -> dict[str, object]:
+        return {k: v for k, v in asdict(self).items() if k not in ("retry_after_s", "replayed")}
+
+
+@dataclass(frozen=True)
+class LimitView:
+    """A limit definition with today's usage (and history when asked)."""
+
+    name: str
+    daily_limit: int
+    timezone: str
+    per: str
+    created_at: str
+    updated_at: str
+    day: str  # today's local date, YYYY-MM-DD
+    resets_at: str
+    agent_id: str | None  # whose counter `used` is; None = team counter or all agents
+    used: int  # per=agent without agent_id: sum over all agents
+    remaining: int | None  # None when `used` sums several agents' counters
+    agents: list[dict[str, object]] | None = None  # per=agent without agent_id, busiest first
+    history: list[dict[str, object]] | None = None  # oldest first, today last
+
+
+@dataclass(frozen=True)
+class HandledRecord:
+    key: str
+    agent_id: str | None
+    first_time: bool
+    first_seen_at: str
+    last_seen_at: str
+    seen_count: int
+    expires_at: str | None
+
+
+class LimitBackend(Protocol):
+    """What the routes need; a PostgreSQL store would implement the same."""
+
+    def set_limit(self, team: str, name: str, daily_limit: int, tz: str, per: str) -> tuple[LimitView, bool]: ...
+    def get_limit(self, team: str, name: str, agent_id: str | None = None, days: int | None = None) -> LimitView: ...
+    def list_limits(self, team: str, agent_id: str | None = None) -> list[LimitView]: ...
+    def delete_limit(self, team: str, name: str) -> None: ...
+    def consume(
+        self, team: str, name: str, agent_id: str, amount: int = 1, idempotency_key: str | None = None
+    ) -> ConsumeResult: ...
+    def mark_handled(
+        self, team: str, key: str, agent_id: str | None = None, ttl_days: int | None = None
+    ) -> HandledRecord: ...
+    def get_handled(self, team: str, key: str, agent_id: str | None = None) -> HandledRecord | None: ...
+    def close(self) -> None: ...
+
+
+# ---------------------------------------------------------------- time
+
+
+def _utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _to_us(moment: datetime) -> int:
+    return (moment - _EPOCH) // timedelta(microseconds=1)
+
+
+def _iso(us: int) -> str:
+    return (_EPOCH + timedelta(microseconds=us)).isoformat()
+
+
+def local_day(moment: datetime, zone: ZoneInfo) -> date:
+    return moment.astimezone(zone).date()
+
+
+def next_midnight(day: date, zone: ZoneInfo) -> datetime:
+    """First instant of the day after `day`, in `zone`, with its real offset.
+
+    fold=0 maps a midnight skipped by DST to the transition instant (the new
+    day's first moment) and a repeated midnight to its first occurrence.
+    """
+    wall = datetime.combine(day + timedelta(days=1), time(0), tzinfo=zone)
+    return wall.astimezone(timezone.utc).astimezone(zone)
+
+
+# ---------------------------------------------------------------- SQL
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS limit_defs (
+    team TEXT NOT NULL, name TEXT NOT NULL,
+    daily_limit INTEGER NOT NULL, timezone TEXT NOT NULL, per TEXT NOT NULL,
+    created_us INTEGER NOT NULL, updated_us INTEGER NOT NULL,
+    PRIMARY KEY (team, name)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS limit_usage (
+    team TEXT NOT NULL, name TEXT NOT NULL, day TEXT NOT NULL, agent_id TEXT NOT NULL,
+    used INTEGER NOT NULL,
+    PRIMARY KEY (team, name, day, agent_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS limit_idempotency (
+    team TEXT NOT NULL, name TEXT NOT NULL, day TEXT NOT NULL, idem_key TEXT NOT NULL,
+    agent_id TEXT NOT NULL, amount INTEGER NOT NULL, response TEXT NOT NULL, created_us INTEGER NOT NULL,
+    PRIMARY KEY (team, name, day, idem_key)
+);
+CREATE INDEX IF NOT EXISTS limit_idempotency_created ON limit_idempotency (created_us);
+CREATE TABLE IF NOT EXISTS handled (
+    team TEXT NOT NULL, agent_id TEXT NOT NULL, key TEXT NOT NULL,
+    first_seen_us INTEGER NOT NULL, last_seen_us INTEGER NOT NULL,
+    seen_count INTEGER NOT NULL, expires_us INTEGER,
+    PRIMARY KEY (team, agent_id, key)
+);
+CREATE INDEX IF NOT EXISTS handled_expires ON handled (expires_us) WHERE expires_us IS NOT NULL;
+"""
+
+# Adds `amount` only while the day's total stays within the limit; no row back = denied.
+_CONSUME = """
+INSERT INTO limit_usage (team, name, day, agent_id, used) VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (team, name, day, agent_id) DO UPDATE SET used = limit_usage.used + excluded.used
+WHERE limit_usage.used + excluded.used <= ?
+RETURNING used
+"""
+
+# Set-if-absent; an expired row starts over as if it had never been seen.
+_MARK_HANDLED = """
+INSERT INTO handled (team, agent_id, key, first_seen_us, last_seen_us, seen_count, expires_us)
+VALUES (?, ?, ?, ?, ?, 1, ?)
+ON CONFLICT (team, agent_id, key) DO UPDATE SET
+    first_seen_us = CASE WHEN handled.expires_us <= excluded.last_seen_us
+                         THEN excluded.first_seen_us ELSE handled.first_seen_us END,
+    seen_count    = CASE WHEN handled.expires_us <= excluded.last_seen_us
+                         THEN 1 ELSE handled.seen_count + 1 END,
+    expires_us    = CASE WHEN handled.expires_us <= excluded.last_seen_us
+                         THEN excluded.expires_us ELSE handled.expires_us END,
+    last_seen_us  = excluded.last_seen_us
+RETURNING first_seen_us, last_seen_us, seen_count, expires_us
+"""
+
+
+class LimitStore:
+    """SQLite implementation of `LimitBackend`; safe to share between threads.
+
+    One connection guarded by a lock: SQLite has one writer at a time anyway,
+    and a Python lock hands it over faster than SQLite's sleeping busy handler.
+    `BEGIN IMMEDIATE` still protects the file if several processes share it.
+    """
+
+    def __init__(
+        self,
+        path: Path | str,
+        now: Callable[[], datetime] | None = None,
+        *,
+        synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
+    ) -> None:
+        if synchronous not in ("NORMAL", "FULL"):
+            raise ValueError("synchronous must be NORMAL or FULL")
+        self._now_fn = now or _utc_now
+        self._lock = threading.Lock()
+        self._zones: dict[str, ZoneInfo] = {}
+        self._last_purge_us = 0
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._db: sqlite3.Connection | None = sqlite3.connect(
+            path, isolation_level=None, check_same_thread=False, timeout=10.0
+        )
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(f"PRAGMA synchronous={synchronous}")
+        self._db.executescript(_SCHEMA)
+
+    # ------------------------------------------------------------ plumbing
+
+    def close(self) -> None:
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise RuntimeError("limit store is closed")
+        return self._db
+
+    def _now(self) -> datetime:
+        moment = self._now_fn()
+        if moment.tzinfo is None:
+            raise ValueError("the clock must return an aware datetime")
+        return moment.astimezone(timezone.utc)
+
+    def _zone(self, name: str) -> ZoneInfo:
+        zone = self._zones.get(name)
+        if zone is None:
+            zone = self._zones[name] = check_timezone(name)
+        return zone
+
+    def _write(self) -> "_Tx":
+        return _Tx(self._conn())
+
+    # ------------------------------------------------------------ limits
+
+    def set_limit(self, team: str, name: str, daily_limit: int, tz: str, per: str) -> tuple[LimitView, bool]:
+        """Create or change a limit; returns (view, created).
+
+        Counters are kept: lowering the limit below today's usage denies
+        further consumes until the reset. Changing `timezone` or `per` starts
+        counting in new day/agent buckets.
+        """
+        check_name(name)
+        check_int(daily_limit, "daily_limit", 0, MAX_DAILY_LIMIT)
+        self._zone(tz)
+        if per not in ("team", "agent"):
+            raise InvalidInput("per must be 'team' or 'agent'")
+        now_us = _to_us(self._now())
+        with self._lock, self._write() as db:
+            existed = db.execute(
+                "SELECT 1 FROM limit_defs WHERE team = ? AND name = ?", (team, name)
+            ).fetchone()
+            db.execute(
+                """
+                INSERT INTO limit_defs (team, name, daily_limit, timezone, per, created_us, updated_us)
+                VALUES (?, ?, ?, ?, ?, ?, ?)
+                ON CONFLICT (team, name) DO UPDATE SET daily_limit = excluded.daily_limit,
+                    timezone = excluded.timezone, per = excluded.per, updated_us = excluded.updated_us
+                """,
+                (team, name, daily_limit, tz, per, now_us, now_us),
+            )
+            view = self._view(self._conn(), team, name, None, None)
+        return view, existed is None
+
+    def get_limit(self, team: str, name: str, agent_id: str | None = None, days: int | None = None) -> LimitView:
+        check_name(name)
+        if agent_id is not None:
+            check_text(agent_id, "agent_id", MAX_AGENT_ID_LEN)
+        if days is not None:
+            check_int(days, "days", 1, MAX_HISTORY_DAYS)
+        with self._lock:
+            return self._view(self._conn(), team, name, agent_id, days)
+
+    def list_limits(self, team: str, agent_id: str | None = None) -> list[LimitView]:
+        if agent_id is not None:
+            check_text(agent_id, "agent_id", MAX_AGENT_ID_LEN)
+        with self._lock:
+            db = self._conn()
+            names = [r[0] for r in db.execute("SELECT name FROM limit_defs WHERE team = ? ORDER BY name", (team,))]
+            return [self._view(db, team, n, agent_id, None, with_agents=False) for n in names]
+
+    def delete_limit(self, team: str, name: str) -> None:
+        """Remove a limit with its counters and idempotency records."""
+        check_name(name)
+        with self._lock, self._write() as db:
+            if db.execute("DELETE FROM limit_defs WHERE team = ? AND name = ?", (team, name)).rowcount == 0:
+                raise LimitNotFound(f"no limit named {name!r}; create it with PUT /v1/limits/{name}")
+            db.execute("DELETE FROM limit_usage WHERE team = ? AND name = ?", (team, name))
+            db.execute("DELETE FROM limit_idempotency WHERE team = ? AND name = ?", (team, name))
+
+    def _view(
+        self,
+        db: sqlite3.Connection,
+        team: str,
+        name: str,
+        agent_id: str | None,
+        days: int | None,
+        *,
+        with_agents: bool = True,
+    ) -> LimitView:
+        row = db.execute(
+            "SELECT daily_limit, timezone, per, created_us, updated_us FROM limit_defs WHERE team = ? AND name = ?",
+            (team, name),
+        ).fetchone()
+        if row is None:
+            raise LimitNotFound(f"no limit named {name!r}; create it with PUT /v1/limits/{name}")
+        daily_limit, tz, per, created_us, updated_us = row
+        zone = self._zone(tz)
+        today = local_day(self._now(), zone)
+        scope = TEAM_SCOPE if per == "team" else agent_id
+        shown_agent = agent_id if per == "agent" else None
+
+        def used_on(day: date) -> int:
+            if scope is None:  # per=agent, all agents
+                sql = "SELECT COALESCE(SUM(used), 0) FROM limit_usage WHERE team = ? AND name = ? AND day = ?"
+                return db.execute(sql, (team, name, day.isoformat())).fetchone()[0]
+            sql = "SELECT used FROM limit_usage WHERE team = ? AND name = ? AND day = ? AND agent_id = ?"
+            hit = db.execute(sql, (team, name, day.isoformat(), scope)).fetchone()
+            return hit[0] if hit else 0
+
+        used = used_on(today)
+        agents = None
+        if scope is None and with_agents:
+            agents = [
+                {"agent_id": a, "used": u, "remaining": max(0, daily_limit - u)}
+                for a, u in db.execute(
+                    "SELECT agent_id, used FROM limit_usage WHERE team = ? AND name = ? AND day = ?"
+                    " ORDER BY used DESC, agent_id LIMIT ?",
+                    (team, name, today.isoformat(), MAX_AGENTS_SHOWN),
+                )
+            ]
+        history = None
+        if days is not None:
+            history = [
+                {"day": d.isoformat(), "used": used_on(d)}
+                for d in (today - timedelta(days=n) for n in range(days - 1, -1, -1))
+            ]
+        return LimitView(
+            name=name,
+            daily_limit=daily_limit,
+            timezone=tz,
+            per=per,
+            created_at=_iso(created_us),
+            updated_at=_iso(updated_us),
+            day=today.isoformat(),
+            resets_at=next_midnight(today, zone).isoformat(),
+            agent_id=shown_agent,
+            used=used,
+            remaining=None if scope is None else max(0, daily_limit - used),
+            agents=agents,
+            history=history,
+        )
+
+    # ------------------------------------------------------------ consume
+
+    def consume(
+        self, team: str, name: str, agent_id: str, amount: int = 1, idempotency_key: str | None = None
+    ) -> ConsumeResult:
+        """Check and count in one transaction; a denial changes nothing.
+
+        With an idempotency key, the first allowed answer of the local day is
+        recorded and replayed for repeats (counted once). Denials are not
+        recorded, so a denied request may be retried with the same key.
+        """
+        check_name(name)
+        check_text(agent_id, "agent_id", MAX_AGENT_ID_LEN)
+        check_int(amount, "amount", 1, MAX_DAILY_LIMIT)
+        if idempotency_key is not None:
+            check_text(idempotency_key, "idempotency_key", MAX_IDEMPOTENCY_KEY_LEN)
+        now = self._now()
+        with self._lock:
+            self._maybe_purge(now)
+            with self._write() as db:
+                row = db.execute(
+                    "SELECT daily_limit, timezone, per FROM limit_defs WHERE team = ? AND name = ?", (team, name)
+                ).fetchone()
+                if row is None:
+                    raise LimitNotFound(f"no limit named {name!r}; create it with PUT /v1/limits/{name}")
+                daily_limit, tz, per = row
+                zone = self._zone(tz)
+                today = local_day(now, zone)
+                day = today.isoformat()
+                resets = next_midnight(today, zone)
+                retry_after = max(1, math.ceil((resets - now).total_seconds()))
+                if idempotency_key is not None:
+                    seen = db.execute(
+                        "SELECT agent_id, amount, response FROM limit_idempotency"
+                        " WHERE team = ? AND name = ? AND day = ? AND idem_key = ?",
+                        (team, name, day, idempotency_key),
+                    ).fetchone()
+                    if seen is not None:
+                        if (seen[0], seen[1]) != (agent_id, amount):
+                            raise IdempotencyConflict(
+                                f"idempotency_key was already used today with agent_id={seen[0]!r} "
+                                f"amount={seen[1]}; use a new key for a different request"
+                            )
+                        return ConsumeResult(**json.loads(seen[2]), retry_after_s=retry_after, replayed=True)
+                scope = agent_id if per == "agent" else TEAM_SCOPE
+                hit = None
+                if amount <= daily_limit:
+                    hit = db.execute(_CONSUME, (team, name, day, scope, amount, daily_limit)).fetchone()
+                if hit is None:
+                    db.rollback_only()
+                    cur = db.execute(
+                        "SELECT used FROM limit_usage WHERE team = ? AND name = ? AND day = ? AND agent_id = ?",
+                        (team, name, day, scope),
+                    ).fetchone()
+                    used = cur[0] if cur else 0
+                    return ConsumeResult(
+                        False, used, daily_limit, max(0, daily_limit - used), resets.isoformat(), retry_after
+                    )
+                used = hit[0]
+                result = ConsumeResult(True, used, daily_limit, daily_limit - used, resets.isoformat(), retry_after)
+                if idempotency_key is not None:
+                    db.execute(
+                        "INSERT INTO limit_idempotency (team, name, day, idem_key, agent_id, amount, response,"
+                        " created_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        (team, name, day, idempotency_key, agent_id, amount, json.dumps(result.body()), _to_us(now)),
+                    )
+                return result
+
+    # ------------------------------------------------------------ handled ledger
+
+    def mark_handled(
+        self, team: str, key: str, agent_id: str | None = None, ttl_days: int | None = None
+    ) -> HandledRecord:
+        """Record `key` if absent (or expired); says whether this was the first time.
+
+        The expiry is fixed when the key is first recorded: later sightings
+        bump seen_count but do not extend it.
+        """
+        _check_len(key, "key", MAX_HANDLED_KEY_LEN)
+        if agent_id is not None:
+            check_text(agent_id, "agent_id", MAX_AGENT_ID_LEN)
+        if ttl_days is not None:
+            check_int(ttl_days, "ttl_days", 1, MAX_TTL_DAYS)
+        now = self._now()
+        now_us = _to_us(now)
+        expires_us = None if ttl_days is None else _to_us(now + timedelta(days=ttl_days))
+        scope = TEAM_SCOPE if agent_id is None else agent_id
+        with self._lock:
+            self._maybe_purge(now)
+            with self._write() as db:
+                first_us, last_us, count, exp_us = db.execute(
+                    _MARK_HANDLED, (team, scope, key, now_us, now_us, expires_us)
+                ).fetchone()
+        return HandledRecord(
+            key, agent_id, count == 1, _iso(first_us), _iso(last_us), count, None if exp_us is None else _iso(exp_us)
+        )
+
+    def get_handled(self, team: str, key: str, agent_id: str | None = None) -> HandledRecord | None:
+        """The live record, or None if never seen or expired."""
+        _check_len(key, "key", MAX_HANDLED_KEY_LEN)
+        if agent_id is not None:
+            check_text(agent_id, "agent_id", MAX_AGENT_ID_LEN)
+        now_us = _to_us(self._now())
+        with self._lock:
+            row = (
+                self._conn()
+                .execute(
+                    "SELECT first_seen_us, last_seen_us, seen_count, expires_us FROM handled"
+                    " WHERE team = ? AND agent_id = ? AND key = ? AND (expires_us IS NULL OR expires_us > ?)",
+                    (team, TEAM_SCOPE if agent_id is None else agent_id, key, now_us),
+                )
+                .fetchone()
+            )
+        if row is None:
+            return None
+        first_us, last_us, count, exp_us = row
+        return HandledRecord(
+            key, agent_id, count == 1, _iso(first_us), _iso(last_us), count, None if exp_us is None else _iso(exp_us)
+        )
+
+    # ------------------------------------------------------------ housekeeping
+
+    def _maybe_purge(self, now: datetime) -> None:
+        """Drop stale idempotency records and expired handled keys, hourly (lock held)."""
+        now_us = _to_us(now)
+        if now_us - self._last_purge_us < PURGE_EVERY // timedelta(microseconds=1):
+            return
+        self._last_purge_us = now_us
+        with self._write() as db:
+            db.execute(
+                "DELETE FROM limit_idempotency WHERE created_us < ?", (_to_us(now - IDEMPOTENCY_RETENTION),)
+            )
+            db.execute("DELETE FROM handled WHERE expires_us IS NOT NULL AND expires_us <= ?", (now_us,))
+
+
+def _check_len(value: str, what: str, max_len: int) -> str:
+    """Handled keys are opaque: any characters but NUL, bounded length."""
+    if not isinstance(value, str) or not 1 <= len(value) <= max_len or "\x00" in value:
+        raise InvalidInput(f"{what} must be 1-{max_len} characters (no NUL)")
+    return value
+
+
+class _Tx:
+    """`BEGIN IMMEDIATE` ... `COMMIT`, or `ROLLBACK` on error or when asked."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+        self._rollback = False
+
+    def __enter__(self) -> "_Tx":
+        self._db.execute("BEGIN IMMEDIATE")
+        return self
+
+    def execute(self, sql: str, params: tuple[object, ...] = ()) -> sqlite3.Cursor:
+        return self._db.execute(sql, params)
+
+    def rollback_only(self) -> None:
+        self._rollback = True
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None and not self._rollback:
+            self._db.execute("COMMIT")
+        else:
+            self._db.execute("ROLLBACK")

@@ -1,0 +1,204 @@
+"""Benchmark `POST /v1/limits/{name}/consume` over real HTTP.
+
+Creates a fresh, uniquely named per-team limit of count/2 (so both allowed
+and denied answers happen), fires `--count` consumes from `--concurrency`
+asyncio clients sharing one httpx connection pool, then prints JSON with
+throughput, latency and the over-limit check (must be 0).
+
+    python scripts/bench_limits.py --url http://127.0.0.1:8700 --api-key KEY
+    python scripts/bench_limits.py --self-serve     # own server in a child process
+
+`--self-serve` starts this script with `--serve-only` as a separate process
+(minimal app: limit routes + LimitStore in a temp dir, access log off), so
+the client does not share the server's interpreter and GIL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import AsyncIterator
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+GOAL = {"requests_per_s": 800, "over_limit": 0}
+
+
+# ---------------------------------------------------------------- server side
+
+
+def build_app(data_dir: Path, api_key: str | None, synchronous: str = "NORMAL"):  # type: ignore[no-untyped-def]
+    """The limit routes alone, wired like the service does it."""
+    from types import SimpleNamespace
+
+    from fastapi import FastAPI
+
+    from memory_service.api import routes_limits
+    from memory_service.config import Settings
+    from memory_service.storage.limits import LimitStore
+
+    settings = Settings(data_dir=data_dir, api_keys={api_key: "bench"} if api_key else {})
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        store = LimitStore(data_dir / "limits.sqlite3", synchronous=synchronous)  # type: ignore[arg-type]
+        app.state.services = SimpleNamespace(settings=settings, limits=store)
+        yield
+        store.close()
+
+    app = FastAPI(lifespan=lifespan)
+    app.include_router(routes_limits.router)
+    return app
+
+
+def serve(port: int, data_dir: Path, api_key: str | None, synchronous: str) -> None:
+    import uvicorn
+
+    app = build_app(data_dir, api_key, synchronous)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_ready(url: str, headers: dict[str, str], proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"benchmark server exited with code {proc.returncode}")
+        try:
+            if httpx.get(f"{url}/v1/limits", headers=headers, timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise SystemExit("benchmark server did not start in time")
+
+
+# ---------------------------------------------------------------- client side
+
+
+async def run_bench(url: str, api_key: str | None, concurrency: int, count: int) -> dict[str, object]:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    name = f"bench-{int(time.time())}-{secrets.token_hex(4)}"
+    daily_limit = max(1, count // 2)
+    pool = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=url, headers=headers, limits=pool, timeout=30.0) as client:
+        put = await client.put(f"/v1/limits/{name}", json={"daily_limit": daily_limit, "timezone": "UTC", "per": "team"})
+        put.raise_for_status()
+        # open the pool's connections before timing
+        await asyncio.gather(*(client.get(f"/v1/limits/{name}") for _ in range(concurrency)))
+
+        latencies: list[float] = []
+        statuses: dict[str, int] = {"allowed": 0, "denied": 0, "errors": 0}
+        next_index = iter(range(count))
+        path = f"/v1/limits/{name}/consume"
+
+        async def worker(agent: str) -> None:
+            # one single-connection client per worker: httpcore's shared async pool
+            # costs more CPU per request than the server does at this concurrency
+            async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30.0) as own:
+                await own.get(f"/v1/limits/{name}")
+                await run(own, agent)
+
+        async def run(own: httpx.AsyncClient, agent: str) -> None:
+            for _ in next_index:
+                start = time.perf_counter()
+                try:
+                    resp = await own.post(path, json={"agent_id": agent})
+                except httpx.HTTPError:
+                    statuses["errors"] += 1
+                    continue
+                latencies.append(time.perf_counter() - start)
+                if resp.status_code == 200 and resp.json()["allowed"]:
+                    statuses["allowed"] += 1
+                elif resp.status_code == 429 and not resp.json()["allowed"]:
+                    statuses["denied"] += 1
+                else:
+                    statuses["errors"] += 1
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(f"agent-{n}") for n in range(concurrency)))
+        elapsed = time.perf_counter() - started
+        used = (await client.get(f"/v1/limits/{name}")).json()["used"]
+        await client.delete(f"/v1/limits/{name}")
+
+    latencies.sort()
+    done = len(latencies)
+    return {
+        "requests_per_s": round(done / elapsed, 1),
+        "p50_ms": round(statistics.median(latencies) * 1000, 2) if latencies else None,
+        "p99_ms": round(latencies[min(done - 1, int(done * 0.99))] * 1000, 2) if latencies else None,
+        "allowed": statuses["allowed"],
+        "denied": statuses["denied"],
+        "used_reported_by_server": used,
+        "over_limit": max(0, statuses["allowed"] - daily_limit, used - daily_limit),
+        "errors": statuses["errors"],
+        "daily_limit": daily_limit,
+        "count": count,
+        "concurrency": concurrency,
+        "elapsed_s": round(elapsed, 3),
+        "goal": GOAL,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", default=os.environ.get("MEMORY_URL", "http://127.0.0.1:8700"))
+    parser.add_argument("--api-key", default=os.environ.get("MEMORY_API_KEY"))
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--count", type=int, default=5000)
+    parser.add_argument("--self-serve", action="store_true", help="start a minimal server in a child process")
+    parser.add_argument("--serve-only", action="store_true", help="only run the minimal server (used by --self-serve)")
+    parser.add_argument("--port", type=int, default=0, help="--serve-only port (0 = any free port)")
+    parser.add_argument("--data-dir", type=Path, help="--serve-only data dir (default: a temp dir)")
+    parser.add_argument("--synchronous", choices=["NORMAL", "FULL"], default="NORMAL", help="self-served SQLite mode")
+    args = parser.parse_args(argv)
+    if args.concurrency < 1 or args.count < 1:
+        parser.error("--concurrency and --count must be at least 1")
+
+    if args.serve_only:
+        with tempfile.TemporaryDirectory() as tmp:
+            serve(args.port or free_port(), args.data_dir or Path(tmp), args.api_key, args.synchronous)
+        return 0
+
+    if not args.self_serve:
+        result = asyncio.run(run_bench(args.url, args.api_key, args.concurrency, args.count))
+        print(json.dumps(result, indent=2))
+        return 0 if result["over_limit"] == 0 and result["errors"] == 0 else 1
+
+    port, key = free_port(), secrets.token_urlsafe(16)
+    url = f"http://127.0.0.1:{port}"
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, __file__, "--serve-only", "--port", str(port), "--data-dir", tmp,
+               "--api-key", key, "--synchronous", args.synchronous]
+        proc = subprocess.Popen(cmd)
+        try:
+            wait_ready(url, {"Authorization": f"Bearer {key}"}, proc)
+            result = asyncio.run(run_bench(url, key, args.concurrency, args.count))
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+    result["server"] = {"self_serve": True, "separate_process": True, "synchronous": args.synchronous}
+    print(json.dumps(result, indent=2))
+    return 0 if result["over_limit"] == 0 and result["errors"] == 0 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

