@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .extraction.grounding import GroundedFact, normalize, shape
+from .extraction.grounding import GroundedFact, normalize, numbers, shape
 from .storage.embedder import Embedder
 from .storage.journal import FactPlan, Journal, Memory, NewFact
 from .storage.vectors import VectorItem, VectorStore, tag_key
@@ -84,8 +84,12 @@ def store_facts(
     """Decide new/merged/superseded for each fact and write the vectors; the caller commits the plan."""
     plan = FactPlan()
     candidates: list[tuple[GroundedFact, str, str]] = []
+    batch: set[str] = set()
     for fact in facts:
         norm = normalize(fact.text)
+        if norm in batch:  # twice in one job (chunk overlap): one fact; a duplicate id would also break upsert
+            continue
+        batch.add(norm)
         exact = journal.active_facts_by_norm(memory.team, norm)
         if exact:
             plan.merged.append((exact[0].id, fact.spans))
@@ -98,21 +102,29 @@ def store_facts(
     retired: list[str] = []
     for (fact, norm, fact_shape), vec in zip(candidates, embeddings):
         new_id = fact_id(memory.team, norm)
+        retired_row = journal.facts_by_ids(memory.team, [new_id]).get(new_id)
+        if retired_row is not None and retired_row.superseded_by is not None:
+            # a value that comes back (500 -> 700 -> 500) is a new fact; the old row keeps its history
+            new_id = fact_id(memory.team, f"{norm}\x00{memory.id}")
         changed = [f for f in journal.active_facts_by_shape(memory.team, fact_shape) if f.id != new_id]
+        if not changed and near_duplicate < 1.0:
+            hits = vectors.query(memory.team, vec, 2, where={"kind": "fact"})
+            hit = next((h for h in hits if h.id != new_id and h.similarity >= near_duplicate), None)
+            existing = journal.facts_by_ids(memory.team, [hit.id]).get(hit.id) if hit is not None else None
+            if existing is not None and existing.superseded_by is None:
+                if sorted(numbers(existing.text)) == sorted(numbers(fact.text)):
+                    plan.merged.append((existing.id, fact.spans))
+                    continue
+                # the same statement with a changed number is an update, not a duplicate to fold away
+                changed = [existing]
         if changed:
             older = [f for f in changed if f.created_at <= memory.created_at]
             newer = [f for f in changed if f.created_at > memory.created_at]
-            plan.superseded += [(f.id, new_id) for f in older]
+            plan.superseded += [(f.id, new_id) for f in older if (f.id, new_id) not in plan.superseded]
             retired += [f.id for f in older]
             if newer:  # a replayed or late job: this value is already out of date
                 plan.born_superseded.append((new_id, newer[0].id))
                 plan.new.append(NewFact(new_id, fact.text, norm, fact_shape, fact.spans))
-                continue
-        elif near_duplicate < 1.0:
-            hits = vectors.query(memory.team, vec, 2, where={"kind": "fact"})
-            hit = next((h for h in hits if h.id != new_id and h.similarity >= near_duplicate), None)
-            if hit is not None:
-                plan.merged.append((hit.id, fact.spans))
                 continue
         plan.new.append(NewFact(new_id, fact.text, norm, fact_shape, fact.spans))
         new_items.append(
@@ -122,5 +134,5 @@ def store_facts(
     if new_items:
         vectors.upsert(memory.team, new_items)
     if retired:
-        vectors.delete(memory.team, retired)
+        vectors.delete(memory.team, list(dict.fromkeys(retired)))
     return plan

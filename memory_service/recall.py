@@ -12,12 +12,19 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from .extraction.grounding import STOPWORDS, normalize
 from .storage.embedder import Embedder
 from .storage.journal import Journal
 from .storage.vectors import VectorStore, tag_key
 
 RRF_K = 60.0
-KEYWORD_WEIGHT = 0.7
+# A keyword hit weighs 0.5 plus the share of the query's words it contains: an item holding every
+# word of the query (an id, a name, "email quota") outranks vector noise; a one-word overlap does not.
+KEYWORD_BASE_WEIGHT = 0.5
+
+
+def _terms(text: str) -> set[str]:
+    return {w[:5] for w in normalize(text).split() if len(w) > 1 and w not in STOPWORDS}
 
 
 @dataclass
@@ -88,6 +95,7 @@ def recall(q: RecallQuery, *, journal: Journal, vectors: VectorStore, embedder: 
             )
         hit.score += 1.0 / (RRF_K + rank + 1)
 
+    query_terms = _terms(q.query)
     keyword = journal.keyword_search(q.team, q.query, kinds=set(q.kinds), limit=pool)
     memories = journal.get_many(q.team, list({h.memory_id for h in keyword if h.kind == "passage"}))
     facts = journal.facts_by_ids(q.team, [h.item_id for h in keyword if h.kind == "fact"])
@@ -122,9 +130,10 @@ def recall(q: RecallQuery, *, journal: Journal, vectors: VectorStore, embedder: 
                 fact_id=kh.item_id if kh.kind == "fact" else None, agent_id=agent_id, created_at=created_at,
                 tags=list(tags),
             )
-        hit.score += KEYWORD_WEIGHT / (RRF_K + rank + 1)
+        coverage = len(query_terms & _terms(text)) / len(query_terms) if query_terms else 0.0
+        hit.score += (KEYWORD_BASE_WEIGHT + coverage) / (RRF_K + rank + 1)
 
-    ranked = sorted(hits.values(), key=lambda h: h.score, reverse=True)
+    ranked = sorted(hits.values(), key=lambda h: (h.score, h.similarity or 0.0), reverse=True)
     if q.min_score is not None:
         ranked = [h for h in ranked if h.similarity is not None and h.similarity >= q.min_score]
     ranked = ranked[: q.k]

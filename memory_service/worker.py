@@ -13,8 +13,8 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from .extraction.errors import ExtractionError, LlmUnavailable
-from .extraction.extractor import MIN_OUTPUT_TOKENS
+from .extraction.errors import ContextOverflow, ExtractionError, LlmUnavailable
+from .extraction.extractor import MIN_OUTPUT_TOKENS, Extractor
 from .indexing import index_passages, store_facts
 from .storage.journal import FAILED, Memory
 
@@ -53,20 +53,29 @@ def min_seconds_needed(services: "Services", job: Memory) -> float:
     return prompt_tokens / (prompt or 1e9) + MIN_OUTPUT_TOKENS / gen
 
 
-async def process_job(services: "Services", extractor, job: Memory) -> None:
+async def process_job(services: "Services", extractor: Extractor, job: Memory) -> None:
     settings = services.settings
     journal = services.journal
     now = time.time()
     remaining = job.deadline_at - now
-    if remaining < min_seconds_needed(services, job):
+    needed = min_seconds_needed(services, job)
+    # Too little budget left (it waited in the queue): defer with a fresh window rather than run late.
+    # When even a fresh window is too short at the measured rates, deferring would loop forever and
+    # never re-measure: run it, and let the deadline cut it off visibly.
+    if remaining < needed and (needed <= settings.extract_budget_s or remaining <= 0):
         await asyncio.to_thread(
             journal.defer, job.id, until=now, budget_s=settings.extract_budget_s,
-            reason=f"deferred: {max(remaining, 0):.1f}s of budget left when its turn came",
+            reason=f"deferred: {max(remaining, 0):.1f}s of budget left when its turn came, "
+                   f"{needed:.1f}s needed at the measured speed",
         )
         return
-    started = time.monotonic()
+    started = time.time()
+    attempt = {
+        "queued_at": job.next_attempt_at, "started_at": round(started, 3), "deadline_at": round(job.deadline_at, 3),
+        "queue_wait_s": round(started - job.next_attempt_at, 3), "budget_s": settings.extract_budget_s,
+    }
     try:
-        result = await extractor.extract(job.text, job.deadline_at)
+        result = await extractor.extract(job.text, job.deadline_at, chunk_budget_s=settings.extract_budget_s)
     except LlmUnavailable as exc:
         if not await services.model.client.health():
             services.model.mark_down(str(exc))
@@ -75,39 +84,57 @@ async def process_job(services: "Services", extractor, job: Memory) -> None:
                 reason=f"model server unreachable, waiting: {exc}",
             )
             return
-        await _record_failure(services, job, exc)
+        await _record_failure(services, job, exc, attempt)
+        return
+    except ContextOverflow as exc:
+        # the server may have been restarted with a smaller -c: re-read /props before the retry
+        await services.model.probe()
+        await _record_failure(services, job, exc, attempt)
         return
     except ExtractionError as exc:
-        await _record_failure(services, job, exc)
+        await _record_failure(services, job, exc, attempt)
         return
     except Exception as exc:  # a bug must show on the job, not vanish
         log.exception("job %s: unexpected error", job.id)
-        await _record_failure(services, job, ExtractionError(f"internal error: {exc!r}"))
+        await _record_failure(services, job, ExtractionError(f"internal error: {exc!r}"), attempt)
         return
-    services.model.throughput.observe_job(time.monotonic() - started)
-    plan = await asyncio.to_thread(
-        store_facts, job, result.facts, journal=journal, embedder=services.embedder, vectors=services.vectors,
-        near_duplicate=settings.dedup_threshold,
-    )
-    report = {
-        **result.report,
-        "stored": len(plan.new), "merged": len(plan.merged),
-        "superseded": len(plan.superseded) + len(plan.born_superseded),
-    }
-    await asyncio.to_thread(
-        journal.complete, job, plan, raw_reply="\n".join(result.raw_replies), timings=result.timings, report=report
-    )
+    services.model.throughput.observe_job(time.time() - started)
+    try:
+        plan = await asyncio.to_thread(
+            store_facts, job, result.facts, journal=journal, embedder=services.embedder, vectors=services.vectors,
+            near_duplicate=settings.dedup_threshold,
+        )
+        report = {
+            **result.report,
+            "stored": len(plan.new), "merged": len(plan.merged),
+            "superseded": len(plan.superseded) + len(plan.born_superseded),
+        }
+        timings = {**result.timings, "attempt": _finish(attempt)}
+        await asyncio.to_thread(
+            journal.complete, job, plan, raw_reply="\n".join(result.raw_replies), timings=timings, report=report
+        )
+    except Exception as exc:  # storing failed: the job must not be left 'extracting'
+        log.exception("job %s: storing facts failed", job.id)
+        await _record_failure(services, job, ExtractionError(f"storing facts failed: {exc!r}"), attempt)
 
 
-async def _record_failure(services: "Services", job: Memory, exc: ExtractionError) -> None:
+def _finish(attempt: dict) -> dict:
+    """Close an attempt's record: when it ended and how far past its (first chunk's) deadline."""
+    ended = time.time()
+    return {**attempt, "ended_at": round(ended, 3), "elapsed_s": round(ended - attempt["started_at"], 3),
+            "overrun_s": round(ended - attempt["deadline_at"], 3)}
+
+
+async def _record_failure(services: "Services", job: Memory, exc: ExtractionError, attempt: dict) -> None:
     settings = services.settings
     attempts = job.attempts + 1
     retry_at = None
     if exc.retryable and attempts < settings.max_attempts:
         retry_at = time.time() + min(MAX_RETRY_DELAY_S, settings.retry_base_s * (2 ** (attempts - 1)))
+    timings = {**(exc.timings or {}), "attempt": _finish(attempt)}
     status = await asyncio.to_thread(
         services.journal.fail_attempt, job.id, error=f"{type(exc).__name__}: {exc}", raw_reply=exc.raw_reply,
-        timings=exc.timings, report=None, retry_at=retry_at, budget_s=settings.extract_budget_s,
+        timings=timings, report=exc.report, retry_at=retry_at, budget_s=settings.extract_budget_s,
     )
     log.warning("job %s attempt %d failed (%s): %s", job.id, attempts, status, exc)
     if status == FAILED:

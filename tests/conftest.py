@@ -1,0 +1,146 @@
+"""Fixtures that run the real thing: llama-server with real GGUF models, the service as a subprocess.
+
+Everything talks over real HTTP on loopback. The fault-injecting fake
+llama-server (tests/fakes) is used only where a real server can't produce the
+fault on demand.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import pytest
+
+from memory_service.llm_runtime.models import ensure_model
+from memory_service.llm_runtime.server import LlamaServerProcess, find_binary, free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+CACHE = Path(os.environ.get("MEMORY_CACHE_DIR", Path.home() / ".cache" / "memory-service"))
+KEYS = {"key-a": "team-a", "key-b": "team-b"}
+
+
+def start_llama(model: str, tmp: Path, **kwargs) -> LlamaServerProcess:
+    return LlamaServerProcess(
+        binary=find_binary(os.environ.get("MEMORY_LLAMA_BIN"), CACHE), model=ensure_model(model, CACHE),
+        threads=int(os.environ.get("MEMORY_LLAMA_THREADS", "1")), ctx=kwargs.pop("ctx", 4096),
+        log_path=tmp / f"llama-{model}.log", **kwargs,
+    ).start()
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory) -> Iterator[LlamaServerProcess]:
+    server = start_llama("tiny", tmp_path_factory.mktemp("llama-tiny"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def default_llama(tmp_path_factory) -> Iterator[LlamaServerProcess]:
+    server = start_llama("default", tmp_path_factory.mktemp("llama-default"))
+    yield server
+    server.stop()
+
+
+class ServiceProcess:
+    """`memory-service serve` in a subprocess, pointed at a given llama-server."""
+
+    def __init__(self, data_dir: Path, llm_url: str | None, env: dict[str, str] | None = None) -> None:
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.env = {
+            **os.environ,
+            "MEMORY_DATA_DIR": str(data_dir),
+            "MEMORY_PORT": str(self.port),
+            "MEMORY_API_KEYS": ",".join(f"{k}:{t}" for k, t in KEYS.items()),
+            "MEMORY_LOG_LEVEL": "INFO",
+            "MEMORY_RETRY_BASE_S": "0.2",
+            **({"MEMORY_LLM_URL": llm_url} if llm_url else {}),
+            **(env or {}),
+        }
+        self.proc: subprocess.Popen | None = None
+        self.log_path = data_dir.parent / f"{data_dir.name}-service.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 120) -> "ServiceProcess":
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "memory_service.cli", "serve"], env=self.env, cwd=ROOT,
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"service exited with {self.proc.returncode}:\n{self.log_path.read_text()[-3000:]}")
+            try:
+                if httpx.get(self.url + "/health", timeout=1, trust_env=False).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"service did not start:\n{self.log_path.read_text()[-3000:]}")
+
+    def client(self, key: str | None = "key-a", timeout: float = 60) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=timeout, trust_env=False)
+
+    def stop(self) -> int | None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        return self.proc.returncode if self.proc else None
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+@pytest.fixture
+def service_factory(tmp_path) -> Iterator:
+    started: list[ServiceProcess] = []
+
+    def make(llm_url: str | None, *, data_dir: Path | None = None, env: dict[str, str] | None = None,
+             start: bool = True) -> ServiceProcess:
+        svc = ServiceProcess(data_dir or tmp_path / f"data{len(started)}", llm_url, env)
+        started.append(svc)
+        return svc.start() if start else svc
+
+    yield make
+    for svc in started:
+        svc.kill()
+
+
+@pytest.fixture(scope="module")
+def tiny_service(tiny_llama, tmp_path_factory) -> Iterator[ServiceProcess]:
+    svc = ServiceProcess(tmp_path_factory.mktemp("svc") / "data", tiny_llama.url).start()
+    yield svc
+    svc.kill()
+
+
+def wait_status(client: httpx.Client, memory_id: str, statuses=("done", "failed"), timeout: float = 120) -> dict:
+    deadline = time.monotonic() + timeout
+    body: dict = {}
+    while time.monotonic() < deadline:
+        body = client.get(f"/v1/memories/{memory_id}").json()
+        if body.get("status") in statuses:
+            return body
+        time.sleep(0.2)
+    raise AssertionError(f"memory {memory_id} did not reach {statuses}: {body}")

@@ -1,0 +1,68 @@
+"""Bad input gets a clear 4xx that names the problem, and stores nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def _jobs(client) -> int:
+    counts = client.get("/ready").json()["jobs"]
+    return sum(counts[s] for s in ("queued", "extracting", "done", "failed"))
+
+
+REMEMBER_CASES = [
+    ({"text": "", "agent_id": "a"}, 422, "text"),
+    ({"text": "   \n\t ", "agent_id": "a"}, 422, "empty"),
+    ({"text": "hello there friend", "agent_id": ""}, 422, "agent_id"),
+    ({"text": "hello there friend"}, 422, "agent_id: field required"),
+    ({"text": 42, "agent_id": "a"}, 422, "text"),
+    ({"text": "ok text", "agent_id": "a", "tags": "not-a-list"}, 422, "tags"),
+    ({"text": "ok text", "agent_id": "a", "colour": "blue"}, 422, "colour: unknown field"),
+    ({"text": "ok text", "agent_id": "a", "wait_s": -1}, 422, "wait_s"),
+    ({"text": "x" * (64 * 1024 + 1), "agent_id": "a"}, 413, "65536"),
+]
+
+
+@pytest.mark.parametrize("body,status,needle", REMEMBER_CASES)
+def test_remember_rejects_bad_bodies(tiny_service, body, status, needle):
+    with tiny_service.client() as client:
+        before = _jobs(client)
+        response = client.post("/v1/remember", json=body)
+        assert response.status_code == status, response.text
+        assert needle in response.json()["detail"]
+        assert _jobs(client) == before
+
+
+def test_invalid_json_is_a_400(tiny_service):
+    with tiny_service.client() as client:
+        response = client.post("/v1/remember", content=b'{"text": "unterminated', headers={"content-type": "application/json"})
+        assert response.status_code == 400 and "not valid JSON" in response.json()["detail"]
+
+
+@pytest.mark.parametrize("body,needle", [
+    ({"query": "x", "k": 0}, "k"),
+    ({"query": "x", "k": 101}, "k"),
+    ({"query": ""}, "query"),
+    ({"query": "x", "scope": "agent"}, "agent_id"),
+    ({"query": "x", "scope": "galaxy"}, "scope"),
+    ({"query": "x", "kinds": ["opinion"]}, "kinds"),
+    ({"query": "x", "since": "2030-01-01T00:00:00Z", "until": "2020-01-01T00:00:00Z"}, "since"),
+])
+def test_recall_rejects_bad_queries(tiny_service, body, needle):
+    with tiny_service.client() as client:
+        response = client.post("/v1/recall", json=body)
+        assert response.status_code == 422, response.text
+        assert needle in response.json()["detail"]
+
+
+def test_auth_is_required_and_checked(tiny_service):
+    with tiny_service.client(None) as anonymous, tiny_service.client("wrong-key") as wrong:
+        assert anonymous.post("/v1/recall", json={"query": "x"}).status_code == 401
+        assert wrong.post("/v1/remember", json={"text": "t", "agent_id": "a"}).status_code == 401
+        assert "Bearer" in anonymous.get("/v1/memories/x").json()["detail"]
+
+
+def test_unknown_memory_is_404(tiny_service):
+    with tiny_service.client() as client:
+        response = client.get("/v1/memories/mem_nope")
+        assert response.status_code == 404 and "mem_nope" in response.json()["detail"]
