@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -32,6 +33,10 @@ def _print_response(response) -> int:
     except ValueError:
         print(response.text)
     return 0 if response.status_code < 400 else 1
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(0)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -61,6 +66,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ).start()
         settings = replace(settings, llm_url=llama.url)
         logging.info("llama-server ready at %s", llama.url)
+    # uvicorn shuts down gracefully, then re-raises the signal it caught; with this handler in place
+    # that re-raise unwinds through `finally` (stopping llama-server) instead of killing us on the spot.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         uvicorn.run(create_app(settings), host=settings.host, port=settings.port, workers=1,
                     log_level=os.environ.get("MEMORY_LOG_LEVEL", "info").lower(), access_log=False)

@@ -22,8 +22,9 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
 STAMP="$VENV/.memory-service-deps"
-WANT="$(cat pyproject.toml | sha256sum | cut -c1-16)$EXTRAS"
-if [ ! -f "$STAMP" ] || ! grep -qxF "$WANT" "$STAMP"; then
+WANT="$(sha256sum < pyproject.toml | cut -c1-16)$EXTRAS"
+# a venv installed with the dev extras also satisfies a plain install
+if [ ! -f "$STAMP" ] || ! { grep -qxF "$WANT" "$STAMP" || grep -qxF "${WANT%\[dev\]}[dev]" "$STAMP"; }; then
   log "installing torch (CPU wheel) first, so nothing pulls a CUDA build"
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check torch==2.13.0
   log "installing memory-service and its dependencies$EXTRAS"
