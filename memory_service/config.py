@@ -44,6 +44,8 @@ class Settings:
     max_fact_chars: int = 300
     dedup_threshold: float = 0.92
     embed_threads: int = 1
+    embedder: str = "onnx"
+    chroma_url: str | None = None
 
     LOCAL_TEAM = "local"
 
@@ -95,6 +97,11 @@ class Settings:
         number("MEMORY_MAX_TEXT_BYTES", "max_text_bytes", int, 1, 16 * 1024 * 1024)
         number("MEMORY_DEDUP_THRESHOLD", "dedup_threshold", float, 0.5, 1.0)
         number("MEMORY_EMBED_THREADS", "embed_threads", int, 1, 64)
+        text("MEMORY_CHROMA_URL", "chroma_url")
+        if env.get("MEMORY_EMBEDDER"):
+            if env["MEMORY_EMBEDDER"] not in ("onnx", "torch"):
+                raise ConfigError(f"MEMORY_EMBEDDER={env['MEMORY_EMBEDDER']!r} must be 'onnx' or 'torch'")
+            values["embedder"] = env["MEMORY_EMBEDDER"]
         if env.get("MEMORY_API_KEYS"):
             values["api_keys"] = parse_api_keys(env["MEMORY_API_KEYS"])
         return replace(base, **values)

@@ -30,6 +30,10 @@ class ModelHandle:
     last_check: float = 0.0
     _ready: asyncio.Event = field(default_factory=asyncio.Event)
 
+    def __post_init__(self) -> None:
+        if self.throughput.default_job_s is None:
+            self.throughput.default_job_s = self.settings.extract_budget_s
+
     @property
     def ready(self) -> bool:
         return self._ready.is_set()
@@ -55,11 +59,16 @@ class ModelHandle:
         if self.props is None or props.n_ctx != self.props.n_ctx:
             log.info("llama-server ready: n_ctx=%d slots=%d build=%s", props.n_ctx, props.slots, props.build_info)
         self.props = props
-        self.extractor = Extractor(
-            client=self.client, props=props, throughput=self.throughput,
-            max_output_tokens=min(self.settings.max_output_tokens, max(64, props.n_ctx // 4)),
-            max_facts=self.settings.max_facts, max_fact_chars=self.settings.max_fact_chars,
-        )
+        same = self.extractor is not None and (self.extractor.props.n_ctx, self.extractor.props.model_path) == (
+            props.n_ctx, props.model_path)
+        if same and self.extractor is not None:
+            self.extractor.props = props  # same server setup: keep the counted system-prompt tokens
+        else:
+            self.extractor = Extractor(
+                client=self.client, props=props, throughput=self.throughput,
+                max_output_tokens=min(self.settings.max_output_tokens, max(64, props.n_ctx // 4)),
+                max_facts=self.settings.max_facts, max_fact_chars=self.settings.max_fact_chars,
+            )
         self.last_error = None
         self._ready.set()
         return True

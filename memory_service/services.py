@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from .config import Settings
 from .extraction.client import LlamaClient
 from .model_handle import ModelHandle
-from .storage.embedder import Embedder
+from .storage.embedder import Embedder, load_embedder
 from .storage.journal import Journal
 from .storage.limits import LimitStore
 from .storage.vectors import VectorStore
@@ -43,8 +43,8 @@ class Services:
         return cls(
             settings=settings,
             journal=journal,
-            vectors=VectorStore(data / "chroma"),
-            embedder=Embedder(threads=settings.embed_threads),
+            vectors=VectorStore(data / "chroma", url=settings.chroma_url),
+            embedder=load_embedder(settings.embedder, threads=settings.embed_threads),
             limits=LimitStore(data / "limits.sqlite3"),
             model=ModelHandle(settings, LlamaClient(settings.llm_url)),
         )

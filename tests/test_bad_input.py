@@ -66,3 +66,11 @@ def test_unknown_memory_is_404(tiny_service):
     with tiny_service.client() as client:
         response = client.get("/v1/memories/mem_nope")
         assert response.status_code == 404 and "mem_nope" in response.json()["detail"]
+
+
+def test_oversized_body_is_refused_before_it_is_read(tiny_service):
+    with tiny_service.client() as client:
+        before = _jobs(client)
+        response = client.post("/v1/remember", json={"text": "y" * 400_000, "agent_id": "a"})
+        assert response.status_code == 413 and "MEMORY_MAX_TEXT_BYTES" in response.json()["detail"]
+        assert _jobs(client) == before

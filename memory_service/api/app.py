@@ -5,8 +5,9 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..config import ConfigError, Settings, is_loopback
 from ..services import Services
@@ -22,6 +23,27 @@ def check_exposure(settings: Settings) -> None:
             f"refusing to listen on {settings.host} without API keys: set MEMORY_API_KEYS='key:team,...' "
             "or bind to 127.0.0.1"
         )
+
+
+class BodySizeLimit:
+    """Refuse an oversized body from its Content-Length, before reading it (plain ASGI: costs nothing)."""
+
+    def __init__(self, app: ASGIApp, *, max_body: int, max_text: int) -> None:
+        self.app, self.max_body, self.max_text = app, max_body, max_text
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            for name, value in scope.get("headers", ()):
+                if name == b"content-length" and value.isdigit() and int(value) > self.max_body:
+                    response = JSONResponse(
+                        {"error": "too_large",
+                         "detail": f"request body is {int(value)} bytes; the limit is {self.max_body} bytes "
+                                   f"(texts up to {self.max_text} bytes, MEMORY_MAX_TEXT_BYTES)"},
+                        status_code=413,
+                    )
+                    await response(scope, receive, send)
+                    return
+        await self.app(scope, receive, send)
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -45,19 +67,8 @@ def create_app(settings: Settings) -> FastAPI:
     )
     errors.install(app)
 
-    max_body = settings.max_text_bytes * 4 + BODY_OVERHEAD_BYTES
-
-    @app.middleware("http")
-    async def limit_body(request: Request, call_next):  # type: ignore[no-untyped-def]
-        length = request.headers.get("content-length")
-        if length and length.isdigit() and int(length) > max_body:
-            return JSONResponse(
-                {"error": "too_large",
-                 "detail": f"request body is {length} bytes; the limit is {max_body} bytes "
-                           f"(texts up to {settings.max_text_bytes} bytes, MEMORY_MAX_TEXT_BYTES)"},
-                status_code=413,
-            )
-        return await call_next(request)
+    app.add_middleware(BodySizeLimit, max_body=settings.max_text_bytes * 4 + BODY_OVERHEAD_BYTES,
+                       max_text=settings.max_text_bytes)
 
     for module in (routes_memories, routes_recall, routes_limits, routes_health):
         app.include_router(module.router)

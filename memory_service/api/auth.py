@@ -14,7 +14,8 @@ def _settings(request: Request) -> Settings:
     return request.app.state.services.settings
 
 
-def require_team(request: Request) -> str:
+async def require_team(request: Request) -> str:
+    """Async on purpose: a sync dependency costs a threadpool hop on every request."""
     settings = _settings(request)
     if not settings.auth_enabled:
         return Settings.LOCAL_TEAM

@@ -2,9 +2,11 @@
 
 Everything is scoped to the caller's team (`Team`): another team's limits and
 keys are invisible, even under the same names. Handlers are sync `def`s run in
-the threadpool; the store does one short SQLite transaction per call.
-Responses are built directly (no response_model re-validation) to keep the
-consume path lean; the models below only document the shapes in /docs.
+the threadpool, so a store call waiting on the SQLite lock (or an fsync with
+synchronous=FULL) never stalls the event loop that serves every other route.
+The store does one short transaction per call. Responses are built directly
+(no response_model re-validation) to keep the consume path lean; the models
+below only document the shapes in /docs.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ budget (llama-server cancels the task when we disconnect).
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +35,7 @@ class Completion:
     timings: dict[str, Any]
     reasoning_chars: int
     raw: dict[str, Any]
+    reasoning: str = ""  # never used as output; kept to explain a reply that put its answer there
 
 
 class LlamaClient:
@@ -53,7 +55,7 @@ class LlamaClient:
                 **kwargs,
             )
         except httpx.TimeoutException as exc:
-            raise LlmTimeout(f"llama-server did not answer {path} within {timeout or 30:.1f}s") from exc
+            raise LlmTimeout(f"llama-server did not answer {path} within {timeout or 30:.1f}s (request cancelled)") from exc
         except httpx.HTTPError as exc:
             raise LlmUnavailable(f"llama-server at {self.base_url} unreachable on {path}: {exc!r}") from exc
         if response.status_code >= 400:
@@ -112,7 +114,14 @@ class LlamaClient:
             "chat_template_kwargs": {"enable_thinking": False},
             "response_format": {"type": "json_schema", "json_schema": {"name": "facts", "strict": True, "schema": schema}},
         }
-        data = await self._request("POST", "/v1/chat/completions", json=body, timeout=max(timeout_s, 0.05))
+        timeout_s = max(timeout_s, 0.05)
+        # httpx timeouts are per read; a server that trickles bytes could outlive them. The job's
+        # deadline is a total: cancelling closes the connection, which cancels the llama-server task.
+        try:
+            async with asyncio.timeout(timeout_s):
+                data = await self._request("POST", "/v1/chat/completions", json=body, timeout=timeout_s)
+        except TimeoutError as exc:
+            raise LlmTimeout(f"llama-server did not answer within the job's remaining {timeout_s:.1f}s") from exc
         try:
             choice = data["choices"][0]
             message = choice.get("message") or {}
@@ -126,6 +135,7 @@ class LlamaClient:
             timings=dict(data.get("timings") or {}),
             reasoning_chars=len(reasoning),
             raw=data,
+            reasoning=reasoning,
         )
 
 

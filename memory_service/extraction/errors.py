@@ -8,10 +8,13 @@ class ExtractionError(Exception):
 
     retryable = True
 
-    def __init__(self, message: str, *, raw_reply: str | None = None, timings: dict | None = None) -> None:
+    def __init__(
+        self, message: str, *, raw_reply: str | None = None, timings: dict | None = None, report: dict | None = None
+    ) -> None:
         super().__init__(message)
         self.raw_reply = raw_reply
         self.timings = timings
+        self.report = report  # what the attempt got through before failing (chunks, rejected facts)
 
 
 class LlmUnavailable(ExtractionError):
@@ -28,3 +31,11 @@ class ContextOverflow(ExtractionError):
 
 class BadReply(ExtractionError):
     """The model answered, but not with valid facts JSON (tool-call text, prose, truncated JSON...)."""
+
+
+class TruncatedReply(BadReply):
+    """The reply was cut at the output cap; `facts` holds the complete items before the cut (maybe none)."""
+
+    def __init__(self, message: str, *, facts: list[str], raw_reply: str | None = None) -> None:
+        super().__init__(message, raw_reply=raw_reply)
+        self.facts = facts

@@ -13,7 +13,7 @@ import re
 
 from pydantic import ValidationError
 
-from .errors import BadReply
+from .errors import BadReply, TruncatedReply
 from .prompt import ExtractedFacts
 
 _CLOSED_THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
@@ -28,7 +28,7 @@ def strip_thinking(content: str) -> str:
     if "</think>" in lowered:  # a close tag with no opening (the template opened it)
         text = text[lowered.rindex("</think>") + len("</think>"):]
         lowered = text.lower()
-    if "<think>" in lowered:
+    if lowered.lstrip().startswith("<think>"):  # unclosed: the answer, if any, is its last JSON object
         tail = text[lowered.index("<think>") + len("<think>"):]
         start = tail.rfind('{"facts"')
         if start < 0:
@@ -37,11 +37,22 @@ def strip_thinking(content: str) -> str:
     return text.strip()
 
 
-def parse_facts(content: str, finish_reason: str) -> list[str]:
+def parse_facts(content: str, finish_reason: str, reasoning: str = "") -> list[str]:
+    """Facts from `content` only; `reasoning` (the server's reasoning_content) is used to explain, never as output."""
+    direct = _as_facts(_FENCE.sub("", content.strip()).strip())
+    if direct is not None:  # plain schema JSON: markup inside a fact's text is just text
+        return direct
     if _TOOL_MARKUP.search(content):
         raise BadReply("the model replied with tool-call markup instead of facts JSON", raw_reply=content)
     text = _FENCE.sub("", strip_thinking(content)).strip()
     if not text:
+        if reasoning.strip():
+            raise BadReply(
+                f"empty reply: the model answered only in reasoning_content ({len(reasoning)} chars), so thinking "
+                "is on despite enable_thinking=false; run `memory-service doctor` and use a template or model "
+                "that honours it",
+                raw_reply=(content + "\n" if content else "") + "[reasoning_content]\n" + reasoning[:4000],
+            )
         reason = "the output cap was reached while the model was still thinking" if finish_reason == "length" \
             else "the model's reply held no JSON"
         raise BadReply(f"empty reply: {reason}", raw_reply=content)
@@ -49,10 +60,52 @@ def parse_facts(content: str, finish_reason: str) -> list[str]:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         if finish_reason == "length":
-            raise BadReply("reply cut at the output cap (finish_reason=length): JSON incomplete", raw_reply=content) from exc
+            complete = salvage_facts(text)
+            raise TruncatedReply(
+                f"reply cut at the output cap (finish_reason=length): JSON incomplete, "
+                f"{len(complete)} complete fact(s) before the cut",
+                facts=complete, raw_reply=content,
+            ) from exc
         raise BadReply(f"reply is not JSON: {exc.msg} at char {exc.pos}", raw_reply=content) from exc
     try:
         parsed = ExtractedFacts.model_validate(data)
     except ValidationError as exc:
         raise BadReply(f"reply JSON does not match the facts schema: {exc.errors()[0]['msg']}", raw_reply=content) from exc
+    return [fact.strip() for fact in parsed.facts if fact and fact.strip()]
+
+
+_FACTS_ARRAY = re.compile(r'^\{\s*"facts"\s*:\s*\[\s*')
+_ITEM_SEP = re.compile(r"\s*,\s*")  # between items
+
+
+def salvage_facts(text: str) -> list[str]:
+    """The complete string items of a `{"facts": [...` reply cut mid-way (the schema grammar made them final)."""
+    match = _FACTS_ARRAY.match(text)
+    if not match:
+        return []
+    decoder = json.JSONDecoder()
+    pos, facts = match.end(), []
+    while pos < len(text) and text[pos] == '"':
+        try:
+            item, end = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError:
+            break  # the item the cap cut off
+        if not isinstance(item, str):
+            break
+        facts.append(item.strip())  # a closing quote is final: the item is complete
+        sep = _ITEM_SEP.match(text, end)
+        if not sep:
+            break
+        pos = sep.end()
+    return [f for f in facts if f]
+
+
+def _as_facts(text: str) -> list[str] | None:
+    """The facts if `text` is exactly a valid facts object, else None (the caller explains why)."""
+    if not text.startswith("{"):
+        return None
+    try:
+        parsed = ExtractedFacts.model_validate(json.loads(text))
+    except (json.JSONDecodeError, ValidationError):
+        return None
     return [fact.strip() for fact in parsed.facts if fact and fact.strip()]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 PROMPT_VERSION = "facts-v1"
 
@@ -28,7 +28,8 @@ class ExtractedFacts(BaseModel):
     """What the model must return."""
 
     model_config = ConfigDict(extra="ignore")
-    facts: list[str] = Field(default_factory=list)
+    # required: a reply in another shape ({"items": [...]}) must fail visibly, not read as "no facts"
+    facts: list[str]
 
 
 def facts_schema(max_facts: int, max_fact_chars: int) -> dict[str, Any]:

@@ -19,6 +19,7 @@ _BOUNDARY = re.compile(r"[.!?\n]\s+|\s+")
 class Chunk:
     text: str
     start: int  # character offset in the original text
+    tokens: int = 0  # as the server's tokenizer counts them (0 until counted)
 
 
 def text_budget(n_ctx: int, system_tokens: int, output_tokens: int) -> int:
@@ -61,13 +62,13 @@ async def plan_chunks(
         raise ValueError(f"the context leaves only {budget_tokens} tokens for text; raise -c or lower the output cap")
     total = await count_tokens(text)
     if total <= budget_tokens:
-        return [Chunk(text, 0)]
+        return [Chunk(text, 0, total)]
     chars_per_token = max(1.0, len(text) / max(total, 1))
     size = int(budget_tokens * chars_per_token * 0.9)
     for _ in range(6):
         chunks = split_chars(text, size, overlap=max(20, size // 10))
         counts = [await count_tokens(c.text) for c in chunks]
         if max(counts) <= budget_tokens:
-            return chunks
+            return [Chunk(c.text, c.start, n) for c, n in zip(chunks, counts)]
         size = int(size * 0.8)
     raise ValueError("could not split the text into chunks that fit the context")

@@ -15,6 +15,9 @@ from typing import Any
 @dataclass
 class Throughput:
     alpha: float = 0.3
+    # Until a job has been measured, the budget is the honest upper bound of one attempt: saves still
+    # get an estimate instead of null.
+    default_job_s: float | None = None
     _prompt_tps: float | None = None
     _gen_tps: float | None = None
     _job_s: float | None = None
@@ -40,7 +43,7 @@ class Throughput:
         return self._gen_tps
 
     def job_seconds(self) -> float | None:
-        return self._job_s
+        return self._job_s if self._job_s is not None else self.default_job_s
 
     def snapshot(self) -> dict[str, float | None]:
         return {

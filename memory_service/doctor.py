@@ -1,0 +1,402 @@
+"""`memory-service doctor`: ask the model server whether it meets the contract and the budget.
+
+Why: every failure in the field (thinking left on, a 300 s timeout blown, a context too small
+for the prompt, a laptop in swap) looked the same from outside: "extraction failed". Each check
+here asks the running llama-server directly (/props, /apply-template, a real extraction through
+the service's own Extractor) and prints a verdict line — OK, WARN or FAIL, why, and what to do.
+Any FAIL gives a non-zero exit, so a setup that can't turn thinking off or can't meet the budget
+is caught before agents depend on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .config import Settings
+from .extraction.client import LlamaClient, ServerProps
+from .extraction.errors import ExtractionError
+from .extraction.extractor import Extractor
+from .extraction.sizing import text_budget
+from .extraction.throughput import Throughput
+
+OK, WARN, FAIL = "OK", "WARN", "FAIL"
+
+# "A typical save": what the budget verdict is about (design §2: 300-token texts, ~150 output tokens).
+TYPICAL_TEXT_TOKENS = 300
+TYPICAL_OUTPUT_TOKENS = 150
+# Below this share of the budget a typical save leaves room for some queue wait.
+HEADROOM = 0.5
+
+THINKING_PROBE = [
+    {"role": "system", "content": "You answer briefly."},
+    {"role": "user", "content": "Reply with the word ready."},
+]
+
+# Two different texts: the second shows whether the byte-stable system prompt is served from the KV cache.
+PROBE_TEXTS = (
+    "Deploy note from the release agent. The billing service was upgraded to version 4.2.1 on staging at 14:05. "
+    "Maria Lopez approved the rollout to production for Thursday. The database migration took 37 minutes and "
+    "touched 1,250,000 rows. Two alerts fired during the window: the queue depth on orders-worker peaked at 8,400 "
+    "and recovered within 6 minutes. The on-call engineer this week is Tom Becker; his pager number ends in 4417. "
+    "Next step: rotate the API keys for the payments gateway before Friday, and close ticket OPS-2291 once the "
+    "dashboards are green. Customer Acme Corp asked for a maintenance notice 48 hours ahead of any downtime.",
+    "Research agent summary. The team compared three vector databases for the search feature. Chroma handled "
+    "100,000 rows with a median query time of 2 milliseconds. Filtered queries were slower: 240 milliseconds when "
+    "the filter matched every row. Priya Natarajan recommended partitioning collections by team. The hosted option "
+    "costs 900 dollars per month, which finance rejected on 12 March. The prototype lives in the repository "
+    "search-lab on branch feat/partition. The daily email limit for the outreach agent was set to 50 messages. The "
+    "next review is on 3 April at 10:30 in room B-214, and Liam will present the benchmark charts.",
+)
+
+_THINK_BLOCK = re.compile(r"<think>(.*?)(?:</think>|$)", re.DOTALL | re.IGNORECASE)
+
+
+@dataclass
+class Check:
+    name: str
+    verdict: str
+    why: str
+    fix: str = ""
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- thinking
+
+
+async def check_thinking(client: LlamaClient) -> dict[str, Any]:
+    """Does the server's chat template turn thinking off when asked? Template rendering only: cheap enough for /ready.
+
+    Renders one probe with no kwarg, with `enable_thinking=true` and with `false`. A thinking template
+    renders the off case differently (Qwen3: an empty think block); a template without thinking renders
+    all three identically, which is fine; a template with thinking markup that renders identically
+    ignores the kwarg, and the model will think on every extraction.
+    """
+    result: dict[str, Any] = {
+        "verdict": WARN, "why": "", "fix": "", "thinking_off_verified": False,
+        "template_has_thinking": None, "reacts_to_kwarg": None,
+    }
+    try:
+        props = await client.props()
+        default = await client.apply_template(THINKING_PROBE, enable_thinking=None)
+        on = await client.apply_template(THINKING_PROBE, enable_thinking=True)
+        off = await client.apply_template(THINKING_PROBE, enable_thinking=False)
+    except ExtractionError as exc:
+        result.update(
+            why=f"could not render the chat template through /apply-template: {exc}",
+            fix="use a llama-server build with /apply-template (b4000 or newer) started with --jinja",
+        )
+        return result
+    has_markup = any("<think>" in text for text in (props.chat_template, default, on, off))
+    reacts = off != default or off != on
+    result.update(
+        template_has_thinking=has_markup, reacts_to_kwarg=reacts,
+        prompt_tail_default=_tail(default, off), prompt_tail_off=_tail(off, default),
+    )
+    if reacts and off.rstrip().lower().endswith("<think>"):
+        result.update(
+            verdict=FAIL, why="with enable_thinking=false the template still opens a think block",
+            fix="start llama-server with a chat template that closes the think block when thinking is off "
+                "(--chat-template-file, MEMORY_CHAT_TEMPLATE_FILE)",
+        )
+    elif reacts:
+        base = default if off != default else on
+        result.update(
+            verdict=OK, thinking_off_verified=True,
+            why=f"template honours enable_thinking=false: the prompt ends {json.dumps(off[-24:])} instead of "
+                f"{json.dumps(base[-24:])}",
+        )
+    elif has_markup:
+        result.update(
+            verdict=FAIL, why="template ignores enable_thinking: it has <think> markup but renders the same prompt "
+                              "with enable_thinking=false, so the model will think on every extraction",
+            fix="start llama-server with the model's official chat template (--chat-template-file, env "
+                "MEMORY_CHAT_TEMPLATE_FILE) or use a non-thinking model (--model default)",
+        )
+    else:
+        result.update(
+            verdict=OK, thinking_off_verified=True,
+            why="template has no thinking mode (no <think> markup; enable_thinking changes nothing, as expected)",
+        )
+    return result
+
+
+def _tail(text: str, other: str) -> str:
+    """What `text` has after the prefix it shares with `other`: where two renderings differ."""
+    n = 0
+    for a, b in zip(text, other):
+        if a != b:
+            break
+        n += 1
+    return text[n:][:200]
+
+
+# --------------------------------------------------------------------------- probe extraction
+
+
+async def probe_extraction(extractor: Extractor, text: str, budget_s: float) -> dict[str, Any]:
+    """One real extraction through the service's Extractor, with the service's budget."""
+    started = time.monotonic()
+    try:
+        result = await extractor.extract(text, time.time() + budget_s, chunk_budget_s=budget_s)
+    except ExtractionError as exc:
+        return {
+            "valid": False, "error": f"{type(exc).__name__}: {exc}", "latency_s": round(time.monotonic() - started, 3),
+            "raw_reply": (exc.raw_reply or "")[:600], "timings": exc.timings or {},
+            "calls": (exc.report or {}).get("calls", []),
+        }
+    calls = result.report.get("calls", [])
+    raw = "\n".join(result.raw_replies)
+    return {
+        "valid": True, "latency_s": round(time.monotonic() - started, 3),
+        "facts": [f.text for f in result.facts], "rejected": result.report.get("rejected", []),
+        "prompt_n": int(result.timings.get("prompt_n") or 0), "cache_n": int(result.timings.get("cache_n") or 0),
+        "predicted_n": int(result.timings.get("predicted_n") or 0),
+        "finish_reason": ",".join(str(c.get("finish_reason")) for c in calls),
+        "reasoning_chars": sum(int(c.get("reasoning_chars") or 0) for c in calls),
+        "think_chars": sum(len(m.group(1).strip()) for m in _THINK_BLOCK.finditer(raw)),
+        "timings": result.timings, "calls": calls,
+    }
+
+
+def _probe_check(probe: dict[str, Any], budget_s: float) -> Check:
+    if not probe["valid"]:
+        error = probe["error"]
+        fix = "see the raw reply; run with a model that follows a JSON schema (--model default)"
+        if error.startswith("LlmTimeout"):
+            fix = (f"the model could not answer within MEMORY_EXTRACT_BUDGET_S={budget_s:g}s: use a smaller model, "
+                   "more threads (MEMORY_LLAMA_THREADS), or a larger budget")
+        elif "thinking" in error or (probe.get("raw_reply") or "").lstrip().startswith("<think>"):
+            fix = "thinking is on: the reply is a think block, not facts; see the thinking check"
+        elif error.startswith("LlmUnavailable"):
+            fix = "check that llama-server is running and reachable at this URL"
+        raw = f"; raw reply: {probe['raw_reply'][:200]!r}" if probe.get("raw_reply") else ""
+        return Check("probe extraction", FAIL, f"{error}{raw}", fix)
+    summary = (
+        f"valid JSON, {len(probe['facts'])} fact(s) kept, {len(probe['rejected'])} rejected, {probe['latency_s']:.2f}s, "
+        f"prompt {probe['prompt_n']} tok, output {probe['predicted_n']} tok, finish={probe['finish_reason']}, "
+        f"reasoning {probe['reasoning_chars'] + probe['think_chars']} chars"
+    )
+    if probe["reasoning_chars"] or probe["think_chars"]:
+        return Check("probe extraction", FAIL, f"the model still thinks with thinking off: {summary}",
+                     "use a template or model that honours enable_thinking=false (see the thinking check)")
+    if "length" in probe["finish_reason"]:
+        return Check("probe extraction", WARN, f"output cap reached: {summary}",
+                     "raise MEMORY_MAX_OUTPUT_TOKENS or lower MEMORY_MAX_FACTS")
+    if not probe["facts"]:
+        return Check("probe extraction", WARN, f"no grounded facts from a text full of them: {summary}",
+                     "the model is too weak for extraction; try --model default or large")
+    return Check("probe extraction", OK, summary)
+
+
+# --------------------------------------------------------------------------- the whole report
+
+
+async def diagnose(client: LlamaClient, settings: Settings) -> dict[str, Any]:
+    """Every check, as a structured report (`--json` prints it; parts are reusable by /ready)."""
+    budget_s = settings.extract_budget_s
+    report: dict[str, Any] = {
+        "llm_url": client.base_url,
+        "settings": {"extract_budget_s": budget_s, "max_output_tokens": settings.max_output_tokens},
+    }
+    checks: list[Check] = []
+    report["checks"] = checks
+
+    props: ServerProps | None = None
+    if await client.health(timeout=5.0):
+        try:
+            props = await client.props()
+        except ExtractionError as exc:
+            checks.append(Check("server", FAIL, f"/props failed: {exc}", "use llama-server b4000 or newer"))
+    else:
+        checks.append(Check("server", FAIL, f"llama-server at {client.base_url} is not reachable or not healthy",
+                            "start it (memory-service serve starts one) or fix --llm-url / MEMORY_LLM_URL"))
+    if props is None:
+        return _finish(report)
+
+    extractor = Extractor(
+        client=client, props=props, throughput=Throughput(),
+        max_output_tokens=min(settings.max_output_tokens, max(64, props.n_ctx // 4)),
+        max_facts=settings.max_facts, max_fact_chars=settings.max_fact_chars,
+    )
+    system_tokens = await extractor.system_tokens()
+    room = text_budget(props.n_ctx, system_tokens, extractor.max_output_tokens)
+    report["server"] = {
+        "build": props.build_info, "model": props.model_path.rsplit("/", 1)[-1], "n_ctx": props.n_ctx,
+        "slots": props.slots, "system_prompt_tokens": system_tokens, "text_tokens_per_chunk": room,
+    }
+    server_line = (f"build {props.build_info or '?'}, model {report['server']['model'] or '?'}, n_ctx {props.n_ctx} "
+                   f"per slot, {props.slots} slot(s), {room} text tokens per chunk")
+    if room < 256:
+        checks.append(Check("server", FAIL, f"context too small: {server_line}",
+                            "start llama-server with a larger -c (MEMORY_LLAMA_CTX), or lower MEMORY_MAX_OUTPUT_TOKENS"))
+    elif props.slots > 1:
+        checks.append(Check("server", WARN, f"{server_line}: --parallel splits the context and, on few cores, "
+                            "does not raise throughput", "one slot and the service's own queue is the better default"))
+    else:
+        checks.append(Check("server", OK, server_line))
+
+    thinking = await check_thinking(client)
+    report["thinking"] = thinking
+    checks.append(Check("thinking", thinking["verdict"], thinking["why"], thinking["fix"]))
+
+    probes = [await probe_extraction(extractor, text, budget_s) for text in PROBE_TEXTS]
+    report["probes"] = probes
+    checks.append(_probe_check(probes[0], budget_s))
+    if probes[1]["valid"]:
+        second = probes[1]
+        seen = second["cache_n"] + second["prompt_n"]
+        line = f"2nd probe reused {second['cache_n']} of {seen} prompt tokens from the KV cache"
+        if second["cache_n"] > 0:
+            checks.append(Check("prompt cache", OK, line + " (the system prompt is byte-stable)"))
+        else:
+            checks.append(Check("prompt cache", WARN, line, "every save pays for the whole system prompt; "
+                                "check that llama-server keeps cache_prompt on (no --no-cache-prompt)"))
+    checks.append(_budget_check(report, probes, props, extractor, system_tokens, room, budget_s))
+    return _finish(report)
+
+
+def _budget_check(report: dict[str, Any], probes: list[dict[str, Any]], props: ServerProps, extractor: Extractor,
+                  system_tokens: int, room: int, budget_s: float) -> Check:
+    prompt_rate, gen_rate = _rates(probes)
+    cached = any(p.get("cache_n") for p in probes[1:] if p["valid"])
+    throughput: dict[str, Any] = {"prompt_tokens_per_s": prompt_rate, "generation_tokens_per_s": gen_rate}
+    report["throughput"] = throughput
+    if not prompt_rate or not gen_rate:
+        return Check("budget", FAIL, "could not measure the model's speed: no probe extraction finished",
+                     "fix the failures above first")
+    warm = TYPICAL_TEXT_TOKENS / prompt_rate + TYPICAL_OUTPUT_TOKENS / gen_rate
+    cold = warm + system_tokens / prompt_rate
+    typical = warm if cached else cold
+    full_chunk = (room + (0 if cached else system_tokens)) / prompt_rate + extractor.max_output_tokens / gen_rate
+    throughput.update(typical_save_s=round(typical, 2), typical_save_cold_s=round(cold, 2),
+                      full_chunk_s=round(full_chunk, 2), budget_s=budget_s)
+    speeds = f"prompt {prompt_rate:.0f} tok/s, generation {gen_rate:.1f} tok/s"
+    line = (f"a typical save ({TYPICAL_TEXT_TOKENS}-token text + {TYPICAL_OUTPUT_TOKENS} output tokens) needs "
+            f"≈{typical:.1f}s of the {budget_s:g}s budget ({speeds})")
+    if typical > budget_s:
+        return Check("budget", FAIL, line,
+                     f"raise MEMORY_EXTRACT_BUDGET_S to at least {typical * 1.5:.0f}, use a smaller model, give "
+                     "llama-server a free core (MEMORY_LLAMA_THREADS), and check the machine is not swapping")
+    if typical > HEADROOM * budget_s:
+        return Check("budget", WARN, line + ": little headroom, any queue wait defers saves",
+                     f"raise MEMORY_EXTRACT_BUDGET_S to {typical * 3:.0f} or use a faster model")
+    if full_chunk > budget_s:
+        return Check("budget", WARN, line + f"; but a chunk that fills the context ({room} text tokens) needs "
+                     f"≈{full_chunk:.1f}s, so long texts will time out chunk by chunk",
+                     "lower MEMORY_LLAMA_CTX (smaller chunks) or raise MEMORY_EXTRACT_BUDGET_S")
+    return Check("budget", OK, line)
+
+
+def _rates(probes: list[dict[str, Any]]) -> tuple[float | None, float | None]:
+    """Prompt and generation tokens/s from the probes' llama-server timings (summed, not averaged)."""
+    prompt_n = prompt_ms = gen_n = gen_ms = 0.0
+    for probe in probes:
+        timings = probe.get("timings") or {}
+        prompt_n += float(timings.get("prompt_n") or 0)
+        prompt_ms += float(timings.get("prompt_ms") or 0)
+        gen_n += float(timings.get("predicted_n") or 0)
+        gen_ms += float(timings.get("predicted_ms") or 0)
+    prompt_rate = round(prompt_n / prompt_ms * 1000, 1) if prompt_n >= 8 and prompt_ms > 0 else None
+    gen_rate = round(gen_n / gen_ms * 1000, 1) if gen_n >= 4 and gen_ms > 0 else None
+    return prompt_rate, gen_rate
+
+
+def _finish(report: dict[str, Any]) -> dict[str, Any]:
+    checks: list[Check] = report["checks"]
+    verdicts = [c.verdict for c in checks]
+    report["result"] = FAIL if FAIL in verdicts else WARN if WARN in verdicts else OK
+    report["exit_code"] = 1 if FAIL in verdicts else 0
+    report["checks"] = [asdict(c) for c in checks]
+    return report
+
+
+async def _diagnose_url(url: str, settings: Settings) -> dict[str, Any]:
+    client = LlamaClient(url)
+    try:
+        return await diagnose(client, settings)
+    finally:
+        await client.aclose()
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def format_report(report: dict[str, Any]) -> str:
+    lines = [f"memory-service doctor: llama-server at {report['llm_url']}"]
+    started = report.get("started_server")
+    if started:
+        lines[0] += (f" (started for this check: {started['model']}, {started['threads']} thread(s), "
+                     f"ctx {started['ctx']})")
+    for check in report["checks"]:
+        lines.append(f"{check['verdict']:<5} {check['name']}: {check['why']}")
+        if check["fix"] and check["verdict"] != OK:
+            lines.append(f"      what to do: {check['fix']}")
+    counts = {v: sum(1 for c in report["checks"] if c["verdict"] == v) for v in (FAIL, WARN)}
+    lines.append(f"RESULT: {report['result']} ({counts[FAIL]} failure(s), {counts[WARN]} warning(s))")
+    return "\n".join(lines)
+
+
+def run_doctor(args: argparse.Namespace) -> int:
+    """`memory-service doctor`: check a running llama-server, or start one exactly like `serve` and check that."""
+    settings = Settings.from_env()
+    url = getattr(args, "llm_url", None) or settings.llm_url
+    server = None
+    started: dict[str, Any] | None = None
+    with tempfile.TemporaryDirectory(prefix="memory-doctor-") as tmp:
+        if not url:
+            try:
+                server, started = _start_server(settings, getattr(args, "model", None), Path(tmp))
+            except Exception as exc:  # no binary, no model, server died while loading: say so, don't trace
+                log_tail = _log_tail(Path(tmp) / "llama-server.log")
+                print(f"FAIL  server: could not start llama-server: {exc}{log_tail}\n"
+                      "      what to do: run scripts/bootstrap.sh, or pass --llm-url of a running llama-server",
+                      file=sys.stderr)
+                return 1
+            url = server.url
+        try:
+            report = asyncio.run(_diagnose_url(url, settings))
+        finally:
+            if server is not None:
+                server.stop()
+    report["started_server"] = started
+    print(json.dumps(report, indent=2) if getattr(args, "json", False) else format_report(report))
+    return int(report["exit_code"])
+
+
+def _start_server(settings: Settings, model: str | None, tmp: Path) -> tuple[Any, dict[str, Any]]:
+    """The same llama-server `serve` would start: binary, model, threads, context and chat template."""
+    import os
+
+    from .llm_runtime.models import resolve_model
+    from .llm_runtime.server import LlamaServerProcess, find_binary
+
+    os.environ.setdefault("MEMORY_CACHE_DIR", str(settings.cache_dir))
+    model_path = resolve_model(model or settings.model)
+    binary = find_binary(settings.llama_bin, settings.cache_dir)
+    server = LlamaServerProcess(
+        binary=binary, model=model_path, threads=settings.llama_threads, ctx=settings.llama_ctx,
+        chat_template_file=settings.llama_chat_template_file, log_path=tmp / "llama-server.log",
+    ).start()
+    return server, {
+        "url": server.url, "model": model_path.name, "threads": settings.llama_threads, "ctx": settings.llama_ctx,
+        "chat_template_file": settings.llama_chat_template_file,
+    }
+
+
+def _log_tail(path: Path) -> str:
+    if not path.exists():
+        return ""
+    tail = path.read_text(errors="replace").strip().splitlines()[-8:]
+    return ("\n      llama-server log:\n        " + "\n        ".join(tail)) if tail else ""
+
+
+__all__ = ["check_thinking", "diagnose", "run_doctor"]

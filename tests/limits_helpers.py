@@ -1,0 +1,94 @@
+"""A real uvicorn server on loopback around the limit routes, with a settable clock.
+
+The full service needs a model server; these tests only need the limit routes,
+so they build the smallest app that wires them the way the service does.
+"""
+
+from __future__ import annotations
+
+import socket
+import sqlite3
+import ssl
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from types import SimpleNamespace
+
+import httpx
+import uvicorn
+from fastapi import FastAPI
+
+from memory_service.api import routes_limits
+from memory_service.config import Settings
+from memory_service.storage.limits import LimitStore
+
+KEYS = {"ka": "team-a", "kb": "team-b"}
+# httpx builds an SSL context per client even for http://; the concurrency tests open
+# dozens of clients, so they share one (building each costs ~20 ms of CPU).
+_SSL = ssl.create_default_context()
+
+
+class Clock:
+    """Injected `now`: tests move time by hand, to the second, across DST changes."""
+
+    def __init__(self, start: datetime) -> None:
+        self.moment = start
+
+    def __call__(self) -> datetime:
+        return self.moment
+
+    def set(self, moment: datetime | str) -> None:
+        self.moment = datetime.fromisoformat(moment) if isinstance(moment, str) else moment
+        assert self.moment.tzinfo is not None
+
+    def advance(self, **delta: float) -> None:
+        self.moment += timedelta(**delta)
+
+
+def make_app(store: LimitStore) -> FastAPI:
+    app = FastAPI()
+    app.include_router(routes_limits.router)
+    app.state.services = SimpleNamespace(settings=Settings(api_keys=KEYS), limits=store)
+    return app
+
+
+class Server:
+    """uvicorn in a background thread, bound to a free 127.0.0.1 port before it starts."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self.url = "http://127.0.0.1:%d" % self._sock.getsockname()[1]
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
+
+    def __enter__(self) -> "Server":
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("test server did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.should_exit = True
+        self._thread.join(10)
+        self._sock.close()
+
+    def client(self, key: str | None = "ka") -> httpx.Client:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30, trust_env=False, verify=_SSL)
+
+
+def dump(db_path: Path) -> list[tuple[str, list[tuple[object, ...]]]]:
+    """Every row of every table: equal before and after = nothing changed."""
+    with sqlite3.connect(db_path) as db:
+        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+        return [(t, sorted(db.execute(f"SELECT * FROM {t}").fetchall(), key=repr)) for t in tables]
+
+
+def utc(text: str) -> datetime:
+    return datetime.fromisoformat(text).astimezone(timezone.utc)
