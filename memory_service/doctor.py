@@ -26,20 +26,15 @@ from .extraction.client import LlamaClient, ServerProps
 from .extraction.errors import ExtractionError
 from .extraction.extractor import Extractor
 from .extraction.sizing import text_budget
+from .extraction.thinking import FAIL, OK, WARN, check_thinking
 from .extraction.throughput import Throughput
 
-OK, WARN, FAIL = "OK", "WARN", "FAIL"
 
 # "A typical save": what the budget verdict is about (design §2: 300-token texts, ~150 output tokens).
 TYPICAL_TEXT_TOKENS = 300
 TYPICAL_OUTPUT_TOKENS = 150
 # Below this share of the budget a typical save leaves room for some queue wait.
 HEADROOM = 0.5
-
-THINKING_PROBE = [
-    {"role": "system", "content": "You answer briefly."},
-    {"role": "user", "content": "Reply with the word ready."},
-]
 
 # Two different texts: the second shows whether the byte-stable system prompt is served from the KV cache.
 PROBE_TEXTS = (
@@ -67,76 +62,6 @@ class Check:
     why: str
     fix: str = ""
     data: dict[str, Any] = field(default_factory=dict)
-
-
-# --------------------------------------------------------------------------- thinking
-
-
-async def check_thinking(client: LlamaClient) -> dict[str, Any]:
-    """Does the server's chat template turn thinking off when asked? Template rendering only: cheap enough for /ready.
-
-    Renders one probe with no kwarg, with `enable_thinking=true` and with `false`. A thinking template
-    renders the off case differently (Qwen3: an empty think block); a template without thinking renders
-    all three identically, which is fine; a template with thinking markup that renders identically
-    ignores the kwarg, and the model will think on every extraction.
-    """
-    result: dict[str, Any] = {
-        "verdict": WARN, "why": "", "fix": "", "thinking_off_verified": False,
-        "template_has_thinking": None, "reacts_to_kwarg": None,
-    }
-    try:
-        props = await client.props()
-        default = await client.apply_template(THINKING_PROBE, enable_thinking=None)
-        on = await client.apply_template(THINKING_PROBE, enable_thinking=True)
-        off = await client.apply_template(THINKING_PROBE, enable_thinking=False)
-    except ExtractionError as exc:
-        result.update(
-            why=f"could not render the chat template through /apply-template: {exc}",
-            fix="use a llama-server build with /apply-template (b4000 or newer) started with --jinja",
-        )
-        return result
-    has_markup = any("<think>" in text for text in (props.chat_template, default, on, off))
-    reacts = off != default or off != on
-    result.update(
-        template_has_thinking=has_markup, reacts_to_kwarg=reacts,
-        prompt_tail_default=_tail(default, off), prompt_tail_off=_tail(off, default),
-    )
-    if reacts and off.rstrip().lower().endswith("<think>"):
-        result.update(
-            verdict=FAIL, why="with enable_thinking=false the template still opens a think block",
-            fix="start llama-server with a chat template that closes the think block when thinking is off "
-                "(--chat-template-file, MEMORY_CHAT_TEMPLATE_FILE)",
-        )
-    elif reacts:
-        base = default if off != default else on
-        result.update(
-            verdict=OK, thinking_off_verified=True,
-            why=f"template honours enable_thinking=false: the prompt ends {json.dumps(off[-24:])} instead of "
-                f"{json.dumps(base[-24:])}",
-        )
-    elif has_markup:
-        result.update(
-            verdict=FAIL, why="template ignores enable_thinking: it has <think> markup but renders the same prompt "
-                              "with enable_thinking=false, so the model will think on every extraction",
-            fix="start llama-server with the model's official chat template (--chat-template-file, env "
-                "MEMORY_CHAT_TEMPLATE_FILE) or use a non-thinking model (--model default)",
-        )
-    else:
-        result.update(
-            verdict=OK, thinking_off_verified=True,
-            why="template has no thinking mode (no <think> markup; enable_thinking changes nothing, as expected)",
-        )
-    return result
-
-
-def _tail(text: str, other: str) -> str:
-    """What `text` has after the prefix it shares with `other`: where two renderings differ."""
-    n = 0
-    for a, b in zip(text, other):
-        if a != b:
-            break
-        n += 1
-    return text[n:][:200]
 
 
 # --------------------------------------------------------------------------- probe extraction
@@ -181,7 +106,8 @@ def _probe_check(probe: dict[str, Any], budget_s: float) -> Check:
         raw = f"; raw reply: {probe['raw_reply'][:200]!r}" if probe.get("raw_reply") else ""
         return Check("probe extraction", FAIL, f"{error}{raw}", fix)
     summary = (
-        f"valid JSON, {len(probe['facts'])} fact(s) kept, {len(probe['rejected'])} rejected, {probe['latency_s']:.2f}s, "
+        f"valid JSON, {len(probe['facts'])} fact(s) kept, {len(probe['rejected'])} rejected, "
+        f"{probe['latency_s']:.2f}s, "
         f"prompt {probe['prompt_n']} tok, output {probe['predicted_n']} tok, finish={probe['finish_reason']}, "
         f"reasoning {probe['reasoning_chars'] + probe['think_chars']} chars"
     )
@@ -237,7 +163,8 @@ async def diagnose(client: LlamaClient, settings: Settings) -> dict[str, Any]:
                    f"per slot, {props.slots} slot(s), {room} text tokens per chunk")
     if room < 256:
         checks.append(Check("server", FAIL, f"context too small: {server_line}",
-                            "start llama-server with a larger -c (MEMORY_LLAMA_CTX), or lower MEMORY_MAX_OUTPUT_TOKENS"))
+                            "start llama-server with a larger -c (MEMORY_LLAMA_CTX), "
+                            "or lower MEMORY_MAX_OUTPUT_TOKENS"))
     elif props.slots > 1:
         checks.append(Check("server", WARN, f"{server_line}: --parallel splits the context and, on few cores, "
                             "does not raise throughput", "one slot and the service's own queue is the better default"))

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .extraction.grounding import GroundedFact, normalize, numbers, shape
+from .extraction.grounding import GroundedFact, identifiers, normalize, numbers, shape
 from .storage.embedder import Embedder
 from .storage.journal import FactPlan, Journal, Memory, NewFact
 from .storage.vectors import VectorItem, VectorStore, tag_key
@@ -111,6 +111,8 @@ def store_facts(
             hits = vectors.query(memory.team, vec, 2, where={"kind": "fact"})
             hit = next((h for h in hits if h.id != new_id and h.similarity >= near_duplicate), None)
             existing = journal.facts_by_ids(memory.team, [hit.id]).get(hit.id) if hit is not None else None
+            if existing is not None and identifiers(existing.norm) != identifiers(norm):
+                existing = None  # "ticket 1000" and "ticket 1010": look-alikes about different things
             if existing is not None and existing.superseded_by is None:
                 if sorted(numbers(existing.text)) == sorted(numbers(fact.text)):
                     plan.merged.append((existing.id, fact.spans))

@@ -28,6 +28,7 @@ class ModelHandle:
     extractor: Extractor | None = None
     last_error: str | None = None
     last_check: float = 0.0
+    thinking_check: tuple[float, dict] | None = None  # (when, doctor.check_thinking result), for /ready
     _ready: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:

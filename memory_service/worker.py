@@ -71,7 +71,8 @@ async def process_job(services: "Services", extractor: Extractor, job: Memory) -
         return
     started = time.time()
     attempt = {
-        "queued_at": job.next_attempt_at, "started_at": round(started, 3), "deadline_at": round(job.deadline_at, 3),
+        "queued_at": round(job.next_attempt_at, 3), "started_at": round(started, 3),
+        "deadline_at": round(job.deadline_at, 3),
         "queue_wait_s": round(started - job.next_attempt_at, 3), "budget_s": settings.extract_budget_s,
     }
     try:

@@ -8,6 +8,7 @@ import time
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
+from ..extraction.thinking import check_thinking
 from .deps import ServicesDep
 
 router = APIRouter(tags=["health"])
@@ -21,14 +22,22 @@ async def health() -> dict:
 
 @router.get("/ready")
 async def ready(services: ServicesDep) -> JSONResponse:
-    """200 when the model server is reachable and its props are known; 503 with the reason otherwise."""
+    """200 when the model server is reachable and thinking is verified off (or absent); 503 with the reason otherwise."""
     model = services.model
     if not model.ready or time.time() - model.last_check > 5:
         await model.probe()
+    thinking = None
+    if model.ready:
+        cached = model.thinking_check
+        if cached is None or time.time() - cached[0] > 60:
+            cached = (time.time(), await check_thinking(model.client))
+            model.thinking_check = cached
+        thinking = cached[1]
+    ok = model.ready and (thinking is None or thinking.get("verdict") != "FAIL")
     counts = await asyncio.to_thread(services.journal.counts)
     props = model.props
     body = {
-        "status": "ready" if model.ready else "unavailable",
+        "status": "ready" if ok else "unavailable",
         "model_server": {
             "url": model.client.base_url,
             "reachable": model.ready,
@@ -38,12 +47,13 @@ async def ready(services: ServicesDep) -> JSONResponse:
             "build": props.build_info if props else None,
             "model": props.model_path.rsplit("/", 1)[-1] if props else None,
         },
+        "thinking": thinking,
         "queue_depth": counts["queued"] + counts["extracting"],
         "jobs": counts,
         "throughput": model.throughput.snapshot(),
         "extract_budget_s": services.settings.extract_budget_s,
     }
-    return JSONResponse(body, status_code=200 if model.ready else 503)
+    return JSONResponse(body, status_code=200 if ok else 503)
 
 
 @router.get("/metrics")

@@ -48,9 +48,30 @@ def normalize(text: str) -> str:
     return " ".join(_WORD.findall(text))
 
 
+# A number right after one of these words names a thing ("ticket 1010", "order 3"); it is not a value
+# that can change. Facts that differ in such a number are about different things.
+ID_WORDS = frozenset(
+    """ticket order invoice issue pr id no number room flight build version release case account item task
+    job run step page chapter line port pid ref bug incident ticket tickets orders invoices commit""".split()
+)
+
+
+def _is_number(token: str) -> bool:
+    return bool(_NUMBER.fullmatch(token))
+
+
 def shape(norm_text: str) -> str:
-    """The fact with its numbers masked: two facts with one shape and different numbers state a changed value."""
-    return _NUMBER.sub("#", norm_text)
+    """The fact with its value numbers masked: one shape with different values states a changed value."""
+    tokens = norm_text.split()
+    return " ".join(
+        "#" if _is_number(t) and not (i and tokens[i - 1] in ID_WORDS) else t for i, t in enumerate(tokens)
+    )
+
+
+def identifiers(norm_text: str) -> list[str]:
+    """Numbers that name things (see ID_WORDS), in order."""
+    tokens = norm_text.split()
+    return [t for i, t in enumerate(tokens) if _is_number(t) and i and tokens[i - 1] in ID_WORDS]
 
 
 def numbers(text: str) -> list[str]:

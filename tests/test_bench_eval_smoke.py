@@ -1,0 +1,148 @@
+"""Smoke tests for the eval harness and benchmark helpers: metric code on hand-made data, and the
+LoCoMo runner end to end (its own service, real tiny-model llama-server, real HTTP) on a tiny file.
+
+The metrics decide what the eval reports, so they are checked on cases whose answer is known by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from scripts import eval_locomo as locomo  # noqa: E402
+from scripts import eval_personaext as persona  # noqa: E402
+from scripts.bench_common import goal, percentile  # noqa: E402
+
+
+def test_evidence_ids_are_normalised_split_and_checked() -> None:
+    valid = {"D8:6", "D9:17", "D30:5", "D11:26", "D1:3"}
+    assert locomo.normalize_evidence(["D8:6; D9:17"], valid) == ["D8:6", "D9:17"]
+    assert locomo.normalize_evidence(["D30:05"], valid) == ["D30:5"]
+    assert locomo.normalize_evidence(["D:11:26"], valid) == ["D11:26"]
+    assert locomo.normalize_evidence(["D", "D99:1", "D1:3", "D1:03"], valid) == ["D1:3"]  # unknown dropped, deduped
+    assert locomo.normalize_evidence(["D2:4"]) == ["D2:4"]  # no valid set: keep
+
+
+def test_ranked_turns_follow_fact_provenance() -> None:
+    items = [
+        {"kind": "fact", "memory_id": "m2", "source_memory_ids": ["m2", "m5"]},
+        {"kind": "passage", "memory_id": "m2", "source_memory_ids": ["m2"]},
+        {"kind": "passage", "memory_id": "m9", "source_memory_ids": ["m9"]},  # not ours: ignored
+        {"kind": "passage", "memory_id": "m1"},
+    ]
+    mapping = {"m1": "D1:1", "m2": "D1:2", "m5": "D2:1"}
+    ranked = locomo.ranked_dia_ids(items, mapping)
+    assert ranked == ["D1:2", "D2:1", "D1:1"]
+    gold = ["D2:1", "D1:1"]
+    assert locomo.recall_at(ranked, gold, 1) == 0.0
+    assert locomo.recall_at(ranked, gold, 2) == 0.5
+    assert locomo.recall_at(ranked, gold, 10) == 1.0
+    assert locomo.hit_at(ranked, gold, 1) == 0.0 and locomo.hit_at(ranked, gold, 2) == 1.0
+    assert locomo.reciprocal_rank(ranked, gold) == 0.5
+    assert locomo.reciprocal_rank([], gold) == 0.0
+
+
+def test_aggregate_means_per_category() -> None:
+    rows = [
+        {"category": 1, "scores": locomo.score_question(["D1:1"], ["D1:1"])},
+        {"category": 1, "scores": locomo.score_question(["D1:2"], ["D1:1"])},
+        {"category": 4, "scores": locomo.score_question(["D1:2", "D1:1"], ["D1:1", "D3:3"])},
+    ]
+    agg = locomo.aggregate(rows)
+    assert agg["overall"]["n"] == 3
+    assert agg["per_category"]["1-multi-hop"]["recall@1"] == 0.5
+    assert agg["per_category"]["4-single-hop"]["recall@5"] == 0.5
+    assert agg["per_category"]["4-single-hop"]["mrr"] == 0.5
+    assert agg["overall"]["hit@10"] == pytest.approx(2 / 3, abs=1e-4)
+
+
+def test_turn_text_carries_date_speaker_and_photo() -> None:
+    turn = locomo.Turn("D1:1", 1, "1:56 pm on 8 May, 2023", "Caroline", "Look!", caption="a dog on a beach")
+    assert locomo.turn_text(turn) == "[1:56 pm on 8 May, 2023] Caroline: Look! (shared a photo: a dog on a beach)"
+
+
+def test_personaext_matching_and_summary() -> None:
+    assert persona.detokenize(["hello", ",", "i", "like", "wine", "and", "coffee", "."]) == "hello, i like wine and coffee."
+    assert persona.phrase_in("coffee", "The speaker likes wine and Coffee.")
+    assert not persona.phrase_in("tea", "The speaker likes steak.")  # whole words only
+    assert persona.phrase_in_lenient("teas", "The speaker likes big fancy tea.")
+    assert not persona.phrase_in("teas", "The speaker likes big fancy tea.")
+    rows = [
+        {"text": "i like tea", "label": "like_drink", "tail": "tea", "status": "done", "facts": ["Likes tea."],
+         "rejected": [], "reject_reasons": [], "proposed": 2, "stored": 1, "merged": 0, "predicted_n": 20,
+         "wall_s": 1.0, "tail_in_facts": True, "tail_in_facts_lenient": True, "tail_in_proposed": True},
+        {"text": "i ski", "label": "like_activity", "tail": "ski", "status": "done", "facts": [],
+         "rejected": ["Skis a lot."], "reject_reasons": ["ungrounded: x"], "proposed": 1, "stored": 0, "merged": 0,
+         "predicted_n": 10, "wall_s": 2.0, "tail_in_facts": False, "tail_in_facts_lenient": False,
+         "tail_in_proposed": False},
+    ]
+    metrics = persona.summarize(rows)["metrics"]
+    assert metrics["tail_found_in_stored_facts"] == 0.5
+    assert metrics["stored_over_proposed"] == pytest.approx(1 / 3, abs=1e-4)
+    assert metrics["facts_per_utterance_mean"] == 0.5
+    assert metrics["reject_reasons"] == {"ungrounded": 1}
+    assert metrics["no_gold_utterances"] == 0
+
+
+def test_percentile_and_goal_verdicts() -> None:
+    data = [float(x) for x in range(1, 101)]
+    assert percentile(data, 50) == 50.0 and percentile(data, 99) == 99.0 and percentile(data, 100) == 100.0
+    assert percentile([], 50) is None
+    assert goal(4.0, 5.0)["met"] is True and goal(6.0, 5.0)["met"] is False
+    assert goal(0.8, 0.7, at_most=False)["met"] is True and goal(None, 1.0)["met"] is None
+
+
+SYNTHETIC = [{
+    "sample_id": "syn-1",
+    "conversation": {
+        "speaker_a": "Ann", "speaker_b": "Bob",
+        "session_1_date_time": "1:56 pm on 8 May, 2023",
+        "session_1": [
+            {"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a dog named Rex last week."},
+            {"speaker": "Bob", "dia_id": "D1:2", "text": "I started learning the violin in March."},
+            {"speaker": "Ann", "dia_id": "D1:3", "text": "I work as a nurse at Mercy Hospital in Boston."},
+        ],
+        "session_2_date_time": "10:00 am on 9 June, 2023",
+        "session_2": [
+            {"speaker": "Bob", "dia_id": "D2:1", "text": "I moved to Denver for a job at an airline.",
+             "blip_caption": "a photo of mountains"},
+        ],
+    },
+    "qa": [
+        {"question": "What is the name of Ann's dog?", "answer": "Rex", "evidence": ["D1:1"], "category": 4},
+        {"question": "Where does Ann work?", "answer": "Mercy Hospital", "evidence": ["D1:03"], "category": 4},
+        {"question": "When did Bob move?", "answer": "June 2023", "evidence": ["D2:1; D1:2"], "category": 2},
+        {"question": "adversarial", "adversarial_answer": "x", "evidence": ["D1:1"], "category": 5},
+        {"question": "broken evidence", "answer": "x", "evidence": ["D9:9"], "category": 1},
+    ],
+}]
+
+
+def test_locomo_runner_end_to_end_on_tiny_model(tiny_llama, tmp_path: Path) -> None:
+    from memory_service.eval_cli import run_eval
+
+    data = tmp_path / "tiny_locomo.json"
+    data.write_text(json.dumps(SYNTHETIC))
+    out = tmp_path / "out"
+    args = argparse.Namespace(data=[str(data)], out=str(out), url=None, api_key=None, limit=None,
+                              model="tiny", llm_url=tiny_llama.url)
+    assert run_eval(args) == 0
+    result = json.loads((out / "locomo-tiny_locomo.json").read_text())
+    assert (out / "locomo-tiny_locomo.png").stat().st_size > 0
+    assert result["questions"] == 3 and result["turns"] == 4
+    conv = result["conversations"][0]
+    assert conv["skipped_questions"] == {"adversarial": 1, "no_valid_evidence": 1}
+    assert conv["extraction"]["memories"] == 4
+    assert sum(conv["extraction"]["status"].values()) == 4
+    assert set(result["results"]) == {"passages", "facts", "default"}
+    # 4 turns and k=20: raw-turn recall must find every evidence turn; the default includes the passages
+    assert result["results"]["passages"]["overall"]["recall@20"] == 1.0
+    assert result["results"]["default"]["overall"]["recall@20"] == 1.0
+    assert result["model"] and "timing_s" in result and result["settings"]["isolation"] == "team"
