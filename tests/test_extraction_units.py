@@ -237,3 +237,12 @@ def test_throughput_estimate_exists_before_the_first_job() -> None:
 
 def test_grounded_fact_type_is_plain_data() -> None:
     assert GroundedFact("x", [(0, 1)]).spans == [(0, 1)]
+
+
+def test_numbers_that_name_things_are_not_values_that_change():
+    from memory_service.extraction.grounding import identifiers, normalize, shape
+
+    a, b = normalize("User asked to archive ticket 1000."), normalize("User asked to archive ticket 1010.")
+    assert shape(a) != shape(b) and identifiers(a) == ["1000"]
+    q1, q2 = normalize("The daily quota for outbound emails is 50."), normalize("The daily quota for outbound emails is 60.")
+    assert shape(q1) == shape(q2) and identifiers(q1) == []
