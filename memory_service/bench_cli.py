@@ -50,7 +50,7 @@ def run_limits(bench_common: Any, llm_url: str, quick: bool, workdir: Path) -> d
                                          llm_url=llm_url).start()
     try:
         runs = {
-            "full_service": [sys.executable, str(script), "--url", service.url, "--api-key", key],
+            "full_service": [sys.executable, str(script), "--url", service.url, f"--api-key={key}"],
             "self_serve_minimal_app": [sys.executable, str(script), "--self-serve"],
         }
         for name, cmd in runs.items():

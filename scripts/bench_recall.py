@@ -1,0 +1,387 @@
+"""Recall at scale: p50/p95 of POST /v1/recall over HTTP with 1k, 10k (and 100k) facts in one team.
+
+Facts are loaded through the storage layer while the service is stopped (one
+writer per Chroma path): the journal's tables (memories, facts, fact_sources,
+and through their triggers the FTS5 keyword index) and Chroma (fact vectors,
+plus one passage vector per 5-fact memory), so both legs of recall see the
+data. Real embeddings would take ~10 min per 100k here, so a pool of distinct
+generated fact sentences is embedded for real and every further fact is a
+variant of a pool sentence (other numbers in the text) whose vector is the
+pool vector plus small Gaussian noise, renormalised; the JSON says so.
+
+Queries run one at a time, unfiltered and with agent / tag / kind filters.
+The query-embedding time is measured separately (same model, one thread), and
+in-process Chroma and FTS timings are taken at load time for a breakdown.
+Baseline in the same run: the 1k level and GET /health (HTTP floor).
+
+    python scripts/bench_recall.py [--quick] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import secrets
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scripts.bench_common import (  # noqa: E402
+    ServiceRunner, goal, latency_summary, machine_info, pyplot, write_json,
+)
+
+TEAM = "bench-recall"
+AGENTS = 10
+TAGS = 10
+FACTS_PER_MEMORY = 5
+NOISE_SIGMA = 0.012  # per dimension on a unit 384-d vector: cosine to the pool vector ~0.97
+GOALS_100K = {"p50_ms": 10.0, "p95_ms": 25.0}
+DEAD_LLM_URL = "http://127.0.0.1:9"  # recall never touches the model: none is started for this benchmark
+
+NAMES = ["Alice Moreno", "Bilal Haddad", "Chen Wei", "Dana Kowalski", "Emeka Obi", "Fatima Zahra", "Gustav Berg",
+         "Hana Sato", "Ivan Petrov", "Julia Costa", "Kofi Mensah", "Lena Fischer", "Mateo Ruiz", "Nadia Rahman",
+         "Omar Farouk", "Priya Natarajan", "Quinn Harper", "Rosa Lindqvist", "Sam Oduya", "Tariq Aziz"]
+SERVICES = ["billing", "search", "checkout", "auth", "notifications", "analytics", "inventory", "payments",
+            "shipping", "reporting", "gateway", "scheduler"]
+CUSTOMERS = ["Acme Corp", "Globex", "Initech", "Umbrella", "Stark Industries", "Wayne Enterprises", "Hooli",
+             "Vandelay Imports", "Soylent", "Cyberdyne", "Tyrell", "Wonka Industries"]
+CITIES = ["Berlin", "Lisbon", "Zurich", "Nairobi", "Osaka", "Toronto", "Austin", "Warsaw", "Dublin", "Seoul"]
+THINGS = ["green tea", "espresso", "window seats", "bullet-point summaries", "morning meetings", "dark mode",
+          "vegetarian food", "async updates", "video calls", "written specs", "early flights", "quiet rooms"]
+MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+          "November", "December"]
+TEMPLATES = [
+    "{name} prefers {thing} when working from the {city} office, desk {n}.",
+    "The {service} deploy for {customer} finished in {n} minutes on {month} {d}.",
+    "{customer} renewed the enterprise plan for {n} seats starting {month} {d}.",
+    "{name} reported a bug in the {service} service, ticket {n}.",
+    "The p99 latency of the {service} API rose to {n} ms in {city} on {month} {d}.",
+    "{name} moved to the {city} office on {month} {d} and leads the {service} team of {n} people.",
+    "{customer} asked to pay invoices in {city} by bank transfer within {n} days.",
+    "{name} is on call for {service} from {month} {d} for {n} days.",
+    "The {service} database migration for {customer} copied {n} thousand rows.",
+    "{name} booked a trip to {city} on {month} {d} to meet {customer}, booking {n}.",
+    "{customer} reported that {service} emails arrive {n} minutes late.",
+    "{name} dislikes {thing} and asked for alternatives before {month} {d}, request {n}.",
+]
+QUERY_TEMPLATES = [
+    "What does {name} prefer?", "How long did the {service} deploy take for {customer}?",
+    "How many seats did {customer} renew?", "Which bug did {name} report?", "latency of the {service} API",
+    "Who leads the {service} team?", "How does {customer} pay invoices?", "who is on call for {service}",
+    "{service} database migration rows", "When is {name} travelling to {city}?",
+    "Are {service} emails delayed for {customer}?", "What does {name} dislike?",
+]
+
+
+def fact_text(i: int, pool: int) -> tuple[str, int]:
+    """The i-th fact and the pool sentence it varies: same words as its pool sentence, other numbers."""
+    base = i % pool
+    rng = random.Random(base)
+    slots = {"name": rng.choice(NAMES), "service": rng.choice(SERVICES), "customer": rng.choice(CUSTOMERS),
+             "city": rng.choice(CITIES), "thing": rng.choice(THINGS), "month": rng.choice(MONTHS)}
+    variant = random.Random(i)
+    slots.update(n=variant.randint(2, 9999), d=variant.randint(1, 28))
+    return TEMPLATES[base % len(TEMPLATES)].format(**slots), base
+
+
+def queries(count: int) -> list[str]:
+    rng = random.Random(7)
+    out = []
+    for i in range(count):
+        out.append(QUERY_TEMPLATES[i % len(QUERY_TEMPLATES)].format(
+            name=rng.choice(NAMES), service=rng.choice(SERVICES), customer=rng.choice(CUSTOMERS),
+            city=rng.choice(CITIES)))
+    return out
+
+
+class Loader:
+    """Adds facts to one team through the journal schema and the VectorStore, from fact index `loaded` on."""
+
+    def __init__(self, data_dir: Path, pool_vectors: np.ndarray) -> None:
+        self.data_dir = data_dir
+        self.pool_vectors = pool_vectors
+        self.loaded = 0
+        self.load_s = 0.0
+        self.epoch = time.time() - 90 * 86400.0
+        self.seen: set[str] = set()
+
+    def load_to(self, total: int) -> None:
+        from memory_service.extraction.grounding import normalize, shape
+        from memory_service.indexing import fact_id
+        from memory_service.storage.journal import Journal
+        from memory_service.storage.vectors import VectorItem, VectorStore, tag_key
+
+        started = time.monotonic()
+        Journal(self.data_dir / "journal.sqlite3").close()  # creates the schema and triggers
+        conn = sqlite3.connect(self.data_dir / "journal.sqlite3", isolation_level=None)
+        conn.execute("PRAGMA synchronous=OFF")
+        vectors = VectorStore(self.data_dir / "chroma")
+        rng = np.random.default_rng(self.loaded + 1)
+        now = time.time()
+        start = self.loaded - self.loaded % FACTS_PER_MEMORY
+        items: list[Any] = []
+        conn.execute("BEGIN")
+        for first in range(start, total, FACTS_PER_MEMORY):
+            group = range(first, min(first + FACTS_PER_MEMORY, total))
+            m = first // FACTS_PER_MEMORY
+            memory_id = f"mem_bench{m:09d}"
+            agent = f"agent-{m % AGENTS}"
+            tags = [f"project-{m % TAGS}"]
+            created = self.epoch + first * 30.0
+            texts, vecs = [], []
+            for i in group:
+                text, base = fact_text(i, len(self.pool_vectors))
+                vec = self.pool_vectors[base]
+                if i >= len(self.pool_vectors):
+                    vec = vec + rng.normal(0.0, NOISE_SIGMA, vec.shape).astype(np.float32)
+                    vec = vec / np.linalg.norm(vec)
+                texts.append(text)
+                vecs.append(vec)
+            memory_text = " ".join(texts)
+            conn.execute(
+                "INSERT OR REPLACE INTO memories (id, team, agent_id, run_id, text, tags, metadata, created_at, "
+                "status, attempts, next_attempt_at, deadline_at, finished_at, indexed) "
+                "VALUES (?,?,?,NULL,?,?,?,?, 'done', 1, ?, ?, ?, 1)",
+                (memory_id, TEAM, agent, memory_text, json.dumps(tags), "{}", created, created, created, created),
+            )
+            meta = {"memory_id": memory_id, "agent_id": agent, "run_id": "", "created_at": created,
+                    **{tag_key(t): True for t in tags}}
+            for text, vec, i in zip(texts, vecs, group):
+                if i < self.loaded:
+                    continue
+                norm = normalize(text)
+                fid = fact_id(TEAM, norm)
+                if fid in self.seen:  # the same text twice (rare): one fact, as the service would keep it
+                    continue
+                self.seen.add(fid)
+                conn.execute(
+                    "INSERT OR IGNORE INTO facts (id, team, agent_id, memory_id, text, norm, shape, tags, created_at) "
+                    "VALUES (?,?,?,?,?,?,?,?,?)",
+                    (fid, TEAM, agent, memory_id, text, norm, shape(norm), json.dumps(tags), created),
+                )
+                conn.execute("INSERT OR IGNORE INTO fact_sources VALUES (?,?,0,?,?)", (fid, memory_id, len(text), now))
+                items.append(VectorItem(fid, text, vec, {**meta, "kind": "fact"}))
+            passage = np.mean(vecs, axis=0)
+            items.append(VectorItem(f"p:{memory_id}:0", memory_text, passage / np.linalg.norm(passage),
+                                    {**meta, "kind": "passage", "start": 0}))
+            if len(items) >= 5000:
+                vectors.upsert(TEAM, items)
+                items = []
+        conn.execute("COMMIT")
+        if items:
+            vectors.upsert(TEAM, items)
+        self.rows_in_collection = vectors.count(TEAM)
+        self.facts_in_journal = conn.execute("SELECT COUNT(*) FROM facts WHERE team = ?", (TEAM,)).fetchone()[0]
+        conn.close()
+        del vectors
+        _forget_chroma_clients()
+        self.loaded = total
+        self.load_s += time.monotonic() - started
+
+    def inprocess_timings(self, query_vectors: np.ndarray, query_texts: list[str]) -> dict[str, Any]:
+        """Chroma and FTS alone, in this process, before the service opens the path (breakdown only)."""
+        from memory_service.storage.journal import Journal
+        from memory_service.storage.vectors import VectorStore
+
+        vectors = VectorStore(self.data_dir / "chroma")
+        journal = Journal(self.data_dir / "journal.sqlite3")
+        chroma, chroma_agent, fts = [], [], []
+        try:
+            for vec, text in zip(query_vectors, query_texts):
+                t0 = time.perf_counter()
+                vectors.query(TEAM, vec, 30)
+                t1 = time.perf_counter()
+                vectors.query(TEAM, vec, 30, where={"agent_id": "agent-3"})
+                t2 = time.perf_counter()
+                journal.keyword_search(TEAM, text, kinds={"fact", "passage"}, limit=30)
+                t3 = time.perf_counter()
+                chroma.append(t1 - t0)
+                chroma_agent.append(t2 - t1)
+                fts.append(t3 - t2)
+        finally:
+            journal.close()
+            del vectors
+            _forget_chroma_clients()
+        return {"chroma_query_k30": latency_summary(chroma), "chroma_query_k30_agent_filter": latency_summary(chroma_agent),
+                "fts_keyword_search_limit30": latency_summary(fts)}
+
+
+def _forget_chroma_clients() -> None:
+    """Drop this process's cached Chroma client before the service (another process) opens the path."""
+    try:
+        from chromadb.api.client import SharedSystemClient
+
+        SharedSystemClient.clear_system_cache()
+    except Exception:  # an older/newer chromadb without it: the next open still works, just cached
+        pass
+
+
+def _measure(url: str, key: str, texts: list[str], variants: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60, trust_env=False) as client:
+        for text in texts[:20]:  # warm-up: the embedder's first calls and SQLite's page cache
+            client.post("/v1/recall", json={"query": text, "k": 10})
+        health = []
+        for _ in range(len(texts)):
+            t0 = time.perf_counter()
+            client.get("/health")
+            health.append(time.perf_counter() - t0)
+        out["GET /health (HTTP floor)"] = latency_summary(health)
+        for name, extra in variants.items():
+            lat, returned = [], []
+            for text in texts:
+                t0 = time.perf_counter()
+                response = client.post("/v1/recall", json={"query": text, "k": 10, **extra})
+                lat.append(time.perf_counter() - t0)
+                response.raise_for_status()
+                returned.append(len(response.json()["items"]))
+            out[name] = {**latency_summary(lat), "items_mean": round(sum(returned) / len(returned), 1)}
+    return out
+
+
+VARIANTS: dict[str, dict[str, Any]] = {
+    "unfiltered": {},
+    "agent (scope=agent, 10% of rows)": {"agent_id": "agent-3", "scope": "agent"},
+    "tag (1 tag, 10% of rows)": {"tags": ["project-4"]},
+    "kinds=[fact] (83% of rows)": {"kinds": ["fact"]},
+}
+
+
+def service_embedder() -> tuple[Any, str]:
+    """The embedder the service would use (MEMORY_EMBEDDER), one thread, as the service runs it."""
+    from memory_service.config import Settings
+    from memory_service.storage.embedder import load_embedder
+
+    backend = Settings.from_env().embedder
+    return load_embedder(backend, threads=1), backend
+
+
+def run(*, quick: bool = False, workdir: Path | None = None) -> dict[str, Any]:
+    levels = [1_000, 10_000] if quick else [1_000, 10_000, 100_000]
+    pool_size = 2_000 if quick else 5_000
+    n_queries = 100 if quick else 200
+    tmp = tempfile.TemporaryDirectory(prefix="bench-recall-") if workdir is None else None
+    root = Path(tmp.name) if tmp else workdir
+    assert root is not None
+    data_dir = root / "recall-data"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    key = secrets.token_urlsafe(12)
+    texts = queries(n_queries)
+    try:
+        embedder, backend = service_embedder()
+        t0 = time.monotonic()
+        pool = embedder.embed([fact_text(i, pool_size)[0] for i in range(pool_size)])
+        pool_embed_s = time.monotonic() - t0
+        embed_lat = []
+        for text in texts:
+            t1 = time.perf_counter()
+            embedder.embed_one(text)
+            embed_lat.append(time.perf_counter() - t1)
+        query_vectors = embedder.embed(texts)
+        del embedder
+        loader = Loader(data_dir, pool)
+        per_level: dict[str, Any] = {}
+        for level in levels:
+            loader.load_to(level)
+            inproc = loader.inprocess_timings(query_vectors, texts)
+            service = ServiceRunner(data_dir, api_keys={key: TEAM}, llm_url=DEAD_LLM_URL).start()
+            try:
+                measured = _measure(service.url, key, texts, VARIANTS)
+                rss = service.rss()
+            finally:
+                service.stop()
+            per_level[f"{level}"] = {
+                "facts": loader.facts_in_journal, "rows_in_team_collection": loader.rows_in_collection,
+                "http": measured, "in_process": inproc, "service_rss": rss,
+            }
+            print(f"[recall] {level} facts: unfiltered p50 {measured['unfiltered']['p50_ms']} ms "
+                  f"p95 {measured['unfiltered']['p95_ms']} ms", file=sys.stderr, flush=True)
+    finally:
+        if tmp:
+            tmp.cleanup()
+    top = per_level[str(levels[-1])]["http"]["unfiltered"]
+    small = per_level[str(levels[0])]["http"]["unfiltered"]
+    goals: dict[str, Any] = {}
+    if "100000" in per_level:
+        goals = {f"100k_unfiltered_{k}": goal(top[k], v) for k, v in GOALS_100K.items()}
+        for name in VARIANTS:
+            if name != "unfiltered":
+                stats = per_level["100000"]["http"][name]
+                goals[f"100k {name} p50_ms"] = goal(stats["p50_ms"], GOALS_100K["p50_ms"])
+                goals[f"100k {name} p95_ms"] = goal(stats["p95_ms"], GOALS_100K["p95_ms"])
+    else:
+        goals = {"note": "--quick: no 100k level; goals apply at 100k",
+                 f"{levels[-1]}_unfiltered_p50_ms (goal is for 100k)": goal(top["p50_ms"], GOALS_100K["p50_ms"]),
+                 f"{levels[-1]}_unfiltered_p95_ms (goal is for 100k)": goal(top["p95_ms"], GOALS_100K["p95_ms"])}
+    return {
+        "benchmark": "recall_at_scale",
+        "levels": per_level,
+        "goals": goals,
+        "ratio_largest_over_1k_p50": round(top["p50_ms"] / small["p50_ms"], 2) if small["p50_ms"] else None,
+        "query_embedding_batch1": latency_summary(embed_lat),
+        "embedder_backend": backend,
+        "queries": n_queries,
+        "k": 10,
+        "data": {
+            "how": "loaded through the journal schema (memories, facts, fact_sources; FTS5 via triggers) and "
+                   "VectorStore.upsert while the service was stopped",
+            "real_embeddings": pool_size, "pool_embed_s": round(pool_embed_s, 1),
+            "synthetic": f"facts beyond the first {pool_size} reuse a pool sentence's words with other numbers; their "
+                         f"vector is the pool vector + N(0, {NOISE_SIGMA}) noise per dimension, renormalised "
+                         "(cosine ~0.97 to the pool vector)",
+            "memories": f"one memory (passage vector = mean of its facts' vectors) per {FACTS_PER_MEMORY} facts",
+            "agents": AGENTS, "tags": TAGS, "load_s_total": round(loader.load_s, 1),
+        },
+        "notes": "one client, sequential queries, no extraction running (recall never touches the model)",
+        "machine": machine_info(),
+    }
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    levels = list(result["levels"])
+    names = list(VARIANTS)
+    width = 0.8 / len(names)
+    for i, name in enumerate(names):
+        xs = [x + i * width for x in range(len(levels))]
+        p50 = [result["levels"][lv]["http"][name]["p50_ms"] for lv in levels]
+        p95 = [result["levels"][lv]["http"][name]["p95_ms"] for lv in levels]
+        ax.bar(xs, p95, width, alpha=0.35, color=f"C{i}")
+        ax.bar(xs, p50, width, color=f"C{i}", label=f"{name} (p50 solid, p95 light)")
+    ax.axhline(GOALS_100K["p50_ms"], color="green", ls="--", lw=1, label="100k goal p50")
+    ax.axhline(GOALS_100K["p95_ms"], color="red", ls="--", lw=1, label="100k goal p95")
+    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(levels))], [f"{int(lv):,} facts" for lv in levels])
+    ax.set_ylabel("ms over HTTP")
+    ax.set_yscale("log")
+    ax.set_title("POST /v1/recall latency, k=10")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="1k and 10k only, fewer queries")
+    parser.add_argument("--out", type=Path, help="also write JSON and PNG here")
+    args = parser.parse_args(argv)
+    result = run(quick=args.quick)
+    print(json.dumps(result, indent=2))
+    if args.out:
+        write_json(args.out / "recall.json", result)
+        plot(result, args.out / "recall.png")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

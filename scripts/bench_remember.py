@@ -1,0 +1,227 @@
+"""Remember under load: 32 concurrent clients saving realistic agent texts while the model is busy.
+
+The ack of POST /v1/remember must not wait for the model: the text is committed
+(fsync) and the 202 goes out. Measured over HTTP against `memory-service serve`
+in its own process, with extraction running on a real llama-server the whole
+time. Baseline in the same run: GET /health under the same 32-client load (the
+HTTP stack's own floor), so the journal's share is visible as a ratio.
+
+    python scripts/bench_remember.py [--quick] [--llm-url URL] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import secrets
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scripts.bench_common import (  # noqa: E402
+    ServiceRunner, agent_text, goal, latency_summary, machine_info, pyplot, start_llama, write_json,
+)
+
+CLIENTS = 32
+INTERVAL_S = 1.0  # mean think time per client: 32 agents saving about once a second each
+GOALS = {"p50_ms": 5.0, "p99_ms": 30.0}
+
+
+async def _load(url: str, key: str, clients: int, per_client: int, *, path: str, offset: int,
+                interval_s: float = 0.0) -> tuple[list[float], float, int]:
+    """`clients` workers, each with its own connection, `per_client` requests each; (latencies, elapsed, errors).
+
+    interval_s > 0: each client waits an exponential think time (mean interval_s) before each request,
+    an open-ish load of clients/interval_s requests/s; 0: closed loop, as fast as the server answers.
+    """
+    headers = {"Authorization": f"Bearer {key}"}
+    latencies: list[float] = []
+    errors = 0
+
+    async def worker(n: int) -> None:
+        nonlocal errors
+        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30.0, trust_env=False) as client:
+            await client.get("/health")  # open the connection before timing
+            await barrier.wait()
+            think = random.Random(offset + n)
+            for i in range(per_client):
+                if interval_s > 0:
+                    await asyncio.sleep(think.expovariate(1.0 / interval_s))
+                seq = offset + n * per_client + i
+                started = time.perf_counter()
+                try:
+                    if path == "/health":
+                        response = await client.get("/health")
+                        ok = response.status_code == 200
+                    else:
+                        response = await client.post(path, json={
+                            "text": agent_text(seq), "agent_id": f"agent-{n % 8}", "run_id": f"run-{n}",
+                            "tags": ["bench", f"client-{n}"], "metadata": {"seq": seq},
+                        })
+                        ok = response.status_code == 202
+                except httpx.HTTPError:
+                    ok = False
+                if ok:
+                    latencies.append(time.perf_counter() - started)
+                else:
+                    errors += 1
+
+    barrier = _Barrier(clients)
+    started = time.perf_counter()
+    await asyncio.gather(*(worker(n) for n in range(clients)))
+    return latencies, time.perf_counter() - started, errors
+
+
+class _Barrier:
+    """All workers start together, after their connections are open (asyncio.Barrier is 3.11+, kept simple)."""
+
+    def __init__(self, parties: int) -> None:
+        self._parties, self._count, self._event = parties, 0, asyncio.Event()
+
+    async def wait(self) -> None:
+        self._count += 1
+        if self._count >= self._parties:
+            self._event.set()
+        await self._event.wait()
+
+
+def _ready(url: str) -> dict[str, Any]:
+    return httpx.get(url + "/ready", timeout=30, trust_env=False).json()
+
+
+def run(*, llm_url: str, quick: bool = False, workdir: Path | None = None) -> dict[str, Any]:
+    per_client = 10 if quick else 50
+    key = secrets.token_urlsafe(12)
+    tmp = tempfile.TemporaryDirectory(prefix="bench-remember-") if workdir is None else None
+    root = Path(tmp.name) if tmp else workdir
+    assert root is not None
+    service = ServiceRunner(root / "remember-data", api_keys={key: "bench-remember"}, llm_url=llm_url).start()
+    try:
+        service.wait_model_ready()
+        rss_idle = service.rss()
+        headers = {"Authorization": f"Bearer {key}"}
+        # make the model busy first: a backlog it is still working through during the whole measurement
+        with httpx.Client(base_url=service.url, headers=headers, timeout=30, trust_env=False) as client:
+            for i in range(6):
+                client.post("/v1/remember", json={"text": agent_text(10_000 + i), "agent_id": "warm"})
+        deadline = time.monotonic() + 60
+        while (_ready(service.url)["jobs"].get("extracting") or 0) < 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        # warm-up (not measured): both paths once per client
+        asyncio.run(_load(service.url, key, CLIENTS, 2, path="/v1/remember", offset=20_000))
+        asyncio.run(_load(service.url, key, CLIENTS, 2, path="/health", offset=0))
+        time.sleep(3.0)  # let the passage indexer embed the warm-up saves before the baseline
+        before = _ready(service.url)
+        paced_n = 10 if quick else 30
+        base_lat, base_elapsed, base_err = asyncio.run(
+            _load(service.url, key, CLIENTS, paced_n, path="/health", offset=0, interval_s=INTERVAL_S))
+        lat, elapsed, errors = asyncio.run(
+            _load(service.url, key, CLIENTS, paced_n, path="/v1/remember", offset=30_000, interval_s=INTERVAL_S))
+        sat_base, sat_base_elapsed, _ = asyncio.run(
+            _load(service.url, key, CLIENTS, per_client, path="/health", offset=0))
+        sat, sat_elapsed, sat_errors = asyncio.run(
+            _load(service.url, key, CLIENTS, per_client, path="/v1/remember", offset=60_000))
+        after = _ready(service.url)
+        rss_after = service.rss()
+    finally:
+        service.stop()
+        if tmp:
+            tmp.cleanup()
+    summary = latency_summary(lat)
+    base = latency_summary(base_lat)
+    sat_summary = latency_summary(sat)
+    sat_base_summary = latency_summary(sat_base)
+    finished = (after["jobs"].get("done", 0) + after["jobs"].get("failed", 0)) - (
+        before["jobs"].get("done", 0) + before["jobs"].get("failed", 0))
+    return {
+        "benchmark": "remember_under_load",
+        "clients": CLIENTS,
+        "load": f"each client: exponential think time, mean {INTERVAL_S}s, then a save "
+                f"(~{CLIENTS / INTERVAL_S:.0f} saves/s offered)",
+        "requests": len(lat) + errors,
+        "errors": errors,
+        "ack_latency": summary,
+        "achieved_saves_per_s": round(len(lat) / elapsed, 1) if elapsed else None,
+        "goals": {
+            "p50_ms": goal(summary["p50_ms"], GOALS["p50_ms"]),
+            "p99_ms": goal(summary["p99_ms"], GOALS["p99_ms"]),
+        },
+        "baseline_same_run": {
+            "what": "GET /health, same clients and pacing, same service, model busy",
+            "latency": base, "errors": base_err,
+            "remember_over_health_p50": round(summary["p50_ms"] / base["p50_ms"], 2)
+            if summary["p50_ms"] and base["p50_ms"] else None,
+        },
+        "saturation": {
+            "what": f"closed loop: {CLIENTS} clients, no think time, {per_client} saves each (max saves/s)",
+            "saves_per_s": round(len(sat) / sat_elapsed, 1) if sat_elapsed else None, "errors": sat_errors,
+            "ack_latency": sat_summary,
+            "health_requests_per_s": round(len(sat_base) / sat_base_elapsed, 1) if sat_base_elapsed else None,
+            "health_latency": sat_base_summary,
+            "saves_over_health_throughput": round((len(sat) / sat_elapsed) / (len(sat_base) / sat_base_elapsed), 2)
+            if sat_elapsed and sat_base_elapsed and sat_base else None,
+        },
+        "model_busy": {
+            "extracting_before": before["jobs"].get("extracting"), "queue_before": before["queue_depth"],
+            "queue_after": after["queue_depth"], "jobs_finished_during_measurement": finished,
+            "model": after["model_server"].get("model"), "throughput": after.get("throughput"),
+        },
+        "service_rss": {"idle_after_start": rss_idle, "after_load": rss_after},
+        "notes": "client: one asyncio process, one keep-alive connection per client, on the same 2-core box as the "
+                 "service and llama-server; latencies include client-side overhead.",
+        "machine": machine_info(),
+    }
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    names = ["p50_ms", "p95_ms", "p99_ms", "max_ms"]
+    rem = [result["ack_latency"][n] or 0 for n in names]
+    base = [result["baseline_same_run"]["latency"][n] or 0 for n in names]
+    xs = range(len(names))
+    ax.bar([x - 0.2 for x in xs], rem, 0.4, label="POST /v1/remember (202)")
+    ax.bar([x + 0.2 for x in xs], base, 0.4, label="GET /health (baseline)")
+    ax.axhline(GOALS["p50_ms"], color="green", ls="--", lw=1, label="goal p50 5 ms")
+    ax.axhline(GOALS["p99_ms"], color="red", ls="--", lw=1, label="goal p99 30 ms")
+    ax.set_xticks(list(xs), names)
+    ax.set_ylabel("ms")
+    ax.set_yscale("log")
+    ax.set_title(f"Remember ack, {result['clients']} paced clients, model busy; "
+                 f"saturation {result['saturation']['saves_per_s']} saves/s")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--llm-url", help="a running llama-server (default: start one with the default model)")
+    parser.add_argument("--model", default="default")
+    parser.add_argument("--out", type=Path, help="also write JSON and PNG here")
+    args = parser.parse_args(argv)
+    llama = None if args.llm_url else start_llama(args.model)
+    try:
+        result = run(llm_url=args.llm_url or llama.url, quick=args.quick)
+    finally:
+        if llama is not None:
+            llama.stop()
+    print(json.dumps(result, indent=2))
+    if args.out:
+        write_json(args.out / "remember.json", result)
+        plot(result, args.out / "remember.png")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
