@@ -173,6 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--url", default=os.environ.get("MEMORY_URL"), help="evaluate a running service (default: start one)")
     ev.add_argument("--api-key", default=os.environ.get("MEMORY_API_KEY"))
     ev.add_argument("--limit", type=int, default=None, help="only the first N conversations / utterances")
+    ev.add_argument("--model", default="default", help="model of the self-started service (default | tiny | large | path)")
+    ev.add_argument("--llm-url", default=None, help="self-started service: reuse this running llama-server")
     ev.set_defaults(func=cmd_eval)
     return parser
 

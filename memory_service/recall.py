@@ -21,6 +21,8 @@ RRF_K = 60.0
 # A keyword hit weighs 0.5 plus the share of the query's words it contains: an item holding every
 # word of the query (an id, a name, "email quota") outranks vector noise; a one-word overlap does not.
 KEYWORD_BASE_WEIGHT = 0.5
+SIBLING_SUPPORT = 0.5  # share of the scores of items from the same saved text added to an item
+REPEAT_DECAY = 0.5  # each further item from an already-shown saved text keeps this share of its score
 
 
 def _terms(text: str) -> set[str]:
@@ -133,10 +135,10 @@ def recall(q: RecallQuery, *, journal: Journal, vectors: VectorStore, embedder: 
         coverage = len(query_terms & _terms(text)) / len(query_terms) if query_terms else 0.0
         hit.score += (KEYWORD_BASE_WEIGHT + coverage) / (RRF_K + rank + 1)
 
-    ranked = sorted(hits.values(), key=lambda h: (h.score, h.similarity or 0.0), reverse=True)
+    candidates = list(hits.values())
     if q.min_score is not None:
-        ranked = [h for h in ranked if h.similarity is not None and h.similarity >= q.min_score]
-    ranked = ranked[: q.k]
+        candidates = [h for h in candidates if h.similarity is not None and h.similarity >= q.min_score]
+    ranked = diversify(candidates, q.k)
     sources = journal.fact_sources([h.fact_id for h in ranked if h.fact_id])
     for hit in ranked:
         if hit.fact_id:
@@ -144,6 +146,34 @@ def recall(q: RecallQuery, *, journal: Journal, vectors: VectorStore, embedder: 
         else:
             hit.source_memory_ids = [hit.memory_id]
     return ranked
+
+
+def diversify(hits: list[Hit], k: int) -> list[Hit]:
+    """Rank by evidence per source, then spread the top k over sources.
+
+    A passage and the facts drawn from it are evidence for the same saved text: each item gets a share
+    of its siblings' scores. Then items are picked greedily, and every further item from a text
+    already shown keeps only part of its score, so the top k are not three rewordings of one note.
+    """
+    per_memory: dict[str, float] = {}
+    for hit in hits:
+        per_memory[hit.memory_id] = per_memory.get(hit.memory_id, 0.0) + hit.score
+    for hit in hits:
+        hit.score += SIBLING_SUPPORT * (per_memory[hit.memory_id] - hit.score)
+    remaining = sorted(hits, key=lambda h: (h.score, h.similarity or 0.0), reverse=True)
+    shown: dict[str, int] = {}
+    picked: list[Hit] = []
+    while remaining and len(picked) < k:
+        best_index, best_score = 0, float("-inf")
+        for index, hit in enumerate(remaining):
+            effective = hit.score * REPEAT_DECAY ** shown.get(hit.memory_id, 0)
+            if effective > best_score:
+                best_index, best_score = index, effective
+        hit = remaining.pop(best_index)
+        hit.score = best_score
+        shown[hit.memory_id] = shown.get(hit.memory_id, 0) + 1
+        picked.append(hit)
+    return picked
 
 
 def to_epoch(value: datetime | None) -> float | None:

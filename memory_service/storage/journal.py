@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from ..extraction.grounding import STOPWORDS
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS memories (
     id TEXT PRIMARY KEY,
@@ -178,8 +180,11 @@ _FTS_TOKEN = re.compile(r"[\w]+", re.UNICODE)
 
 
 def fts_query(text: str) -> str | None:
-    """Quote every word, OR them: a free-text query must never be parsed as FTS syntax."""
-    words = [w for w in _FTS_TOKEN.findall(text.lower()) if len(w) > 1]
+    """Quote every content word, OR them: a free-text query must never be parsed as FTS syntax.
+
+    Stopwords are left out: they match most rows, and BM25 must rank every row that matches.
+    """
+    words = [w for w in _FTS_TOKEN.findall(text.lower()) if len(w) > 1 and w not in STOPWORDS]
     if not words:
         return None
     return " OR ".join(f'"{w}"' for w in dict.fromkeys(words))
@@ -195,9 +200,15 @@ class Journal:
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=FULL")  # durable before we ack
             self._conn.executescript(SCHEMA)
+        # Reads get their own connection: in WAL mode they see every committed write and never wait
+        # for a writer, so recall stays fast while the workers commit.
+        self._reader = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+        self._reader.row_factory = sqlite3.Row
+        self._read_lock = threading.Lock()
 
     def close(self) -> None:
-        with self._lock:
+        with self._lock, self._read_lock:
+            self._reader.close()
             self._conn.close()
 
     # -- writes -----------------------------------------------------------------
@@ -262,8 +273,8 @@ class Journal:
     def next_due_in(self, now: float | None = None) -> float | None:
         """Seconds until the earliest queued job is due (0 if one is due now), None if the queue is empty."""
         now = time.time() if now is None else now
-        with self._lock:
-            row = self._conn.execute(
+        with self._read_lock:
+            row = self._reader.execute(
                 "SELECT MIN(next_attempt_at) FROM memories WHERE status = ?", (QUEUED,)
             ).fetchone()
         return None if row[0] is None else max(0.0, row[0] - now)
@@ -356,9 +367,9 @@ class Journal:
     # -- reads ------------------------------------------------------------------
 
     def get(self, team: str, memory_id: str) -> Memory | None:
-        with self._lock:
-            row = self._conn.execute(
-                "SELECT * FROM memories WHERE id = ? AND team = ?", (memory_id, team)
+        with self._read_lock:
+            row = self._reader.execute(
+                "SELECT * FROM memories WHERE id = ? AND +team = ?", (memory_id, team)
             ).fetchone()
         return Memory.from_row(row) if row else None
 
@@ -366,23 +377,23 @@ class Journal:
         if not memory_ids:
             return {}
         marks = ",".join("?" * len(memory_ids))
-        with self._lock:
-            rows = self._conn.execute(
-                f"SELECT * FROM memories WHERE team = ? AND id IN ({marks})", (team, *memory_ids)
+        with self._read_lock:
+            rows = self._reader.execute(
+                f"SELECT * FROM memories WHERE id IN ({marks}) AND +team = ?", (*memory_ids, team)
             ).fetchall()
         return {row["id"]: Memory.from_row(row) for row in rows}
 
     def unindexed(self, limit: int) -> list[Memory]:
-        with self._lock:
-            rows = self._conn.execute(
+        with self._read_lock:
+            rows = self._reader.execute(
                 "SELECT * FROM memories WHERE indexed = 0 ORDER BY created_at LIMIT ?", (limit,)
             ).fetchall()
         return [Memory.from_row(r) for r in rows]
 
     def facts_of_memory(self, team: str, memory_id: str) -> list[Fact]:
         """Facts this memory produced or confirmed, superseded ones included (its history)."""
-        with self._lock:
-            rows = self._conn.execute(
+        with self._read_lock:
+            rows = self._reader.execute(
                 "SELECT f.*, s.span_start, s.span_end FROM fact_sources s JOIN facts f ON f.id = s.fact_id "
                 "WHERE s.memory_id = ? AND f.team = ? ORDER BY f.created_at, s.span_start",
                 (memory_id, team),
@@ -397,8 +408,8 @@ class Journal:
         if not fact_ids:
             return {}
         marks = ",".join("?" * len(fact_ids))
-        with self._lock:
-            rows = self._conn.execute(
+        with self._read_lock:
+            rows = self._reader.execute(
                 f"SELECT fact_id, memory_id, span_start, span_end FROM fact_sources WHERE fact_id IN ({marks}) "
                 "ORDER BY added_at",
                 fact_ids,
@@ -409,15 +420,15 @@ class Journal:
         return out
 
     def active_facts_by_norm(self, team: str, norm: str) -> list[Fact]:
-        with self._lock:
-            rows = self._conn.execute(
+        with self._read_lock:
+            rows = self._reader.execute(
                 "SELECT * FROM facts WHERE team = ? AND norm = ? AND superseded_by IS NULL", (team, norm)
             ).fetchall()
         return [_fact_from_row(r) for r in rows]
 
     def active_facts_by_shape(self, team: str, shape: str) -> list[Fact]:
-        with self._lock:
-            rows = self._conn.execute(
+        with self._read_lock:
+            rows = self._reader.execute(
                 "SELECT * FROM facts WHERE team = ? AND shape = ? AND superseded_by IS NULL", (team, shape)
             ).fetchall()
         return [_fact_from_row(r) for r in rows]
@@ -426,9 +437,9 @@ class Journal:
         if not fact_ids:
             return {}
         marks = ",".join("?" * len(fact_ids))
-        with self._lock:
-            rows = self._conn.execute(
-                f"SELECT * FROM facts WHERE team = ? AND id IN ({marks})", (team, *fact_ids)
+        with self._read_lock:
+            rows = self._reader.execute(
+                f"SELECT * FROM facts WHERE id IN ({marks}) AND +team = ?", (*fact_ids, team)
             ).fetchall()
         return {r["id"]: _fact_from_row(r) for r in rows}
 
@@ -438,9 +449,9 @@ class Journal:
         if match is None:
             return []
         hits: list[KeywordHit] = []
-        with self._lock:
+        with self._read_lock:
             if "passage" in kinds:
-                for row in self._conn.execute(
+                for row in self._reader.execute(
                     "SELECT m.id, m.text, bm25(memories_fts) AS r FROM memories_fts "
                     "JOIN memories m ON m.rowid = memories_fts.rowid "
                     "WHERE memories_fts MATCH ? AND m.team = ? ORDER BY r LIMIT ?",
@@ -448,7 +459,7 @@ class Journal:
                 ):
                     hits.append(KeywordHit("passage", row[0], row[0], row[1], row[2]))
             if "fact" in kinds:
-                for row in self._conn.execute(
+                for row in self._reader.execute(
                     "SELECT f.id, f.memory_id, f.text, bm25(facts_fts) AS r FROM facts_fts "
                     "JOIN facts f ON f.rowid = facts_fts.rowid "
                     "WHERE facts_fts MATCH ? AND f.team = ? AND f.superseded_by IS NULL ORDER BY r LIMIT ?",
@@ -458,15 +469,15 @@ class Journal:
         return hits
 
     def queue_depth(self) -> int:
-        with self._lock:
-            return self._conn.execute(
+        with self._read_lock:
+            return self._reader.execute(
                 "SELECT COUNT(*) FROM memories WHERE status IN (?, ?)", (QUEUED, EXTRACTING)
             ).fetchone()[0]
 
     def counts(self) -> dict[str, int]:
-        with self._lock:
-            rows = self._conn.execute("SELECT status, COUNT(*) FROM memories GROUP BY status").fetchall()
-            facts = self._conn.execute("SELECT COUNT(*) FROM facts WHERE superseded_by IS NULL").fetchone()[0]
+        with self._read_lock:
+            rows = self._reader.execute("SELECT status, COUNT(*) FROM memories GROUP BY status").fetchall()
+            facts = self._reader.execute("SELECT COUNT(*) FROM facts WHERE superseded_by IS NULL").fetchone()[0]
         out = {status: 0 for status in (QUEUED, EXTRACTING, DONE, FAILED)}
         out.update({row[0]: row[1] for row in rows})
         out["facts"] = facts
