@@ -108,7 +108,7 @@ def store_facts(
             new_id = fact_id(memory.team, f"{norm}\x00{memory.id}")
         changed = [f for f in journal.active_facts_by_shape(memory.team, fact_shape) if f.id != new_id]
         if not changed and near_duplicate < 1.0:
-            hits = vectors.query(memory.team, vec, 2, where={"kind": "fact"})
+            hits = vectors.query(memory.team, vec, 2, kind="fact")
             hit = next((h for h in hits if h.id != new_id and h.similarity >= near_duplicate), None)
             existing = journal.facts_by_ids(memory.team, [hit.id]).get(hit.id) if hit is not None else None
             if existing is not None and identifiers(existing.norm) != identifiers(norm):

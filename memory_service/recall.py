@@ -59,8 +59,6 @@ class Hit:
 
 def _where(q: RecallQuery) -> dict[str, Any] | None:
     clauses: list[dict[str, Any]] = []
-    if len(q.kinds) == 1:
-        clauses.append({"kind": q.kinds[0]})
     if q.agent_id:
         clauses.append({"agent_id": q.agent_id})
     for tag in q.tags:
@@ -83,19 +81,25 @@ def recall(q: RecallQuery, *, journal: Journal, vectors: VectorStore, embedder: 
     hits: dict[str, Hit] = {}
 
     vector = embedder.embed_one(q.query)
-    for rank, vh in enumerate(vectors.query(q.team, vector, pool, where=_where(q))):
-        meta = vh.metadata
-        kind = meta.get("kind", "passage")
-        memory_id = meta.get("memory_id", "")
-        key = vh.id if kind == "fact" else "p:" + memory_id
-        hit = hits.get(key)
-        if hit is None:
-            hit = hits[key] = Hit(
-                key=key, kind=kind, text=vh.text, memory_id=memory_id, fact_id=vh.id if kind == "fact" else None,
-                agent_id=meta.get("agent_id", ""), created_at=float(meta.get("created_at", 0.0)),
-                tags=_tags_of(meta), similarity=vh.similarity,
-            )
-        hit.score += 1.0 / (RRF_K + rank + 1)
+    where = _where(q)
+    for kind in q.kinds:  # one ranked list per kind: facts and passages don't crowd each other out
+        rank = 0
+        for vh in vectors.query(q.team, vector, pool, where=where, kind=kind):
+            meta = vh.metadata
+            memory_id = meta.get("memory_id", "")
+            key = vh.id if kind == "fact" else "p:" + memory_id
+            hit = hits.get(key)
+            if hit is None:
+                hit = hits[key] = Hit(
+                    key=key, kind=kind, text=vh.text, memory_id=memory_id, fact_id=vh.id if kind == "fact" else None,
+                    agent_id=meta.get("agent_id", ""), created_at=float(meta.get("created_at", 0.0)),
+                    tags=_tags_of(meta), similarity=vh.similarity,
+                )
+            elif hit.similarity is not None and hit.similarity >= vh.similarity:
+                continue  # another window of a passage already ranked
+            hit.similarity = max(hit.similarity or -1.0, vh.similarity)
+            hit.score += 1.0 / (RRF_K + rank + 1)
+            rank += 1
 
     query_terms = _terms(q.query)
     keyword = journal.keyword_search(q.team, q.query, kinds=set(q.kinds), limit=pool)

@@ -141,7 +141,7 @@ def test_locomo_runner_end_to_end_on_tiny_model(tiny_llama, tmp_path: Path) -> N
     assert conv["skipped_questions"] == {"adversarial": 1, "no_valid_evidence": 1}
     assert conv["extraction"]["memories"] == 4
     assert sum(conv["extraction"]["status"].values()) == 4
-    assert set(result["results"]) == {"passages", "facts", "default"}
+    assert set(result["results"]) == {"passages", "facts", "default", "embedding_baseline"}
     # 4 turns and k=20: raw-turn recall must find every evidence turn; the default includes the passages
     assert result["results"]["passages"]["overall"]["recall@20"] == 1.0
     assert result["results"]["default"]["overall"]["recall@20"] == 1.0

@@ -40,16 +40,19 @@ async def remember(body: RememberRequest, team: Team, services: ServicesDep, res
         )
     if len(json.dumps(body.metadata)) > MAX_METADATA_BYTES:
         raise HTTPException(413, f"metadata is larger than {MAX_METADATA_BYTES} bytes as JSON")
-    memory, created = await asyncio.to_thread(
-        services.journal.insert, team=team, agent_id=body.agent_id, text=body.text, run_id=body.run_id,
-        tags=body.tags, metadata=body.metadata, idempotency_key=body.idempotency_key,
-        budget_s=settings.extract_budget_s,
-    )
+    def save() -> tuple[Memory, bool, int]:  # one thread hop for the commit and the queue depth
+        memory, created = services.journal.insert(
+            team=team, agent_id=body.agent_id, text=body.text, run_id=body.run_id, tags=body.tags,
+            metadata=body.metadata, idempotency_key=body.idempotency_key, budget_s=settings.extract_budget_s,
+        )
+        return memory, created, services.journal.queue_depth()
+
+    memory, created, depth = await asyncio.to_thread(save)
     if created:
         services.notify_saved()
     if body.wait_s > 0 and memory.status not in (DONE, FAILED):
         memory = await _wait_for(services, team, memory, body.wait_s)
-    depth = await asyncio.to_thread(services.journal.queue_depth)
+        depth = await asyncio.to_thread(services.journal.queue_depth)
     if not created:
         response.headers["Idempotent-Replay"] = "true"
     return RememberResponse(

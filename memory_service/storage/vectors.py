@@ -1,7 +1,8 @@
 """Chroma behind a small interface: one collection per team, ids we choose.
 
-- One collection per team, so the hot path never pays for a `where` filter over
-  other teams' rows (and a bug in a filter can't leak across teams).
+- One collection per team and kind (passage | fact), so the hot path never pays for a `where`
+  filter over other teams' rows (a bug in a filter can't leak across teams), and passages and
+  facts each get a full candidate list instead of crowding each other out of one.
 - We always pass embeddings: Chroma's own embedding function would try a hub download.
 - Deterministic ids + `upsert`, so a batch replayed after a crash stores nothing twice.
 - Embedded `PersistentClient` allows one writer process per path; pointing
@@ -37,8 +38,15 @@ class VectorHit:
     metadata: dict[str, Any]
 
 
-def collection_name(team: str) -> str:
-    return "team_" + hashlib.sha256(team.encode()).hexdigest()[:40]
+KINDS = ("passage", "fact")
+
+
+def collection_name(team: str, kind: str) -> str:
+    return f"team_{hashlib.sha256(team.encode()).hexdigest()[:40]}_{kind}"
+
+
+def kind_of_id(item_id: str) -> str:
+    return "fact" if item_id.startswith("f:") else "passage"
 
 
 def tag_key(tag: str) -> str:
@@ -66,34 +74,46 @@ class VectorStore:
         self._collections: dict[str, Any] = {}
         self._lock = threading.Lock()
 
-    def _collection(self, team: str) -> Any:
+    def _collection(self, team: str, kind: str) -> Any:
+        if kind not in KINDS:
+            raise ValueError(f"unknown kind {kind!r}")
         with self._lock:
-            coll = self._collections.get(team)
+            coll = self._collections.get((team, kind))
             if coll is None:
                 coll = self._client.get_or_create_collection(
-                    collection_name(team), metadata={"hnsw:space": "cosine"}, embedding_function=None
+                    collection_name(team, kind), metadata={"hnsw:space": "cosine"}, embedding_function=None
                 )
-                self._collections[team] = coll
+                self._collections[(team, kind)] = coll
             return coll
 
     def upsert(self, team: str, items: list[VectorItem]) -> None:
-        coll = self._collection(team)
-        for start in range(0, len(items), MAX_BATCH):
-            batch = items[start:start + MAX_BATCH]
-            coll.upsert(
-                ids=[i.id for i in batch],
-                embeddings=np.stack([i.embedding for i in batch]),
-                documents=[i.text for i in batch],
-                metadatas=[i.metadata for i in batch],
-            )
+        """Each item goes to the collection of its `metadata["kind"]`."""
+        for kind in KINDS:
+            of_kind = [i for i in items if i.metadata.get("kind", "passage") == kind]
+            coll = self._collection(team, kind) if of_kind else None
+            for start in range(0, len(of_kind), MAX_BATCH):
+                batch = of_kind[start:start + MAX_BATCH]
+                coll.upsert(
+                    ids=[i.id for i in batch],
+                    embeddings=np.stack([i.embedding for i in batch]),
+                    documents=[i.text for i in batch],
+                    metadatas=[i.metadata for i in batch],
+                )
 
     def delete(self, team: str, ids: list[str]) -> None:
-        if ids:
-            self._collection(team).delete(ids=ids)
+        for kind in KINDS:
+            of_kind = [i for i in ids if kind_of_id(i) == kind]
+            if of_kind:
+                self._collection(team, kind).delete(ids=of_kind)
 
-    def query(self, team: str, embedding: np.ndarray, k: int, where: dict[str, Any] | None = None) -> list[VectorHit]:
-        coll = self._collection(team)
-        result = coll.query(
+    def query(
+        self, team: str, embedding: np.ndarray, k: int, where: dict[str, Any] | None = None, kind: str | None = None
+    ) -> list[VectorHit]:
+        """The k nearest items of one kind, or of both merged by similarity when `kind` is None."""
+        if kind is None:
+            merged = [h for one in KINDS for h in self.query(team, embedding, k, where, one)]
+            return sorted(merged, key=lambda h: h.similarity, reverse=True)[:k]
+        result = self._collection(team, kind).query(
             query_embeddings=[embedding], n_results=k, where=where or None,
             include=["documents", "metadatas", "distances"],
         )
@@ -105,4 +125,4 @@ class VectorStore:
         return hits
 
     def count(self, team: str) -> int:
-        return self._collection(team).count()
+        return sum(self._collection(team, kind).count() for kind in KINDS)
