@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from .extraction.grounding import STOPWORDS, normalize
+from .text import STOPWORDS, normalize
 from .storage.embedder import Embedder
 from .storage.journal import Journal
 from .storage.vectors import VectorStore, tag_key

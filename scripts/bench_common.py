@@ -254,6 +254,29 @@ def wait_queue_empty(url: str, timeout_s: float, *, progress: str = "", total: i
 # ---------------------------------------------------------------- output
 
 
+def main_with_llama(argv: list[str] | None, *, doc: str | None, name: str, run, plot) -> int:  # type: ignore[no-untyped-def]
+    """The command line every model-backed benchmark shares: --quick, --llm-url or --model, --out."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--llm-url", help="a running llama-server (default: start one with the default model)")
+    parser.add_argument("--model", default="default")
+    parser.add_argument("--out", type=Path, help="also write JSON and PNG here")
+    args = parser.parse_args(argv)
+    llama = None if args.llm_url else start_llama(args.model)
+    try:
+        result = run(llm_url=args.llm_url or llama.url, quick=args.quick)
+    finally:
+        if llama is not None:
+            llama.stop()
+    print(json.dumps(result, indent=2))
+    if args.out:
+        write_json(args.out / f"{name}.json", result)
+        plot(result, args.out / f"{name}.png")
+    return 0
+
+
 def write_json(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, default=str) + "\n")

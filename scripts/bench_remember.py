@@ -11,9 +11,7 @@ HTTP stack's own floor), so the journal's share is visible as a ratio.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import random
 import secrets
 import sys
@@ -27,7 +25,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scripts.bench_common import (  # noqa: E402
-    ServiceRunner, agent_text, goal, latency_summary, machine_info, pyplot, start_llama, write_json,
+    ServiceRunner, agent_text, goal, latency_summary, machine_info, main_with_llama, pyplot,
 )
 
 CLIENTS = 32
@@ -204,23 +202,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--llm-url", help="a running llama-server (default: start one with the default model)")
-    parser.add_argument("--model", default="default")
-    parser.add_argument("--out", type=Path, help="also write JSON and PNG here")
-    args = parser.parse_args(argv)
-    llama = None if args.llm_url else start_llama(args.model)
-    try:
-        result = run(llm_url=args.llm_url or llama.url, quick=args.quick)
-    finally:
-        if llama is not None:
-            llama.stop()
-    print(json.dumps(result, indent=2))
-    if args.out:
-        write_json(args.out / "remember.json", result)
-        plot(result, args.out / "remember.png")
-    return 0
+    return main_with_llama(argv, doc=__doc__, name="remember", run=run, plot=plot)
 
 
 if __name__ == "__main__":

@@ -10,8 +10,6 @@ and after recalls. Goal: <= 500 MB.
 
 from __future__ import annotations
 
-import argparse
-import json
 import secrets
 import sys
 import tempfile
@@ -22,7 +20,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scripts.bench_common import (  # noqa: E402
-    ServiceRunner, agent_text, goal, machine_info, pyplot, start_llama, wait_queue_empty, write_json,
+    ServiceRunner, agent_text, goal, machine_info, main_with_llama, pyplot, wait_queue_empty,
 )
 
 GOAL_MB = 500.0
@@ -88,23 +86,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--llm-url", help="a running llama-server (default: start one with the default model)")
-    parser.add_argument("--model", default="default")
-    parser.add_argument("--out", type=Path, help="also write JSON and PNG here")
-    args = parser.parse_args(argv)
-    llama = None if args.llm_url else start_llama(args.model)
-    try:
-        result = run(llm_url=args.llm_url or llama.url, quick=args.quick)
-    finally:
-        if llama is not None:
-            llama.stop()
-    print(json.dumps(result, indent=2))
-    if args.out:
-        write_json(args.out / "rss.json", result)
-        plot(result, args.out / "rss.png")
-    return 0
+    return main_with_llama(argv, doc=__doc__, name="rss", run=run, plot=plot)
 
 
 if __name__ == "__main__":

@@ -10,22 +10,13 @@ source. Each kept fact gets the character span(s) of the sentences it rests on.
 from __future__ import annotations
 
 import re
-import unicodedata
 from dataclasses import dataclass, field
 
-_WORD = re.compile(r"[0-9a-z]+(?:['’][a-z]+)?")
+from ..text import STOPWORDS, normalize
+
 _NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")
 _SENTENCE = re.compile(r"[^.!?\n]+[.!?]*", re.UNICODE)
 _NAME = re.compile(r"\b[A-Z][\w'’-]+")
-
-STOPWORDS = frozenset(
-    """a an the and or but if then than so of to in on at by for with from into onto over under about as is are was
-    were be been being am do does did doing have has had having it its it's this that these those there here they them
-    their theirs he him his she her hers we us our ours you your yours i me my mine who whom whose which what when where
-    why how not no nor very can could should would will shall may might must also just only up down out off all any
-    some each both more most other such own same too s t don now user users speaker agent text note mentioned says said
-    told tells stated states wants want wanted like likes liked per via one""".split()
-)
 
 SMALL_TALK = frozenset(
     """thanks thank haha hahaha lol talk soon bye goodbye hello hi hey great awesome cool nice glad see later welcome
@@ -41,11 +32,6 @@ OPENERS = frozenset(
 )
 
 MIN_CONTENT_COVERAGE = 0.6
-
-
-def normalize(text: str) -> str:
-    text = unicodedata.normalize("NFKC", text).lower().replace("’", "'")
-    return " ".join(_WORD.findall(text))
 
 
 # A number right after one of these words names a thing ("ticket 1010", "order 3"); it is not a value

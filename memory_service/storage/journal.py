@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from ..extraction.grounding import STOPWORDS
+from ..text import STOPWORDS
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS memories (
