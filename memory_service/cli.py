@@ -167,14 +167,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
     bench.set_defaults(func=cmd_bench)
 
+    from .eval_cli import add_eval_arguments
+
     ev = sub.add_parser("eval", help="retrieval/extraction eval on LoCoMo / PersonaExt-format data")
-    ev.add_argument("--data", required=True, action="append", help="a LoCoMo .json or PersonaExt .jsonl file")
-    ev.add_argument("--out", default="eval-results")
-    ev.add_argument("--url", default=os.environ.get("MEMORY_URL"), help="evaluate a running service (default: start one)")
-    ev.add_argument("--api-key", default=os.environ.get("MEMORY_API_KEY"))
-    ev.add_argument("--limit", type=int, default=None, help="only the first N conversations / utterances")
-    ev.add_argument("--model", default="default", help="model of the self-started service (default | tiny | large | path)")
-    ev.add_argument("--llm-url", default=None, help="self-started service: reuse this running llama-server")
+    add_eval_arguments(ev)
     ev.set_defaults(func=cmd_eval)
     return parser
 

@@ -36,7 +36,10 @@ def _scripts():  # type: ignore[no-untyped-def]
 
 def eval_parser(description: str = "memory-service eval") -> argparse.ArgumentParser:
     """The same options as `memory-service eval`, for the standalone scripts."""
-    parser = argparse.ArgumentParser(description=description)
+    return add_eval_arguments(argparse.ArgumentParser(description=description))
+
+
+def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--data", required=True, action="append", help="a LoCoMo .json or PersonaExt .jsonl file")
     parser.add_argument("--out", default="eval-results")
     parser.add_argument("--url", default=os.environ.get("MEMORY_URL"), help="evaluate a running service")
