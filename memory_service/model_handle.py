@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from .config import Settings
 from .extraction.client import LlamaClient, ServerProps
 from .extraction.extractor import Extractor
+from .extraction.thinking import check_thinking
 from .extraction.throughput import Throughput
 
 log = logging.getLogger("memory_service.model")
@@ -28,7 +29,7 @@ class ModelHandle:
     extractor: Extractor | None = None
     last_error: str | None = None
     last_check: float = 0.0
-    thinking_check: tuple[float, dict] | None = None  # (when, doctor.check_thinking result), for /ready
+    _thinking: tuple[float, dict] | None = None  # (when, check_thinking result)
     _ready: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
@@ -73,6 +74,12 @@ class ModelHandle:
         self.last_error = None
         self._ready.set()
         return True
+
+    async def thinking(self, max_age_s: float = 60.0) -> dict:
+        """Does the chat template turn thinking off? Template rendering only; re-checked at most once a minute."""
+        if self._thinking is None or time.time() - self._thinking[0] > max_age_s:
+            self._thinking = (time.time(), await check_thinking(self.client))
+        return self._thinking[1]
 
     async def wait_ready(self) -> Extractor:
         delay = 0.5

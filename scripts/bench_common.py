@@ -26,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from memory_service.llm_runtime.server import wait_until_healthy  # noqa: E402
+
 
 # ---------------------------------------------------------------- statistics
 
@@ -171,18 +173,11 @@ class ServiceRunner:
             [sys.executable, "-m", "memory_service.cli", "serve"], env=self.env, cwd=str(self.data_dir.parent),
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
         )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"service exited with code {self.proc.returncode}:\n{self.log_tail()}")
-            try:
-                if httpx.get(self.url + "/health", timeout=1.0, trust_env=False).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
+        problem = wait_until_healthy(self.url, self.proc, timeout_s)
+        if problem is None:
+            return self
         self.stop()
-        raise RuntimeError(f"service did not answer /health within {timeout_s:.0f}s:\n{self.log_tail()}")
+        raise RuntimeError(f"service {problem}:\n{self.log_tail()}")
 
     def wait_model_ready(self, timeout_s: float = 300.0) -> dict[str, Any]:
         """Until /ready says the model server is reachable (extraction can run)."""
@@ -254,8 +249,12 @@ def wait_queue_empty(url: str, timeout_s: float, *, progress: str = "", total: i
 # ---------------------------------------------------------------- output
 
 
-def main_with_llama(argv: list[str] | None, *, doc: str | None, name: str, run, plot) -> int:  # type: ignore[no-untyped-def]
-    """The command line every model-backed benchmark shares: --quick, --llm-url or --model, --out."""
+def main_with_llama(argv: list[str] | None, *, doc: str | None, name: str, run, plot,  # type: ignore[no-untyped-def]
+                    own_llama: bool = False) -> int:
+    """The command line every model-backed benchmark shares: --quick, --llm-url or --model, --out.
+
+    `own_llama`: the benchmark starts its llama-server itself (with flags of its own) when no --llm-url.
+    """
     import argparse
 
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -264,6 +263,13 @@ def main_with_llama(argv: list[str] | None, *, doc: str | None, name: str, run, 
     parser.add_argument("--model", default="default")
     parser.add_argument("--out", type=Path, help="also write JSON and PNG here")
     args = parser.parse_args(argv)
+    if own_llama:
+        result = run(llm_url=args.llm_url, quick=args.quick, model=args.model)
+        print(json.dumps(result, indent=2))
+        if args.out:
+            write_json(args.out / f"{name}.json", result)
+            plot(result, args.out / f"{name}.png")
+        return 0
     llama = None if args.llm_url else start_llama(args.model)
     try:
         result = run(llm_url=args.llm_url or llama.url, quick=args.quick)

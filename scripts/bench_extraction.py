@@ -22,7 +22,6 @@ from cache (goal >= 70%).
 
 from __future__ import annotations
 
-import argparse
 import json
 import secrets
 import statistics
@@ -37,7 +36,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scripts.bench_common import (  # noqa: E402
-    AGENT_TEXTS, ServiceRunner, goal, machine_info, pyplot, start_llama, write_json,
+    AGENT_TEXTS, ServiceRunner, goal, machine_info, main_with_llama, pyplot, start_llama,
 )
 
 GOALS = {"wall_ratio": 1.10, "predicted_tokens_median": 60, "cache_share": 0.70}
@@ -238,18 +237,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--llm-url", help="a running llama-server (default: start one with the default model)")
-    parser.add_argument("--model", default="default")
-    parser.add_argument("--out", type=Path, help="also write JSON and PNG here")
-    args = parser.parse_args(argv)
-    result = run(llm_url=args.llm_url, quick=args.quick, model=args.model)
-    print(json.dumps(result, indent=2))
-    if args.out:
-        write_json(args.out / "extraction.json", result)
-        plot(result, args.out / "extraction.png")
-    return 0
+    return main_with_llama(argv, doc=__doc__, name="extraction", run=run, plot=plot, own_llama=True)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from memory_service.llm_runtime.models import ensure_model
-from memory_service.llm_runtime.server import LlamaServerProcess, find_binary, free_port
+from memory_service.llm_runtime.server import LlamaServerProcess, find_binary, free_port, wait_until_healthy
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("MEMORY_CACHE_DIR", Path.home() / ".cache" / "memory-service"))
@@ -78,17 +78,10 @@ class ServiceProcess:
             [sys.executable, "-m", "memory_service.cli", "serve"], env=self.env, cwd=ROOT,
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"service exited with {self.proc.returncode}:\n{self.log_path.read_text()[-3000:]}")
-            try:
-                if httpx.get(self.url + "/health", timeout=1, trust_env=False).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError(f"service did not start:\n{self.log_path.read_text()[-3000:]}")
+        problem = wait_until_healthy(self.url, self.proc, timeout)
+        if problem is not None:
+            raise RuntimeError(f"service {problem}:\n{self.log_path.read_text()[-3000:]}")
+        return self
 
     def client(self, key: str | None = "key-a", timeout: float = 60) -> httpx.Client:
         headers = {"Authorization": f"Bearer {key}"} if key else {}

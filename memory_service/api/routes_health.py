@@ -8,7 +8,6 @@ import time
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from ..extraction.thinking import check_thinking
 from .deps import ServicesDep
 
 router = APIRouter(tags=["health"])
@@ -26,13 +25,7 @@ async def ready(services: ServicesDep) -> JSONResponse:
     model = services.model
     if not model.ready or time.time() - model.last_check > 5:
         await model.probe()
-    thinking = None
-    if model.ready:
-        cached = model.thinking_check
-        if cached is None or time.time() - cached[0] > 60:
-            cached = (time.time(), await check_thinking(model.client))
-            model.thinking_check = cached
-        thinking = cached[1]
+    thinking = await model.thinking() if model.ready else None
     ok = model.ready and (thinking is None or thinking.get("verdict") != "FAIL")
     counts = await asyncio.to_thread(services.journal.counts)
     props = model.props

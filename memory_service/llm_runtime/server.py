@@ -45,6 +45,21 @@ def find_binary(configured: str | None, cache_dir: Path) -> Path:
     )
 
 
+def wait_until_healthy(url: str, process: subprocess.Popen, timeout_s: float) -> str | None:
+    """Poll `url/health` until it answers 200. None when it did; otherwise why not (exited or timed out)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            return f"exited with code {process.returncode}"
+        try:
+            if httpx.get(url + "/health", timeout=1.0, trust_env=False).status_code == 200:
+                return None
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    return f"did not answer /health within {timeout_s:.0f}s"
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -95,21 +110,13 @@ class LlamaServerProcess:
             self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             preexec_fn=_die_with_parent,
         )
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise LlamaServerError(
-                    f"llama-server exited with code {self.process.returncode} while loading"
-                    + (f"; see {self.log_path}" if self.log_path else "")
-                )
-            try:
-                if httpx.get(self.url + "/health", timeout=1.0, trust_env=False).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
+        problem = wait_until_healthy(self.url, self.process, wait_s)
+        if problem is None:
+            return self
         self.stop()
-        raise LlamaServerError(f"llama-server did not become healthy within {wait_s:.0f}s")
+        raise LlamaServerError(
+            f"llama-server {problem} while loading" + (f"; see {self.log_path}" if self.log_path else "")
+        )
 
     def stop(self, grace_s: float = 5.0) -> None:
         proc = self.process
