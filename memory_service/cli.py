@@ -44,7 +44,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from .api.app import check_exposure, create_app
     from .llm_runtime.models import resolve_model
-    from .llm_runtime.server import LlamaServerProcess, find_binary
+    from .llm_runtime.server import LlamaServerError, launch
 
     settings = Settings.from_env().with_overrides(
         host=args.host, port=args.port, data_dir=Path(args.data_dir) if args.data_dir else None,
@@ -56,16 +56,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not settings.llm_url:
         os.environ.setdefault("MEMORY_CACHE_DIR", str(settings.cache_dir))
         model_path = resolve_model(settings.model)
-        binary = find_binary(settings.llama_bin, settings.cache_dir)
-        logging.info("starting llama-server %s with %s (%d thread(s), ctx %d)", binary, model_path.name,
+        logging.info("starting llama-server with %s (%d thread(s), ctx %d)", model_path.name,
                      settings.llama_threads, settings.llama_ctx)
-        llama = LlamaServerProcess(
-            binary=binary, model=model_path, threads=settings.llama_threads, ctx=settings.llama_ctx,
-            chat_template_file=settings.llama_chat_template_file,
-            log_path=settings.data_dir / "llama-server.log",
-        ).start()
+        try:
+            llama = launch(settings, model_path, settings.data_dir / "llama-server.log")
+        except LlamaServerError as exc:
+            logging.error("%s", exc)
+            return 1
         settings = replace(settings, llm_url=llama.url)
-        logging.info("llama-server ready at %s", llama.url)
+        logging.info("llama-server %s ready at %s", llama.binary, llama.url)
     # uvicorn shuts down gracefully, then re-raises the signal it caught; with this handler in place
     # that re-raise unwinds through `finally` (stopping llama-server) instead of killing us on the spot.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)

