@@ -44,6 +44,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from .api.app import check_exposure, create_app
     from .llm_runtime.models import resolve_model
+    from .llm_runtime import proven
     from .llm_runtime.server import LlamaServerError, launch
 
     settings = Settings.from_env().with_overrides(
@@ -63,7 +64,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         except LlamaServerError as exc:
             logging.error("%s", exc)
             return 1
-        settings = replace(settings, llm_url=llama.url)
+        record = proven.current(settings.cache_dir)
+        # the bootstrap's smoke test measured this binary on this model: the first estimates start there
+        same = record is not None and Path(record.binary) == llama.binary and record.model == model_path.name
+        prior = (record.prompt_tps, record.gen_tps) if same and record else None
+        settings = replace(settings, llm_url=llama.url,
+                           llm_speed_prior=prior if prior and all(prior) else None)  # type: ignore[arg-type]
         logging.info("llama-server %s ready at %s", llama.binary, llama.url)
     # uvicorn shuts down gracefully, then re-raises the signal it caught; with this handler in place
     # that re-raise unwinds through `finally` (stopping llama-server) instead of killing us on the spot.

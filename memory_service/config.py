@@ -46,6 +46,10 @@ class Settings:
     embed_threads: int = 1
     embedder: str = "onnx"
     chroma_url: str | None = None
+    skip_small_talk: bool = True
+    # (prompt, generation) tokens/s measured by the bootstrap's smoke test of the llama-server that `serve`
+    # started: the first estimates before any extraction is measured. Never from the environment.
+    llm_speed_prior: tuple[float, float] | None = None
 
     LOCAL_TEAM = "local"
 
@@ -102,6 +106,11 @@ class Settings:
             if env["MEMORY_EMBEDDER"] not in ("onnx", "torch"):
                 raise ConfigError(f"MEMORY_EMBEDDER={env['MEMORY_EMBEDDER']!r} must be 'onnx' or 'torch'")
             values["embedder"] = env["MEMORY_EMBEDDER"]
+        if env.get("MEMORY_SKIP_SMALL_TALK"):
+            flag = env["MEMORY_SKIP_SMALL_TALK"].strip().lower()
+            if flag not in ("0", "1", "true", "false", "yes", "no"):
+                raise ConfigError(f"MEMORY_SKIP_SMALL_TALK={env['MEMORY_SKIP_SMALL_TALK']!r} must be 1 or 0")
+            values["skip_small_talk"] = flag in ("1", "true", "yes")
         if env.get("MEMORY_API_KEYS"):
             values["api_keys"] = parse_api_keys(env["MEMORY_API_KEYS"])
         return replace(base, **values)

@@ -33,8 +33,8 @@ class ModelHandle:
     _ready: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
-        if self.throughput.default_job_s is None:
-            self.throughput.default_job_s = self.settings.extract_budget_s
+        if self.settings.llm_speed_prior:
+            self.throughput.prior(*self.settings.llm_speed_prior, source="bootstrap smoke test")
 
     @property
     def ready(self) -> bool:

@@ -2,8 +2,11 @@
 
 A worker never dies on a job's error: every failure is written on the job
 (error, raw reply, timings) and retried with back-off until the attempt limit.
-A job that can't finish within its budget is deferred, not run late. When the
-model server is down, jobs wait for it without spending their attempts.
+Only errors spend attempts. Slowness does not: every model call gets its own
+budget window when it starts (a queued job is not charged for its wait), long
+texts are cut into chunks that fit that window at the measured speed, and a
+call that still runs out of time makes the job resume with smaller chunks.
+When the model server is down, jobs wait for it without spending attempts.
 """
 
 from __future__ import annotations
@@ -11,12 +14,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from .extraction.errors import ContextOverflow, ExtractionError, LlmUnavailable
-from .extraction.extractor import MIN_OUTPUT_TOKENS, Extractor
+from .extraction.errors import ContextOverflow, ExtractionError, LlmUnavailable, TooSlow
+from .extraction.extractor import Extractor, Progress
+from .extraction.gate import small_talk_reason
+from .extraction.prompt import PROMPT_VERSION
 from .indexing import index_passages, store_facts
-from .storage.journal import FAILED, Memory
+from .storage.journal import FAILED, FactPlan, Memory
 
 if TYPE_CHECKING:
     from .services import Services
@@ -43,40 +48,41 @@ async def extraction_loop(services: "Services", worker_no: int) -> None:
             await asyncio.sleep(1.0)
 
 
-def min_seconds_needed(services: "Services", job: Memory) -> float:
-    """Time to read the prompt and write a minimal answer, at the measured rates (0 before any measurement)."""
-    throughput = services.model.throughput
-    gen, prompt = throughput.generation_tps(), throughput.prompt_tps()
-    if not gen:
-        return 0.0
-    prompt_tokens = min(len(job.text) // 3, 2048)
-    return prompt_tokens / (prompt or 1e9) + MIN_OUTPUT_TOKENS / gen
-
-
 async def process_job(services: "Services", extractor: Extractor, job: Memory) -> None:
     settings = services.settings
     journal = services.journal
-    now = time.time()
-    remaining = job.deadline_at - now
-    needed = min_seconds_needed(services, job)
-    # Too little budget left (it waited in the queue): defer with a fresh window rather than run late.
-    # When even a fresh window is too short at the measured rates, deferring would loop forever and
-    # never re-measure: run it, and let the deadline cut it off visibly.
-    if remaining < needed and (needed <= settings.extract_budget_s or remaining <= 0):
-        await asyncio.to_thread(
-            journal.defer, job.id, until=now, budget_s=settings.extract_budget_s,
-            reason=f"deferred: {max(remaining, 0):.1f}s of budget left when its turn came, "
-                   f"{needed:.1f}s needed at the measured speed",
-        )
-        return
     started = time.time()
-    attempt = {
+    attempt: dict[str, Any] = {
         "queued_at": round(job.next_attempt_at, 3), "started_at": round(started, 3),
-        "deadline_at": round(job.deadline_at, 3),
         "queue_wait_s": round(started - job.next_attempt_at, 3), "budget_s": settings.extract_budget_s,
     }
+    skipped = small_talk_reason(job.text) if settings.skip_small_talk else None
+    if skipped is not None:
+        # nothing to extract: done at once, no model call; the passage stays recallable
+        report = {"skipped": skipped, "prompt_version": PROMPT_VERSION, "chunks": 0, "calls": [], "proposed": 0,
+                  "stored": 0, "merged": 0, "superseded": 0, "rejected": []}
+        await asyncio.to_thread(journal.complete, job, FactPlan(), raw_reply=None,
+                                timings={"attempt": _finish(attempt, [])}, report=report)
+        return
+    progress = Progress.from_dict(job.progress)
+
+    async def keep(progress: Progress) -> None:
+        await asyncio.to_thread(journal.save_progress, job.id, progress.to_dict())
+
     try:
-        result = await extractor.extract(job.text, job.deadline_at, chunk_budget_s=settings.extract_budget_s)
+        result = await extractor.extract(job.text, budget_s=settings.extract_budget_s, progress=progress,
+                                         on_chunk=keep)
+    except TooSlow as exc:
+        # Not an error: the machine is slower than measured. Resume at once with smaller chunks, in
+        # the job's place in the queue, without spending an attempt.
+        services.model.throughput.slow_down(exc.chunk_tokens + await extractor.system_tokens(),
+                                            settings.extract_budget_s)
+        await asyncio.to_thread(journal.save_progress, job.id, progress.to_dict())
+        await asyncio.to_thread(
+            journal.defer, job.id, until=job.next_attempt_at, budget_s=settings.extract_budget_s,
+            reason=f"slower than measured, resuming with smaller chunks: {exc}",
+        )
+        return
     except LlmUnavailable as exc:
         if not await services.model.client.health():
             services.model.mark_down(str(exc))
@@ -85,19 +91,19 @@ async def process_job(services: "Services", extractor: Extractor, job: Memory) -
                 reason=f"model server unreachable, waiting: {exc}",
             )
             return
-        await _record_failure(services, job, exc, attempt)
+        await _record_failure(services, job, exc, attempt, progress)
         return
     except ContextOverflow as exc:
         # the server may have been restarted with a smaller -c: re-read /props before the retry
         await services.model.probe()
-        await _record_failure(services, job, exc, attempt)
+        await _record_failure(services, job, exc, attempt, progress)
         return
     except ExtractionError as exc:
-        await _record_failure(services, job, exc, attempt)
+        await _record_failure(services, job, exc, attempt, progress)
         return
     except Exception as exc:  # a bug must show on the job, not vanish
         log.exception("job %s: unexpected error", job.id)
-        await _record_failure(services, job, ExtractionError(f"internal error: {exc!r}"), attempt)
+        await _record_failure(services, job, ExtractionError(f"internal error: {exc!r}"), attempt, progress)
         return
     services.model.throughput.observe_job(time.time() - started)
     try:
@@ -110,29 +116,41 @@ async def process_job(services: "Services", extractor: Extractor, job: Memory) -
             "stored": len(plan.new), "merged": len(plan.merged),
             "superseded": len(plan.superseded) + len(plan.born_superseded),
         }
-        timings = {**result.timings, "attempt": _finish(attempt)}
+        if job.deferrals:
+            report["slow"] = (f"finished after {job.deferrals} deferral(s): the model was slower than the "
+                              "budget allowed, so the text was split into smaller chunks")
+        timings = {**result.timings, "attempt": _finish(attempt, result.report.get("calls", []))}
         await asyncio.to_thread(
             journal.complete, job, plan, raw_reply="\n".join(result.raw_replies), timings=timings, report=report
         )
     except Exception as exc:  # storing failed: the job must not be left 'extracting'
         log.exception("job %s: storing facts failed", job.id)
-        await _record_failure(services, job, ExtractionError(f"storing facts failed: {exc!r}"), attempt)
+        await _record_failure(services, job, ExtractionError(f"storing facts failed: {exc!r}"), attempt, progress)
 
 
-def _finish(attempt: dict) -> dict:
-    """Close an attempt's record: when it ended and how far past its (first chunk's) deadline."""
+def _finish(attempt: dict, calls: list[dict[str, Any]]) -> dict:
+    """Close an attempt's record: when it ended and how far past the deadline of its last model call."""
     ended = time.time()
-    return {**attempt, "ended_at": round(ended, 3), "elapsed_s": round(ended - attempt["started_at"], 3),
-            "overrun_s": round(ended - attempt["deadline_at"], 3)}
+    out = {**attempt, "ended_at": round(ended, 3), "elapsed_s": round(ended - attempt["started_at"], 3),
+           "calls": len(calls)}
+    deadlines = [c["deadline_at"] for c in calls if c.get("deadline_at")]
+    if deadlines:
+        out["deadline_at"] = deadlines[-1]
+        out["overrun_s"] = round(ended - deadlines[-1], 3)
+    return out
 
 
-async def _record_failure(services: "Services", job: Memory, exc: ExtractionError, attempt: dict) -> None:
+async def _record_failure(services: "Services", job: Memory, exc: ExtractionError, attempt: dict,
+                          progress: Progress | None = None) -> None:
     settings = services.settings
+    if progress is not None and progress.chunks:
+        # chunks already extracted are kept: the retry resumes after them
+        await asyncio.to_thread(services.journal.save_progress, job.id, progress.to_dict())
     attempts = job.attempts + 1
     retry_at = None
     if exc.retryable and attempts < settings.max_attempts:
         retry_at = time.time() + min(MAX_RETRY_DELAY_S, settings.retry_base_s * (2 ** (attempts - 1)))
-    timings = {**(exc.timings or {}), "attempt": _finish(attempt)}
+    timings = {**(exc.timings or {}), "attempt": _finish(attempt, (exc.report or {}).get("calls", []))}
     status = await asyncio.to_thread(
         services.journal.fail_attempt, job.id, error=f"{type(exc).__name__}: {exc}", raw_reply=exc.raw_reply,
         timings=timings, report=exc.report, retry_at=retry_at, budget_s=settings.extract_budget_s,

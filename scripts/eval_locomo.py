@@ -262,6 +262,7 @@ def extraction_stats(client: httpx.Client, memory_ids: list[str]) -> dict[str, A
     """Per-job outcome from GET /v1/memories: status, facts, tokens, cache share."""
     statuses: dict[str, int] = {}
     facts, predicted, proposed, stored, cache = [], [], 0, 0, []
+    skipped = deferrals = attempts = calls = 0
     for memory_id in memory_ids:
         body = client.get(f"/v1/memories/{memory_id}").json()
         statuses[body.get("status", "?")] = statuses.get(body.get("status", "?"), 0) + 1
@@ -274,6 +275,10 @@ def extraction_stats(client: httpx.Client, memory_ids: list[str]) -> dict[str, A
         stored += int(report.get("stored") or 0)
         if report.get("cache_ratio") is not None:
             cache.append(float(report["cache_ratio"]))
+        skipped += bool(report.get("skipped"))
+        calls += len(report.get("calls") or [])
+        deferrals += int(body.get("deferrals") or 0)
+        attempts += int(body.get("attempts") or 0)
     return {
         "memories": len(memory_ids), "status": statuses,
         "facts_per_turn_mean": round(statistics.fmean(facts), 3) if facts else None,
@@ -281,6 +286,7 @@ def extraction_stats(client: httpx.Client, memory_ids: list[str]) -> dict[str, A
         "proposed": proposed, "stored_new": stored,
         "predicted_tokens_median": statistics.median(predicted) if predicted else None,
         "cache_ratio_median": statistics.median(cache) if cache else None,
+        "model_calls": calls, "skipped_small_talk": skipped, "deferrals": deferrals, "attempts": attempts,
     }
 
 

@@ -146,14 +146,24 @@ def run(utterances: list[Utterance], *, url: str, key: str | None) -> dict[str, 
                 "tail_in_facts": bool(utt.tail) and any(phrase_in(utt.tail, f) for f in facts),
                 "tail_in_facts_lenient": bool(utt.tail) and any(phrase_in_lenient(utt.tail, f) for f in facts),
                 "tail_in_proposed": bool(utt.tail) and any(phrase_in(utt.tail, f) for f in facts + rejected),
+                "skipped": report.get("skipped"), "calls": len(report.get("calls") or []),
+                "echoes": sum(1 for f in facts if token_jaccard(f, utt.text) >= ECHO_JACCARD),
             })
             if n % 10 == 0 or n == len(utterances):
                 found = sum(r["tail_in_facts"] for r in rows)
                 _log(f"{n}/{len(utterances)} utterances, tail found {found}/{n}, "
                      f"{time.monotonic() - started:.0f}s")
-    return {"dataset": "personaext", **summarize(rows), "timing_s": {"total": round(time.monotonic() - started, 1)},
+    return {"dataset": "personaext", **summarize(rows), "rows": rows, "timing_s": {"total": round(time.monotonic() - started, 1)},
             "settings": {"wait_s": WAIT_S, "match": "gold tail phrase, normalised, whole phrase in one fact",
                          "agent_id": AGENT_ID, "one team for all utterances (dedup across them applies)": True}}
+
+
+ECHO_JACCARD = 0.8
+
+
+def token_jaccard(a: str, b: str) -> float:
+    left, right = set(norm(a).split()), set(norm(b).split())
+    return len(left & right) / len(left | right) if left and right else 0.0
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -194,6 +204,11 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "wall_s_p50": percentile(walls, 50),
         "wall_s_p95": percentile(walls, 95),
         "predicted_tokens_median": statistics.median(predicted) if predicted else None,
+        # a "fact" that is the utterance again (token Jaccard >= 0.8) adds nothing to the raw text
+        "echo_share": (round(sum(r.get("echoes", 0) for r in rows) / n_facts, 4)
+                       if (n_facts := sum(len(r["facts"]) for r in rows)) else None),
+        "model_calls": sum(r.get("calls", 0) for r in rows),
+        "model_calls_skipped_small_talk": sum(1 for r in rows if r.get("skipped")),
     }
     misses = [{"text": r["text"], "tail": r["tail"], "facts": r["facts"], "rejected": r["rejected"]}
               for r in gold if not r["tail_in_facts"]][:15]

@@ -113,18 +113,25 @@ def test_doctor_exits_nonzero_when_thinking_cannot_be_turned_off(capsys: pytest.
     assert out.strip().splitlines()[-1].startswith("RESULT: FAIL")
 
 
-def test_doctor_exits_nonzero_when_the_model_is_too_slow_for_the_budget(
+def test_doctor_warns_and_explains_when_saves_must_be_split_and_fails_when_nothing_fits(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("MEMORY_EXTRACT_BUDGET_S", "5")
     # 20 tokens/s: a typical save (300 text + 150 output tokens) needs ~9 s; the probes answer short
+    monkeypatch.setenv("MEMORY_EXTRACT_BUDGET_S", "5")
     with FakeLlamaServer("ok", tokens_per_s=20, facts=["Maria Lopez approved the rollout."]) as fake:
         code, out = run_in_process(fake.url, capsys)
-    assert code == 1
     budget_line = next(line for line in out.splitlines() if " budget:" in line)
-    assert budget_line.startswith("FAIL") and "of the 5s budget" in budget_line
-    assert "raise MEMORY_EXTRACT_BUDGET_S" in out
+    # the service adapts (time-sized chunks), so this is a warning with remedies, not a failure
+    assert code == 0 and budget_line.startswith("WARN") and "of the 5s budget" in budget_line
+    assert "splitting such a text into" in budget_line and "MEMORY_LLAMA_THREADS" in out
     assert "OK    thinking" in out
+    # With 2 s, not even the smallest piece (32 text tokens + a 48-token answer at 20 tokens/s) fits.
+    monkeypatch.setenv("MEMORY_EXTRACT_BUDGET_S", "2")
+    with FakeLlamaServer("ok", tokens_per_s=20, facts=["Maria Lopez approved the rollout."]) as fake:
+        code, out = run_in_process(fake.url, capsys)
+    budget_line = next(line for line in out.splitlines() if " budget:" in line)
+    assert code == 1 and budget_line.startswith("FAIL") and "smallest piece" in budget_line
+    assert "MEMORY_EXTRACT_BUDGET_S" in out
 
 
 def test_doctor_passes_a_healthy_setup(capsys: pytest.CaptureFixture[str]) -> None:

@@ -227,9 +227,13 @@ def test_output_cap_follows_the_measured_generation_rate() -> None:
     assert extractor.output_cap(1.0, 500) == 0
 
 
-def test_throughput_estimate_exists_before_the_first_job() -> None:
-    throughput = Throughput(default_job_s=20.0)
-    assert throughput.job_seconds() == 20.0
+def test_throughput_is_unknown_until_measured_or_given_a_prior() -> None:
+    throughput = Throughput()
+    assert throughput.job_seconds() is None and throughput.prompt_tps() is None
+    assert throughput.snapshot()["source"] == "unmeasured"
+    throughput.prior(60.0, 20.0, source="bootstrap smoke test")
+    assert (throughput.prompt_tps(), throughput.generation_tps()) == (60.0, 20.0)
+    assert throughput.snapshot()["source"] == "bootstrap smoke test"
     throughput.observe_job(1.5)
     assert throughput.job_seconds() == 1.5
     assert throughput.snapshot()["seconds_per_job"] == 1.5
@@ -246,3 +250,99 @@ def test_numbers_that_name_things_are_not_values_that_change():
     assert shape(a) != shape(b) and identifiers(a) == ["1000"]
     q1, q2 = normalize("The daily quota for outbound emails is 50."), normalize("The daily quota for outbound emails is 60.")
     assert shape(q1) == shape(q2) and identifiers(q1) == []
+
+
+# --------------------------------------------------------------------------- sizing by time, echoes, small talk
+
+
+def test_chunks_are_sized_to_finish_within_the_budget_at_the_measured_speed() -> None:
+    from memory_service.extraction.sizing import TIME_HEADROOM, call_seconds, time_fit_tokens
+
+    assert time_fit_tokens(20.0, 150, None, 12.0, 384) is None  # unmeasured: the context alone decides
+    fit = time_fit_tokens(20.0, 0, 40.0, 12.0, 384)
+    assert fit is not None and 100 < fit < 400
+    assert call_seconds(fit, 0, 40.0, 12.0, 384) <= 20.0 * TIME_HEADROOM < call_seconds(fit + 1, 0, 40.0, 12.0, 384)
+    # an uncached system prompt and a slower machine both leave less room for text
+    assert time_fit_tokens(20.0, 150, 40.0, 12.0, 384) < fit
+    assert time_fit_tokens(20.0, 0, 20.0, 6.0, 384) < fit
+    assert time_fit_tokens(1.0, 150, 40.0, 12.0, 384) == 0  # nothing fits: the caller falls back to one sentence
+
+
+def test_the_backlog_estimate_grows_with_the_work_ahead() -> None:
+    from memory_service.extraction.sizing import backlog_seconds
+
+    assert backlog_seconds(1, 300, None, None, 0, 384) is None
+    one = backlog_seconds(1, 300, 40.0, 12.0, 0, 384)
+    many = backlog_seconds(400, 400 * 300, 40.0, 12.0, 0, 384)
+    assert one is not None and many is not None and many > 300 * one
+
+
+def test_a_timeout_lowers_the_speed_so_the_next_chunk_is_smaller() -> None:
+    from memory_service.extraction.sizing import time_fit_tokens
+
+    throughput = Throughput()
+    throughput.observe({"prompt_n": 400, "prompt_per_second": 40.0, "predicted_n": 60, "predicted_per_second": 12.0})
+    before = time_fit_tokens(20.0, 0, throughput.prompt_tps(), throughput.generation_tps(), 384)
+    throughput.slow_down(prompt_tokens=600, budget_s=20.0)
+    after = time_fit_tokens(20.0, 0, throughput.prompt_tps(), throughput.generation_tps(), 384)
+    assert after < before / 1.5
+    # unmeasured: a timeout still yields a speed, so the retry is not the same doomed call
+    fresh = Throughput()
+    fresh.slow_down(prompt_tokens=900, budget_s=20.0)
+    fit = time_fit_tokens(20.0, 0, fresh.prompt_tps(), fresh.generation_tps(), 384)
+    assert fit is not None and fit < 900 / 2
+
+
+def test_a_fact_that_echoes_a_text_of_several_claims_is_split_into_one_fact_per_claim() -> None:
+    from memory_service.extraction.grounding import split_echoes, token_jaccard
+
+    text = "The staging deploy window is Tuesdays 14:00-16:00 CET; prod deploys need two approvals."
+    facts, split = split_echoes([text], text)
+    assert split == 1
+    assert facts == ["The staging deploy window is Tuesdays 14:00-16:00 CET.", "Prod deploys need two approvals."]
+    assert all(token_jaccard(f, text) < 0.8 for f in facts)
+    # one claim, or a fact that is not an echo, is left alone
+    single = "Caroline went to the support group yesterday."
+    assert split_echoes([single], single) == ([single], 0)
+    assert split_echoes(["Prod deploys need two approvals."], text) == (["Prod deploys need two approvals."], 0)
+
+
+def test_a_name_found_only_inside_an_email_address_is_not_grounded() -> None:
+    source = "Sent the weekly digest to alice@example.com; the daily quota is 50 and we have used 12."
+    result = ground(["Alice has used 12 emails.", "The weekly digest was sent to alice@example.com.",
+                     "The daily quota is 50."], source)
+    assert [f.text for f in result.kept] == ["The weekly digest was sent to alice@example.com.", "The daily quota is 50."]
+    assert result.rejected[0].reason == "names not in the source: alice"
+    # the same name standing as a word is fine
+    assert ground(["Alice has used 12 emails."], "Alice wrote: we have used 12 emails.").kept
+
+
+@pytest.mark.parametrize("text", [
+    "Haha that was fun, thanks!", "Thanks, Nate! See you later!", "Bye Joanna!", "ok", "Take care!",
+    "Wow, that's awesome! So happy for you.",
+])
+def test_small_talk_is_recognised(text: str) -> None:
+    from memory_service.extraction.gate import small_talk_reason
+
+    assert small_talk_reason(text) == "small talk"
+
+
+@pytest.mark.parametrize("text", [
+    "Thanks, we shipped it.", "Alice is great!", "Thanks! The deploy finished at 14:05.", "I love Paris!",
+    "Haha, my dog ate the cake.", "See you at the Berlin office!", "Great, mail me at bo@example.com",
+    "Yes! I finally did it last week", "Thanks Alice, the report is late.",
+    "Haha that was fun, thanks! " * 8,
+])
+def test_anything_that_may_hold_a_fact_goes_to_the_model(text: str) -> None:
+    from memory_service.extraction.gate import small_talk_reason
+
+    assert small_talk_reason(text) is None
+
+
+def test_chunk_progress_survives_a_round_trip_through_json() -> None:
+    from memory_service.extraction.extractor import Progress
+
+    progress = Progress(offset=120, chunks=2, facts=[{"text": "A is B.", "spans": [[0, 7]]}],
+                        totals={"prompt_n": 10.0})
+    assert Progress.from_dict(json.loads(json.dumps(progress.to_dict()))) == progress
+    assert Progress.from_dict(None) == Progress()

@@ -55,7 +55,11 @@ class RememberResponse(BaseModel):
     status: str
     created: bool = Field(description="False when an earlier save with the same idempotency_key was returned.")
     queue_depth: int
-    estimated_extraction_s: float | None = Field(description="From measured model throughput and the queue ahead.")
+    estimated_extraction_s: float | None = Field(
+        description="Seconds until this save's facts are extracted: the work queued ahead of it (and its own) at the "
+                    "model's speed. Null when no speed is known yet (see estimate_basis).")
+    estimate_basis: str | None = Field(
+        default=None, description="What the estimate rests on: 'measured', 'bootstrap smoke test', or 'unknown'.")
 
 
 class FactOut(BaseModel):

@@ -39,3 +39,15 @@ class TruncatedReply(BadReply):
     def __init__(self, message: str, *, facts: list[str], raw_reply: str | None = None) -> None:
         super().__init__(message, raw_reply=raw_reply)
         self.facts = facts
+
+
+class TooSlow(ExtractionError):
+    """A call ran out of time (or of output cap sized to the time) on a chunk that can still be split.
+
+    Not an error of the model: the machine is slower than measured. The job is
+    deferred without spending an attempt and resumes with smaller chunks.
+    """
+
+    def __init__(self, message: str, *, cause: ExtractionError, chunk_tokens: int) -> None:
+        super().__init__(message, raw_reply=cause.raw_reply, timings=cause.timings, report=cause.report)
+        self.chunk_tokens = chunk_tokens

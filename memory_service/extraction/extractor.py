@@ -1,25 +1,51 @@
 """One extraction attempt: size to context, ask the model per chunk, parse, ground.
 
-Deterministic and budgeted: every model call gets the time left until the
-job's deadline, and an output cap that the measured generation rate can
-produce within it.
+Deterministic and budgeted: every model call gets its own window of
+MEMORY_EXTRACT_BUDGET_S from the moment it starts, a text chunk small enough
+to be read and answered within it at the measured speed, and an output cap
+that the measured generation rate can produce within it.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Awaitable, Callable
 
 from .client import LlamaClient, ServerProps
-from .errors import BadReply, ContextOverflow, ExtractionError, LlmTimeout, TruncatedReply
-from .grounding import GroundedFact, RejectedFact, ground, normalize
+from .errors import BadReply, ContextOverflow, ExtractionError, LlmTimeout, TooSlow, TruncatedReply
+from .grounding import GroundedFact, RejectedFact, ground, normalize, split_echoes
 from .parsing import parse_facts
 from .prompt import PROMPT_VERSION, SYSTEM_PROMPT, build_messages, facts_schema
-from .sizing import plan_chunks, text_budget
+from .sizing import MIN_CHUNK_TOKENS, plan_chunks, text_budget, time_fit_tokens
 from .throughput import Throughput
 
 MIN_OUTPUT_TOKENS = 48
+TOTAL_KEYS = ("prompt_n", "cache_n", "predicted_n", "prompt_ms", "predicted_ms")
+
+
+@dataclass
+class Progress:
+    """How far a text has been extracted, kept on the job so a deferral, retry or restart resumes it."""
+
+    offset: int = 0  # characters of the text already extracted
+    chunks: int = 0
+    facts: list[dict[str, Any]] = field(default_factory=list)  # {"text", "spans"}
+    rejected: list[dict[str, str]] = field(default_factory=list)
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    totals: dict[str, float] = field(default_factory=dict)
+    raws: list[str] = field(default_factory=list)
+    split_echoes: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> "Progress":
+        if not data:
+            return cls()
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 @dataclass
@@ -41,108 +67,142 @@ class Extractor:
     max_fact_chars: int = 300
     _system_tokens: int | None = None
 
+    @property
+    def counted_system_tokens(self) -> int:
+        """The system prompt's tokens once counted (0 before): for estimates that must not wait on the server."""
+        return self._system_tokens or 0
+
     async def system_tokens(self) -> int:
         if self._system_tokens is None:
             self._system_tokens = await self.client.count_tokens(SYSTEM_PROMPT) + 8
         return self._system_tokens
 
-    def output_cap(self, remaining_s: float, prompt_tokens: int) -> int:
-        """The most tokens the model can produce in the time left, at its measured rates."""
+    def output_cap(self, budget_s: float, prompt_tokens: int) -> int:
+        """The most tokens the model can produce in one call's budget, at its measured rates."""
         gen_rate = self.throughput.generation_tps()
         prompt_rate = self.throughput.prompt_tps()
         if gen_rate is None:
             return self.max_output_tokens
         prompt_s = prompt_tokens / prompt_rate if prompt_rate else 0.0
-        affordable = int((remaining_s - prompt_s) * gen_rate * 0.85)
+        affordable = int((budget_s - prompt_s) * gen_rate * 0.85)
         return max(0, min(self.max_output_tokens, affordable))
 
-    async def extract(self, text: str, deadline: float, *, chunk_budget_s: float | None = None) -> ExtractionResult:
-        """Extract facts from `text`; chunk i must finish by `deadline + i * chunk_budget_s`.
+    async def chunk_tokens(self, budget_s: float) -> tuple[int, int, int | None]:
+        """(text tokens per chunk, by context, by time): a chunk must fit the context *and* the budget."""
+        system_tokens = await self.system_tokens()
+        by_context = text_budget(self.props.n_ctx, system_tokens, self.max_output_tokens)
+        uncached = 0 if self.throughput.system_cached() else system_tokens
+        by_time = time_fit_tokens(budget_s, uncached, self.throughput.prompt_tps(),
+                                  self.throughput.generation_tps(), self.max_output_tokens)
+        if by_time is None:
+            return by_context, by_context, None
+        return max(MIN_CHUNK_TOKENS, min(by_context, by_time)), by_context, by_time
 
-        A long text gets one budget per chunk it is split into (all counted from the save), so a
-        40 KiB save is not doomed to time out; each request's timeout is what is left of its chunk's budget.
+    async def extract(self, text: str, *, budget_s: float, progress: Progress | None = None,
+                      on_chunk: Callable[[Progress], Awaitable[None]] | None = None) -> ExtractionResult:
+        """Extract facts from `text`, chunk by chunk; every model call gets its own `budget_s` window.
+
+        Chunks are sized so that each call fits the context and, at the measured speed, the budget.
+        `progress` resumes a text part-way (after a deferral, a retry or a restart); `on_chunk`
+        is awaited after each chunk so the caller can persist it.
         """
+        progress = progress or Progress()
         schema = facts_schema(self.max_facts, self.max_fact_chars)
         system_tokens = await self.system_tokens()
-        budget = text_budget(self.props.n_ctx, system_tokens, self.max_output_tokens)
+        budget, by_context, by_time = await self.chunk_tokens(budget_s)
+        base = progress.offset
         try:
-            chunks = await plan_chunks(text, budget_tokens=budget, count_tokens=self.client.count_tokens)
+            chunks = await plan_chunks(text[base:], budget_tokens=budget, count_tokens=self.client.count_tokens)
         except ValueError as exc:
             raise ContextOverflow(str(exc)) from exc
-        kept: list[GroundedFact] = []
-        rejected: list[RejectedFact] = []
-        raws: list[str] = []
-        calls: list[dict[str, Any]] = []
-        totals: dict[str, float] = {"prompt_n": 0, "cache_n": 0, "predicted_n": 0, "prompt_ms": 0, "predicted_ms": 0}
-        seen: set[str] = set()
+        seen = {normalize(f["text"]) for f in progress.facts}
 
         def report() -> dict[str, Any]:
-            seen_tokens = totals["cache_n"] + totals["prompt_n"]
+            totals = progress.totals
+            seen_tokens = totals.get("cache_n", 0) + totals.get("prompt_n", 0)
             return {
                 "prompt_version": PROMPT_VERSION,
                 "n_ctx": self.props.n_ctx,
-                "text_budget_tokens": budget,
-                "chunks": len(chunks),
-                "calls": calls,
-                "proposed": len(kept) + len(rejected),
-                "truncated_calls": sum(1 for c in calls if c.get("truncated")),
-                "rejected": [{"text": r.text, "reason": r.reason} for r in rejected],
-                "cache_ratio": round(totals["cache_n"] / seen_tokens, 3) if seen_tokens else None,
+                "text_budget_tokens": by_context,
+                "time_budget_tokens": by_time,
+                "chunk_tokens": budget,
+                "chunks": progress.chunks,
+                "calls": progress.calls,
+                "proposed": len(progress.facts) + len(progress.rejected),
+                "truncated_calls": sum(1 for c in progress.calls if c.get("truncated")),
+                "split_echoes": progress.split_echoes,
+                "rejected": progress.rejected,
+                "cache_ratio": round(totals.get("cache_n", 0) / seen_tokens, 3) if seen_tokens else None,
             }
 
         for index, chunk in enumerate(chunks):
-            chunk_deadline = deadline + index * (chunk_budget_s or 0.0)
-            remaining = chunk_deadline - time.time()
-            if remaining <= 0:
-                raise LlmTimeout(
-                    f"budget exhausted before chunk {index + 1}/{len(chunks)} ({-remaining:.1f}s past its deadline)",
-                    timings=totals, report=report(),
-                )
-            # A measured cap below the minimum still gets one try: the request is cut at the deadline anyway,
-            # and refusing to send would keep a stale slow measurement forever.
-            cap = max(MIN_OUTPUT_TOKENS, self.output_cap(remaining, chunk.tokens + system_tokens))
+            started = time.time()
+            uncached = 0 if self.throughput.system_cached() else system_tokens
+            cap = max(MIN_OUTPUT_TOKENS, self.output_cap(budget_s, chunk.tokens + uncached))
             call: dict[str, Any] = {
-                "chunk": index, "start": chunk.start, "end": chunk.start + len(chunk.text), "tokens": chunk.tokens,
-                "max_tokens": cap, "timeout_s": round(remaining, 3),
+                "chunk": progress.chunks, "start": base + chunk.start, "end": base + chunk.start + len(chunk.text),
+                "tokens": chunk.tokens, "max_tokens": cap, "timeout_s": round(budget_s, 3),
+                "deadline_at": round(started + budget_s, 3),
             }
-            calls.append(call)
+            progress.calls.append(call)
             try:
                 completion = await self.client.complete_json(
-                    build_messages(chunk.text), schema=schema, max_tokens=cap, timeout_s=remaining
+                    build_messages(chunk.text), schema=schema, max_tokens=cap, timeout_s=budget_s
                 )
             except ExtractionError as exc:
                 call["error"] = type(exc).__name__
-                exc.timings, exc.report = exc.timings or totals, report()
+                exc.timings, exc.report = exc.timings or dict(progress.totals), report()
+                if isinstance(exc, LlmTimeout) and chunk.tokens > 2 * MIN_CHUNK_TOKENS:
+                    raise TooSlow(f"chunk of {chunk.tokens} tokens did not finish within {budget_s:g}s: the "
+                                  "machine is slower than measured", cause=exc, chunk_tokens=chunk.tokens) from exc
+                if isinstance(exc, LlmTimeout):
+                    # the smallest piece this text splits into still does not fit: say what would fix it
+                    raise LlmTimeout(
+                        f"{exc}; this {chunk.tokens}-token piece is as small as the text splits, so the model is too "
+                        f"slow for MEMORY_EXTRACT_BUDGET_S={budget_s:g}: raise it, or use a faster model or build "
+                        "(memory-service doctor measures both)", timings=exc.timings, report=exc.report) from exc
                 raise
-            self.throughput.observe(completion.timings)
-            for key in totals:
-                totals[key] += float(completion.timings.get(key) or 0)
+            self.throughput.observe(completion.timings, system_tokens=system_tokens)
+            for key in TOTAL_KEYS:
+                progress.totals[key] = progress.totals.get(key, 0) + float(completion.timings.get(key) or 0)
             call.update(
                 prompt_n=completion.timings.get("prompt_n"), cache_n=completion.timings.get("cache_n"),
                 predicted_n=completion.timings.get("predicted_n"), finish_reason=completion.finish_reason,
                 reasoning_chars=completion.reasoning_chars,
             )
-            raws.append(completion.content)
+            progress.raws.append(completion.content)
             try:
                 facts = parse_facts(completion.content, completion.finish_reason, completion.reasoning)
             except TruncatedReply as exc:
                 if not exc.facts:
                     call["error"] = "TruncatedReply"
-                    exc.timings, exc.report = totals, report()
+                    exc.timings, exc.report = dict(progress.totals), report()
+                    if cap < self.max_output_tokens and chunk.tokens > 2 * MIN_CHUNK_TOKENS:
+                        # the cap was lowered to fit the time: a smaller chunk needs a smaller answer
+                        raise TooSlow(f"the answer did not fit the {cap}-token cap that {budget_s:g}s allows",
+                                      cause=exc, chunk_tokens=chunk.tokens) from exc
                     raise
                 # cut at the cap: keep the items the grammar had finished, and say so on the job
                 facts = exc.facts
                 call["truncated"] = True
             except BadReply as exc:
                 call["error"] = "BadReply"
-                exc.timings, exc.report = totals, report()
+                exc.timings, exc.report = dict(progress.totals), report()
                 raise
-            result = ground(facts, chunk.text, offset=chunk.start)
+            facts, split = split_echoes(facts, chunk.text)
+            progress.split_echoes += split
+            result = ground(facts, chunk.text, offset=base + chunk.start)
             call.update(facts=len(result.kept), rejected=len(result.rejected))
             for fact in result.kept:
                 norm = normalize(fact.text)
                 if norm not in seen:  # the overlap between chunks yields the same fact twice
                     seen.add(norm)
-                    kept.append(fact)
-            rejected.extend(result.rejected)
-        return ExtractionResult(kept, rejected, raws, totals, report())
+                    progress.facts.append({"text": fact.text, "spans": [list(s) for s in fact.spans]})
+            progress.rejected.extend({"text": r.text, "reason": r.reason} for r in result.rejected)
+            progress.chunks += 1
+            progress.offset = base + chunks[index + 1].start if index + 1 < len(chunks) else len(text)
+            if on_chunk is not None and index + 1 < len(chunks):
+                await on_chunk(progress)
+        kept = [GroundedFact(f["text"], [tuple(s) for s in f["spans"]]) for f in progress.facts]
+        rejected = [RejectedFact(r["text"], r["reason"]) for r in progress.rejected]
+        return ExtractionResult(kept, rejected, progress.raws, dict(progress.totals), report())

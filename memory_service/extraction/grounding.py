@@ -17,6 +17,11 @@ from ..text import STOPWORDS, normalize
 _NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")
 _SENTENCE = re.compile(r"[^.!?\n]+[.!?]*", re.UNICODE)
 _NAME = re.compile(r"\b[A-Z][\w'’-]+")
+# Emails, URLs and @handles: a name inside one is not a name in the text ("alice@example.com" is not Alice).
+_ADDRESS = re.compile(r"\S+@\S+|https?://\S+|www\.\S+|@\w+")
+# Where one fact may hold several claims: "; ", a sentence end, ", but ", ", while ", ", whereas ".
+_CLAUSE = re.compile(r"\s*;\s+|(?<=[.!?])\s+(?=[A-Z0-9])|,\s+(?:but|while|whereas)\s+")
+ECHO_JACCARD = 0.8
 
 SMALL_TALK = frozenset(
     """thanks thank haha hahaha lol talk soon bye goodbye hello hi hey great awesome cool nice glad see later welcome
@@ -100,6 +105,9 @@ class SourceIndex:
         self.words = set(norm.split())
         self.stems = {_stem(w) for w in self.words}
         self.numbers = set(numbers(source))
+        # words that stand as words, outside emails and URLs: what a name in a fact must match
+        self.name_words = set(normalize(_ADDRESS.sub(" ", source)).split())
+        self.name_stems = {_stem(w) for w in self.name_words}
         self.sentences: list[tuple[int, int, set[str]]] = []
         for match in _SENTENCE.finditer(source):
             sentence = match.group()
@@ -111,6 +119,9 @@ class SourceIndex:
     def has(self, word: str) -> bool:
         return word in self.words or _stem(word) in self.stems
 
+    def has_name(self, word: str) -> bool:
+        return word in self.name_words or _stem(word) in self.name_stems
+
 
 def check_fact(fact: str, index: SourceIndex) -> GroundedFact | RejectedFact:
     norm = normalize(fact)
@@ -120,12 +131,12 @@ def check_fact(fact: str, index: SourceIndex) -> GroundedFact | RejectedFact:
     missing_numbers = [n for n in numbers(fact) if n not in index.numbers]
     if missing_numbers:
         return RejectedFact(fact, f"numbers not in the source: {', '.join(missing_numbers)}")
-    names = [re.sub(r"'s\b", "", normalize(m)) for m in _NAME.findall(fact)]  # "Speaker's" names the speaker
+    names = [re.sub(r"'s\b", "", normalize(m)) for m in _NAME.findall(_ADDRESS.sub(" ", fact))]  # "Speaker's" names the speaker
     # The first word is capitalised anyway, but facts start with their subject: an invented one there
     # ("Zorblax approved the plan") is the costliest mistake, and a wrongly rejected fact still leaves
     # the passage recallable. Only ordinary sentence openers are let through unseen.
     missing_names = [n for n in names if n and n not in STOPWORDS and n not in OPENERS
-                     and not all(index.has(p) for p in n.split())]
+                     and not all(index.has_name(p) for p in n.split())]
     if missing_names:
         return RejectedFact(fact, f"names not in the source: {', '.join(missing_names)}")
     present = [w for w in words if index.has(w)]
@@ -156,6 +167,39 @@ def _spans(words: list[str], nums: list[str], index: SourceIndex) -> list[tuple[
     if not chosen:
         return [(index.offset, index.offset + len(index.source))]
     return sorted((index.offset + start, index.offset + end) for start, end in chosen)
+
+
+def token_jaccard(a: str, b: str) -> float:
+    left, right = set(normalize(a).split()), set(normalize(b).split())
+    return len(left & right) / len(left | right) if left and right else 0.0
+
+
+def clauses(text: str) -> list[str]:
+    """The claims of a sentence, each as a sentence of its own; one item when it holds one claim."""
+    parts = [p.strip(" ,;") for p in _CLAUSE.split(text.strip()) if p and p.strip(" ,;.")]
+    parts = [p for p in parts if len(content_words(normalize(p))) >= 2]
+    if len(parts) < 2:
+        return [text]
+    out = []
+    for part in parts:
+        part = part[0].upper() + part[1:]
+        out.append(part if part[-1] in ".!?" else part + ".")
+    return out
+
+
+def split_echoes(facts: list[str], source: str) -> tuple[list[str], int]:
+    """A "fact" that repeats a source of several claims is split into one fact per claim.
+
+    Small models often return the input as one fact; one claim per fact is what
+    makes dedup, supersede and recall work. Returns the facts and how many were split.
+    """
+    out: list[str] = []
+    split = 0
+    for fact in facts:
+        parts = clauses(fact) if token_jaccard(fact, source) >= ECHO_JACCARD else [fact]
+        split += len(parts) > 1
+        out.extend(parts)
+    return out, split
 
 
 def ground(facts: list[str], source: str, offset: int = 0) -> GroundingResult:

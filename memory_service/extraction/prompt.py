@@ -10,14 +10,17 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-PROMPT_VERSION = "facts-v1"
+PROMPT_VERSION = "facts-v2"
 
 SYSTEM_PROMPT = (
     "You extract facts worth remembering from a text saved by an AI agent.\n"
     'Reply with JSON only: {"facts": ["...", "..."]}.\n'
     "Rules:\n"
-    "- Each fact is one short, self-contained sentence.\n"
-    "- Say who or what each fact is about; use the speaker's name instead of I, we or you when it is given.\n"
+    "- Each fact is one short, self-contained sentence that states one thing. A sentence that says two "
+    "things becomes two facts. Never return the whole text as one fact.\n"
+    "- Say who or what each fact is about; use the speaker's name instead of I, we or you when it is given. "
+    "When the text does not say who I or we is, do not guess a name (a name in an email address is not the "
+    "speaker).\n"
     "- Copy numbers, names, dates, emails and URLs exactly as written.\n"
     "- State only what the text says. Never guess or add anything.\n"
     "- Skip greetings, thanks, jokes and small talk. If nothing is worth keeping, reply {\"facts\": []}."

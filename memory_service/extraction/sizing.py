@@ -72,3 +72,53 @@ async def plan_chunks(
             return [Chunk(c.text, c.start, n) for c, n in zip(chunks, counts)]
         size = int(size * 0.8)
     raise ValueError("could not split the text into chunks that fit the context")
+
+
+# --------------------------------------------------------------------------- sizing by time
+
+# What a call is expected to write: the JSON wrapper and one short fact, plus facts that restate at
+# most about half of the text. Used only to size chunks; the real cap is set per call.
+OUTPUT_BASE_TOKENS = 24
+OUTPUT_PER_TEXT_TOKEN = 0.5
+# A call is sized to use at most this share of its budget: the measured speed is an average.
+TIME_HEADROOM = 0.75
+# Below this a text is not split further: a chunk this small that still can't fit is a visible failure.
+MIN_CHUNK_TOKENS = 32
+
+
+def expected_output_tokens(text_tokens: int, max_output: int) -> int:
+    return min(max_output, int(OUTPUT_BASE_TOKENS + OUTPUT_PER_TEXT_TOKEN * text_tokens))
+
+
+def call_seconds(text_tokens: int, uncached_tokens: int, prompt_tps: float, gen_tps: float, max_output: int) -> float:
+    """Expected seconds for one call: read the uncached prompt, write the expected answer."""
+    return (text_tokens + uncached_tokens) / prompt_tps + expected_output_tokens(text_tokens, max_output) / gen_tps
+
+
+def time_fit_tokens(budget_s: float, uncached_tokens: int, prompt_tps: float | None, gen_tps: float | None,
+                    max_output: int) -> int | None:
+    """The most text tokens one call can take and still finish well within `budget_s`; None when unmeasured."""
+    if not prompt_tps or not gen_tps:
+        return None
+    allowed = budget_s * TIME_HEADROOM
+    low, high = 0, 1 << 20
+    while low < high:  # call_seconds grows with the text: bisect
+        mid = (low + high + 1) // 2
+        if call_seconds(mid, uncached_tokens, prompt_tps, gen_tps, max_output) <= allowed:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+CHARS_PER_TOKEN = 3.5  # English text with a BPE tokenizer; only for estimates, never for sizing a prompt
+
+
+def backlog_seconds(jobs: int, chars: int, prompt_tps: float | None, gen_tps: float | None,
+                    uncached_tokens: int, max_output: int) -> float | None:
+    """How long `jobs` saves holding `chars` characters take to extract, one after the other; None if unmeasured."""
+    if not prompt_tps or not gen_tps or jobs <= 0:
+        return None
+    tokens = chars / CHARS_PER_TOKEN
+    output = jobs * OUTPUT_BASE_TOKENS + OUTPUT_PER_TEXT_TOKEN * tokens
+    return (tokens + jobs * uncached_tokens) / prompt_tps + min(output, jobs * max_output) / gen_tps

@@ -15,22 +15,49 @@ from typing import Any
 @dataclass
 class Throughput:
     alpha: float = 0.3
-    # Until a job has been measured, the budget is the honest upper bound of one attempt: saves still
-    # get an estimate instead of null.
-    default_job_s: float | None = None
     _prompt_tps: float | None = None
     _gen_tps: float | None = None
     _job_s: float | None = None
+    _system_cached: bool = False
+    # "measured", or where the first figures came from before any call was measured
+    source: str = "unmeasured"
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def observe(self, timings: dict[str, Any]) -> None:
+    def prior(self, prompt_tps: float | None, gen_tps: float | None, source: str) -> None:
+        """Start from figures measured elsewhere (the bootstrap's smoke test of this build on this machine)."""
         with self._lock:
+            if self._prompt_tps is None and prompt_tps and gen_tps:
+                self._prompt_tps, self._gen_tps, self.source = float(prompt_tps), float(gen_tps), source
+
+    def observe(self, timings: dict[str, Any], system_tokens: int = 0) -> None:
+        with self._lock:
+            self.source = "measured"
+            if system_tokens:
+                # llama.cpp reuses the KV cache of an identical prefix: is the system prompt being served from it?
+                self._system_cached = float(timings.get("cache_n") or 0) >= 0.8 * system_tokens
             pps = timings.get("prompt_per_second")
             gps = timings.get("predicted_per_second")
             if pps and (timings.get("prompt_n") or 0) >= 8:
                 self._prompt_tps = _ema(self._prompt_tps, float(pps), self.alpha)
             if gps and (timings.get("predicted_n") or 0) >= 4:
                 self._gen_tps = _ema(self._gen_tps, float(gps), self.alpha)
+
+    def slow_down(self, prompt_tokens: int, budget_s: float, factor: float = 0.5) -> None:
+        """A call of `prompt_tokens` ran out of `budget_s`: the machine is slower than measured.
+
+        Assume `factor` of the measured speed (or, unmeasured, of a speed at which
+        this call would just have fitted), so the next chunk is smaller. The next
+        answered call measures the real speed again.
+        """
+        with self._lock:
+            fitted = max(1.0, prompt_tokens / max(budget_s, 0.1))
+            self._prompt_tps = factor * min(self._prompt_tps or fitted, fitted)
+            # CPU generation is typically 3-5x slower than prompt reading
+            self._gen_tps = factor * (self._gen_tps or self._prompt_tps / factor / 3)
+            self.source = "lowered after a timeout"
+
+    def system_cached(self) -> bool:
+        return self._system_cached
 
     def observe_job(self, seconds: float) -> None:
         with self._lock:
@@ -43,13 +70,14 @@ class Throughput:
         return self._gen_tps
 
     def job_seconds(self) -> float | None:
-        return self._job_s if self._job_s is not None else self.default_job_s
+        return self._job_s
 
     def snapshot(self) -> dict[str, float | None]:
         return {
             "prompt_tokens_per_s": round(self._prompt_tps, 1) if self._prompt_tps else None,
             "generation_tokens_per_s": round(self._gen_tps, 1) if self._gen_tps else None,
             "seconds_per_job": round(self._job_s, 2) if self._job_s else None,
+            "source": self.source,
         }
 
 

@@ -254,7 +254,7 @@ def smoke_test(binary: Path, model: Path, variant: str, timeout_s: float = 600.0
     """Start the binary on a real model and complete a few tokens. A death by signal is a refusal."""
     started = time.monotonic()
     verdict = proven.Verdict(ok=False, variant=variant, binary=str(binary), sha256=proven.file_sha256(binary),
-                             cpu=proven.cpu_key())
+                             cpu=proven.cpu_key(), model=model.name)
     server = LlamaServerProcess(binary=binary, model=model, threads=1, ctx=1024)
     try:
         server.start(wait_s=timeout_s)
@@ -301,6 +301,8 @@ def ensure_llama_server(cache_dir: Path, model: Path, choice: str = "auto", *, b
         binary = binary_path(cache_dir, variant)
         nxt = steps[index + 1].name if index + 1 < len(steps) else None
         stamp = proven.stamp_of(binary) if binary.is_file() else None
+        if stamp is not None and stamp.ok and not stamp.model:
+            stamp = None  # proven before speeds were kept per model: prove again (seconds)
         if stamp is not None and stamp.ok:
             proven.save_record(cache_dir, stamp)
             log(f"llama-server '{variant.name}' cached and proven on this CPU: {binary}")

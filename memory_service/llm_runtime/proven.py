@@ -65,6 +65,7 @@ class Verdict:
     sha256: str
     cpu: str
     why: str = ""
+    model: str = ""  # the model file the speeds were measured on
     prompt_tps: float | None = None
     gen_tps: float | None = None
     seconds: float | None = None

@@ -47,7 +47,8 @@ CREATE TABLE IF NOT EXISTS memories (
     raw_reply TEXT,
     timings TEXT,
     report TEXT,
-    indexed INTEGER NOT NULL DEFAULT 0
+    indexed INTEGER NOT NULL DEFAULT 0,
+    progress TEXT
 );
 CREATE UNIQUE INDEX IF NOT EXISTS memories_idem ON memories(team, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
@@ -115,6 +116,7 @@ class Memory:
     raw_reply: str | None
     timings: dict[str, Any] | None
     report: dict[str, Any] | None
+    progress: dict[str, Any] | None = None  # chunks already extracted, when a long text is part-way
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> "Memory":
@@ -127,6 +129,7 @@ class Memory:
             last_error=row["last_error"], raw_reply=row["raw_reply"],
             timings=json.loads(row["timings"]) if row["timings"] else None,
             report=json.loads(row["report"]) if row["report"] else None,
+            progress=json.loads(row["progress"]) if row["progress"] else None,
         )
 
 
@@ -200,6 +203,9 @@ class Journal:
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=FULL")  # durable before we ack
             self._conn.executescript(SCHEMA)
+            columns = {row[1] for row in self._conn.execute("PRAGMA table_info(memories)")}
+            if "progress" not in columns:  # journals written before chunk progress was kept
+                self._conn.execute("ALTER TABLE memories ADD COLUMN progress TEXT")
         # Reads get their own connection: in WAL mode they see every committed write and never wait
         # for a writer, so recall stays fast while the workers commit.
         self._reader = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
@@ -279,8 +285,13 @@ class Journal:
             ).fetchone()
         return None if row[0] is None else max(0.0, row[0] - now)
 
+    def save_progress(self, memory_id: str, progress: dict[str, Any]) -> None:
+        """The chunks of a long text extracted so far: a deferral, retry or restart resumes after them."""
+        with self._tx() as conn:
+            conn.execute("UPDATE memories SET progress = ? WHERE id = ?", (_dumps(progress), memory_id))
+
     def defer(self, memory_id: str, *, until: float, budget_s: float, reason: str) -> None:
-        """Not enough budget left to start: keep the job, give it a fresh window later."""
+        """Not now, and not an error (model down, machine slower than measured): requeue without an attempt."""
         with self._tx() as conn:
             conn.execute(
                 "UPDATE memories SET status = ?, deferrals = deferrals + 1, next_attempt_at = ?, deadline_at = ?, "
@@ -346,7 +357,7 @@ class Journal:
                 )
             conn.execute(
                 "UPDATE memories SET status = ?, attempts = attempts + 1, finished_at = ?, last_error = NULL, "
-                "raw_reply = ?, timings = ?, report = ? WHERE id = ?",
+                "raw_reply = ?, timings = ?, report = ?, progress = NULL WHERE id = ?",
                 (DONE, now, raw_reply, _dumps(timings), _dumps(report), memory.id),
             )
 
@@ -467,6 +478,17 @@ class Journal:
                 ):
                     hits.append(KeywordHit("fact", row[0], row[1], row[2], row[3]))
         return hits
+
+    def backlog(self, created_at: float | None = None) -> tuple[int, int]:
+        """(jobs, characters) waiting or running, optionally only those saved by `created_at`: the work ahead."""
+        sql = "SELECT COUNT(*), COALESCE(SUM(LENGTH(text)), 0) FROM memories WHERE status IN (?, ?)"
+        args: tuple[Any, ...] = (QUEUED, EXTRACTING)
+        if created_at is not None:
+            sql += " AND created_at <= ?"
+            args += (created_at,)
+        with self._read_lock:
+            jobs, chars = self._reader.execute(sql, args).fetchone()
+        return int(jobs), int(chars)
 
     def queue_depth(self) -> int:
         with self._read_lock:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import re
 import select
 import signal
@@ -168,6 +169,8 @@ class Settings:
     mode: str = "ok"
     n_ctx: int = 4096
     tokens_per_s: float = 200.0
+    # reading the prompt: None reports 10x tokens_per_s and takes no time; a number is also waited for
+    prompt_tokens_per_s: float | None = None
     think_tokens: int = 8000
     facts: list[str] | None = None
     template_thinks: bool = True
@@ -287,12 +290,17 @@ def _error_body(code: int, message: str, kind: str, **extra: Any) -> dict[str, A
     return {"error": {"code": code, "message": message, "type": kind, **extra}}
 
 
-def _timings(prompt_n: int, predicted_n: int, tokens_per_s: float) -> dict[str, Any]:
-    """llama.cpp's per-request timings; prompt processing is nominally 10x generation speed."""
-    prompt_ms = prompt_n / (tokens_per_s * 10) * 1000
+def _timings(prompt_n: int, predicted_n: int, tokens_per_s: float,
+             prompt_tokens_per_s: float | None = None, cache_n: int = 0) -> dict[str, Any]:
+    """llama.cpp's per-request timings; prompt processing is nominally 10x generation speed unless set.
+
+    As in llama.cpp, prompt_n counts the prompt tokens processed, cache_n those reused from the KV cache.
+    """
+    prompt_n -= cache_n
+    prompt_ms = prompt_n / (prompt_tokens_per_s or tokens_per_s * 10) * 1000
     predicted_ms = predicted_n / tokens_per_s * 1000
     return {
-        "cache_n": 0,
+        "cache_n": cache_n,
         "prompt_n": prompt_n,
         "prompt_ms": prompt_ms,
         "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else 0.0,
@@ -601,6 +609,12 @@ class _Handler(BaseHTTPRequestHandler):
         budget = settings.n_ctx - prompt_n if max_tokens is None else max_tokens
         reply, predicted_n = _apply_budget(_build_reply(settings, body), budget)
         tokens_per_s = 1.0 if mode == "slow" else settings.tokens_per_s
+        self._prompt_tps = settings.prompt_tokens_per_s
+        self._cache_n = 0
+        if settings.prompt_tokens_per_s:  # a paced prompt also gets a prompt cache: the prefix shared with the last
+            rendered = self._render(settings, body)
+            self._cache_n = count_tokens(os.path.commonprefix([rendered, self.fake._last_prompt]))
+            self.fake._last_prompt = rendered
         if not self._acquire_slot():
             self.close_connection = True
             return
@@ -608,7 +622,8 @@ class _Handler(BaseHTTPRequestHandler):
             if body.get("stream"):
                 self._stream(body, reply, prompt_n, predicted_n, tokens_per_s)
                 return
-            if not self._wait(predicted_n / tokens_per_s):
+            reading = (prompt_n - self._cache_n) / settings.prompt_tokens_per_s if settings.prompt_tokens_per_s else 0.0
+            if not self._wait(reading + predicted_n / tokens_per_s):
                 self.close_connection = True  # client gave up or server stopping: cancel the task
                 return
         finally:
@@ -641,7 +656,8 @@ class _Handler(BaseHTTPRequestHandler):
                 "total_tokens": prompt_n + predicted_n,
             },
             "id": f"chatcmpl-{uuid.uuid4().hex[:32]}",
-            "timings": _timings(prompt_n, predicted_n, tokens_per_s),
+            "timings": _timings(prompt_n, predicted_n, tokens_per_s, getattr(self, "_prompt_tps", None),
+                               getattr(self, "_cache_n", 0)),
         }
 
     def _stream(
@@ -694,7 +710,8 @@ class _Handler(BaseHTTPRequestHandler):
                 "prompt_tokens": prompt_n,
                 "total_tokens": prompt_n + predicted_n,
             }
-            timings = _timings(prompt_n, predicted_n, tokens_per_s)
+            timings = _timings(prompt_n, predicted_n, tokens_per_s, getattr(self, "_prompt_tps", None),
+                               getattr(self, "_cache_n", 0))
             self.wfile.write(chunk({}, reply.finish_reason, usage=usage, timings=timings))
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
@@ -715,6 +732,7 @@ class FakeLlamaServer:
         n_ctx: int = 4096,
         slots: int = 1,
         tokens_per_s: float = 200.0,
+        prompt_tokens_per_s: float | None = None,
         think_tokens: int = 8000,
         facts: list[str] | None = None,
         template_thinks: bool = True,
@@ -728,6 +746,7 @@ class FakeLlamaServer:
             mode=mode,
             n_ctx=n_ctx,
             tokens_per_s=tokens_per_s,
+            prompt_tokens_per_s=prompt_tokens_per_s,
             think_tokens=think_tokens,
             facts=list(facts) if facts is not None else None,
             template_thinks=template_thinks,
@@ -742,6 +761,7 @@ class FakeLlamaServer:
         self._lock = threading.Lock()
         self._failures_left = fail_count_of(self._settings)
         self._slots = threading.BoundedSemaphore(slots)
+        self._last_prompt = ""
         self._stop_event = threading.Event()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -873,6 +893,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n-ctx", type=int, default=4096)
     parser.add_argument("--slots", type=int, default=1)
     parser.add_argument("--tokens-per-s", type=float, default=200.0)
+    parser.add_argument("--prompt-tokens-per-s", type=float, default=None)
     parser.add_argument("--think-tokens", type=int, default=8000)
     parser.add_argument("--fact", action="append", dest="facts", help="reply with this fact (repeatable)")
     parser.add_argument("--no-template-thinks", action="store_true", help="template ignores enable_thinking")
@@ -884,6 +905,7 @@ def main(argv: list[str] | None = None) -> int:
         n_ctx=args.n_ctx,
         slots=args.slots,
         tokens_per_s=args.tokens_per_s,
+        prompt_tokens_per_s=args.prompt_tokens_per_s,
         think_tokens=args.think_tokens,
         facts=args.facts,
         template_thinks=not args.no_template_thinks,
