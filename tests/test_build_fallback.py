@@ -149,7 +149,7 @@ def test_a_sigill_at_run_time_names_the_cause_and_the_remedy_and_retires_the_bui
     # The proven build starts dying later (say, a kernel the smoke test never reached).
     write_exe(binary, "kill -ILL $$")
     proven.save_stamp(proven.Verdict(ok=True, variant="native", binary=str(binary),
-                                     sha256=proven.file_sha256(binary), cpu=proven.cpu_key()))
+                                     sha256=proven.sha256_of(binary), cpu=proven.cpu_key()))
     proven.save_record(cache, proven.stamp_of(binary))
     settings = Settings(cache_dir=cache, llama_threads=1, llama_ctx=512)
 

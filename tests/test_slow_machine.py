@@ -88,3 +88,30 @@ def test_the_estimate_before_any_measurement_comes_from_the_proven_build(service
         body = client.post("/v1/remember", json={"text": "The Skua report is due on 4 May.", "agent_id": "a"}).json()
     assert body["estimate_basis"] == "bootstrap smoke test"
     assert body["estimated_extraction_s"] is not None and body["estimated_extraction_s"] > 0
+
+
+def test_a_long_text_cut_off_by_a_crash_resumes_after_the_chunks_already_done(slow_fake, service_factory,
+                                                                               tmp_path) -> None:
+    env = {"MEMORY_EXTRACT_BUDGET_S": f"{BUDGET_S:g}"}
+    data = tmp_path / "crash-data"
+    svc = service_factory(slow_fake.url, data_dir=data, env=env)
+    with svc.client("key-a", timeout=60) as client:
+        memory_id = client.post("/v1/remember", json={"text": LONG_TEXT, "agent_id": "slow"}).json()["id"]
+        deadline = time.monotonic() + 600 / SCALE + 60
+        while True:
+            body = client.get(f"/v1/memories/{memory_id}").json()
+            if (body.get("progress") or {}).get("chunks_done", 0) >= 2:
+                break
+            assert body["status"] != "done" and time.monotonic() < deadline, body
+            time.sleep(0.05)
+    svc.kill()  # SIGKILL mid-text
+    slow_fake.clear_requests()
+    again = service_factory(slow_fake.url, data_dir=data, env=env)
+    with again.client("key-a", timeout=60) as client:
+        memory = wait_status(client, memory_id, timeout=600 / SCALE + 60)
+    assert memory["status"] == "done" and memory["progress"] is None
+    # the chunks extracted before the crash were not sent again, and their facts were kept
+    resent = [r for r in slow_fake.recorded() if "Locker 1 in the" in str(r.get("messages"))]
+    assert resent == []
+    facts = " ".join(f["text"] for f in memory["facts"])
+    assert "Locker 1 " in facts and "Locker 59 " in facts

@@ -88,6 +88,8 @@ class MemoryOut(BaseModel):
     timings: dict[str, Any] | None
     extraction: dict[str, Any] | None
     raw_reply: str | None = Field(description="The model's raw reply, kept when parsing failed.")
+    progress: dict[str, int] | None = Field(
+        default=None, description="While a long text is part-way: chunks done and characters done of the total.")
 
 
 class RecallRequest(Strict):

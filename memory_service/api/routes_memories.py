@@ -113,4 +113,7 @@ async def get_memory(memory_id: str, team: Team, services: ServicesDep) -> Memor
         timings=memory.timings,
         extraction={k: v for k, v in report.items() if k != "rejected"} or None,
         raw_reply=memory.raw_reply if memory.status != DONE else None,
+        progress=({"chunks_done": int(memory.progress.get("chunks", 0)),
+                   "chars_done": int(memory.progress.get("offset", 0)), "chars_total": len(memory.text)}
+                  if memory.progress and memory.status != DONE else None),
     )

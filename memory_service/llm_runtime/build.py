@@ -253,7 +253,7 @@ class SmokeTimeout(BuildError):
 def smoke_test(binary: Path, model: Path, variant: str, timeout_s: float = 600.0) -> proven.Verdict:
     """Start the binary on a real model and complete a few tokens. A death by signal is a refusal."""
     started = time.monotonic()
-    verdict = proven.Verdict(ok=False, variant=variant, binary=str(binary), sha256=proven.file_sha256(binary),
+    verdict = proven.Verdict(ok=False, variant=variant, binary=str(binary), sha256=proven.sha256_of(binary),
                              cpu=proven.cpu_key(), model=model.name)
     server = LlamaServerProcess(binary=binary, model=model, threads=1, ctx=1024)
     try:

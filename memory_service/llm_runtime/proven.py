@@ -17,6 +17,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .models import sha256_of
+
 RECORD_NAME = "proven.json"
 STAMP_NAME = "verified.json"
 
@@ -47,14 +49,6 @@ def cpu_flags() -> set[str]:
     return set()
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 @dataclass
 class Verdict:
     """The outcome of running one binary on a real model on one CPU."""
@@ -75,7 +69,7 @@ class Verdict:
         """Still about this file, unchanged, on this CPU."""
         return (
             self.cpu == cpu_key() and Path(self.binary) == binary and binary.is_file()
-            and self.sha256 == file_sha256(binary)
+            and self.sha256 == sha256_of(binary)
         )
 
 
@@ -123,7 +117,7 @@ def current(cache_dir: Path) -> Verdict | None:
 def refuse(binary: Path, variant: str, why: str, cache_dir: Path | None = None) -> None:
     """Remember that this CPU refused this binary; drop it as the proven build if it was."""
     try:
-        sha = file_sha256(binary)
+        sha = sha256_of(binary)
     except OSError:
         return
     save_stamp(Verdict(ok=False, variant=variant, binary=str(binary), sha256=sha, cpu=cpu_key(), why=why))
