@@ -8,7 +8,6 @@ import logging
 import os
 import signal
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from .config import ConfigError, Settings
@@ -54,9 +53,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     check_exposure(settings)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     llama = None
+    speed_prior = None
     if not settings.llm_url:
-        os.environ.setdefault("MEMORY_CACHE_DIR", str(settings.cache_dir))
-        model_path = resolve_model(settings.model)
+        model_path = resolve_model(settings.model, settings.cache_dir)
         logging.info("starting llama-server with %s (%d thread(s), ctx %d)", model_path.name,
                      settings.llama_threads, settings.llama_ctx)
         try:
@@ -64,18 +63,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         except LlamaServerError as exc:
             logging.error("%s", exc)
             return 1
-        record = proven.current(settings.cache_dir)
         # the bootstrap's smoke test measured this binary on this model: the first estimates start there
-        same = record is not None and Path(record.binary) == llama.binary and record.model == model_path.name
-        prior = (record.prompt_tps, record.gen_tps) if same and record else None
-        settings = replace(settings, llm_url=llama.url,
-                           llm_speed_prior=prior if prior and all(prior) else None)  # type: ignore[arg-type]
+        speed_prior = proven.speed_of(settings.cache_dir, llama.binary, model_path.name)
+        settings = settings.with_overrides(llm_url=llama.url)
         logging.info("llama-server %s ready at %s", llama.binary, llama.url)
     # uvicorn shuts down gracefully, then re-raises the signal it caught; with this handler in place
     # that re-raise unwinds through `finally` (stopping llama-server) instead of killing us on the spot.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
-        uvicorn.run(create_app(settings), host=settings.host, port=settings.port, workers=1,
+        uvicorn.run(create_app(settings, speed_prior=speed_prior), host=settings.host, port=settings.port, workers=1,
                     log_level=os.environ.get("MEMORY_LOG_LEVEL", "info").lower(), access_log=False)
     finally:
         if llama is not None:

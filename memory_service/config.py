@@ -1,15 +1,19 @@
 """Settings from MEMORY_* environment variables (and CLI flags that override them).
 
 One frozen object built once at start-up and passed down explicitly; nothing
-reads the environment after that.
+reads the environment after that. pydantic-settings does the reading and the
+bounds; `from_env` turns its errors into one line per variable that says what
+was wrong and what is allowed.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Mapping
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class ConfigError(ValueError):
@@ -21,99 +25,80 @@ def _default_threads() -> int:
     return max(1, (os.cpu_count() or 2) - 1)
 
 
-@dataclass(frozen=True)
-class Settings:
+DEFAULT_CACHE_DIR = Path.home() / ".cache" / "memory-service"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="MEMORY_", frozen=True, extra="ignore", env_ignore_empty=True,
+                                      populate_by_name=True)
+
     host: str = "127.0.0.1"
-    port: int = 8700
+    port: int = Field(8700, ge=1, le=65535)
     data_dir: Path = Path("./memory-data")
-    cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "memory-service")
+    cache_dir: Path = DEFAULT_CACHE_DIR
     # An already running llama-server; when unset, serve starts its own.
     llm_url: str | None = None
     model: str = "default"
     llama_bin: str | None = None
-    llama_threads: int = field(default_factory=_default_threads)
-    llama_ctx: int = 4096
-    llama_chat_template_file: str | None = None
-    api_keys: Mapping[str, str] = field(default_factory=dict)  # key -> team
-    extract_budget_s: float = 20.0
-    max_output_tokens: int = 384
-    max_attempts: int = 4
-    retry_base_s: float = 2.0
-    max_text_bytes: int = 64 * 1024
+    llama_threads: int = Field(default_factory=_default_threads, ge=1, le=256)
+    llama_ctx: int = Field(4096, ge=512, le=1 << 20)
+    llama_chat_template_file: str | None = Field(
+        None, validation_alias=AliasChoices("MEMORY_CHAT_TEMPLATE_FILE", "llama_chat_template_file"))
+    api_keys: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)  # key -> team
+    extract_budget_s: float = Field(20.0, ge=0.5, le=3600)
+    max_output_tokens: int = Field(384, ge=16, le=8192)
+    max_attempts: int = Field(4, ge=1, le=100)
+    retry_base_s: float = Field(2.0, ge=0.0, le=3600)
+    max_text_bytes: int = Field(64 * 1024, ge=1, le=16 * 1024 * 1024)
     max_facts: int = 12
     max_fact_chars: int = 300
-    dedup_threshold: float = 0.92
-    embed_threads: int = 1
-    embedder: str = "onnx"
+    dedup_threshold: float = Field(0.92, ge=0.5, le=1.0)
+    embed_threads: int = Field(1, ge=1, le=64)
+    embedder: Literal["onnx", "torch"] = "onnx"
     chroma_url: str | None = None
     skip_small_talk: bool = True
-    # (prompt, generation) tokens/s measured by the bootstrap's smoke test of the llama-server that `serve`
-    # started: the first estimates before any extraction is measured. Never from the environment.
-    llm_speed_prior: tuple[float, float] | None = None
 
-    LOCAL_TEAM = "local"
+    LOCAL_TEAM: ClassVar[str] = "local"
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _parse_api_keys(cls, value: Any) -> Any:
+        return parse_api_keys(value) if isinstance(value, str) else value
+
+    @field_validator("data_dir", "cache_dir", mode="after")
+    @classmethod
+    def _expand(cls, value: Path) -> Path:
+        return value.expanduser()
 
     @property
     def auth_enabled(self) -> bool:
         return bool(self.api_keys)
 
     def with_overrides(self, **changes: object) -> "Settings":
-        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+        """A copy with the given values (None means "not given"), validated like the environment."""
+        given = {k: v for k, v in changes.items() if v is not None}
+        try:
+            return type(self).model_validate({**self.model_dump(), **given})
+        except ValidationError as exc:
+            raise ConfigError(_explain(exc)) from None
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
-        env = os.environ if env is None else env
-        base = cls()
-        values: dict[str, object] = {}
+    def from_env(cls) -> "Settings":
+        try:
+            return cls()
+        except ValidationError as exc:
+            raise ConfigError(_explain(exc)) from None
 
-        def text(name: str, attr: str) -> None:
-            if env.get(name):
-                values[attr] = env[name]
 
-        def number(name: str, attr: str, kind: type, low: float, high: float) -> None:
-            raw = env.get(name)
-            if not raw:
-                return
-            try:
-                value = kind(raw)
-            except ValueError:
-                raise ConfigError(f"{name}={raw!r} is not a {kind.__name__}") from None
-            if not low <= value <= high:
-                raise ConfigError(f"{name}={raw!r} must be between {low} and {high}")
-            values[attr] = value
-
-        text("MEMORY_HOST", "host")
-        number("MEMORY_PORT", "port", int, 1, 65535)
-        if env.get("MEMORY_DATA_DIR"):
-            values["data_dir"] = Path(env["MEMORY_DATA_DIR"]).expanduser()
-        if env.get("MEMORY_CACHE_DIR"):
-            values["cache_dir"] = Path(env["MEMORY_CACHE_DIR"]).expanduser()
-        text("MEMORY_LLM_URL", "llm_url")
-        text("MEMORY_MODEL", "model")
-        text("MEMORY_LLAMA_BIN", "llama_bin")
-        text("MEMORY_CHAT_TEMPLATE_FILE", "llama_chat_template_file")
-        number("MEMORY_LLAMA_THREADS", "llama_threads", int, 1, 256)
-        number("MEMORY_LLAMA_CTX", "llama_ctx", int, 512, 1 << 20)
-        number("MEMORY_EXTRACT_BUDGET_S", "extract_budget_s", float, 0.5, 3600)
-        number("MEMORY_MAX_OUTPUT_TOKENS", "max_output_tokens", int, 16, 8192)
-        number("MEMORY_MAX_ATTEMPTS", "max_attempts", int, 1, 100)
-        number("MEMORY_RETRY_BASE_S", "retry_base_s", float, 0.0, 3600)
-        number("MEMORY_MAX_TEXT_BYTES", "max_text_bytes", int, 1, 16 * 1024 * 1024)
-        number("MEMORY_DEDUP_THRESHOLD", "dedup_threshold", float, 0.5, 1.0)
-        number("MEMORY_EMBED_THREADS", "embed_threads", int, 1, 64)
-        text("MEMORY_CHROMA_URL", "chroma_url")
-        if env.get("MEMORY_EMBEDDER"):
-            if env["MEMORY_EMBEDDER"] not in ("onnx", "torch"):
-                raise ConfigError(f"MEMORY_EMBEDDER={env['MEMORY_EMBEDDER']!r} must be 'onnx' or 'torch'")
-            values["embedder"] = env["MEMORY_EMBEDDER"]
-        if env.get("MEMORY_SKIP_SMALL_TALK"):
-            flag = env["MEMORY_SKIP_SMALL_TALK"].strip().lower()
-            if flag not in ("0", "1", "true", "false", "yes", "no"):
-                raise ConfigError(f"MEMORY_SKIP_SMALL_TALK={env['MEMORY_SKIP_SMALL_TALK']!r} must be 1 or 0")
-            values["skip_small_talk"] = flag in ("1", "true", "yes")
-        if env.get("MEMORY_API_KEYS"):
-            values["api_keys"] = parse_api_keys(env["MEMORY_API_KEYS"])
-        return replace(base, **values)
+def _explain(exc: ValidationError) -> str:
+    """One line per bad variable: its name, the value given, and what is allowed."""
+    lines = []
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error["loc"] else "?"
+        name = "MEMORY_CHAT_TEMPLATE_FILE" if field == "llama_chat_template_file" else f"MEMORY_{field.upper()}"
+        message = error["msg"].removeprefix("Value error, ")
+        lines.append(f"{name}={error.get('input')!r}: {message}")
+    return "; ".join(lines)
 
 
 def parse_api_keys(raw: str) -> dict[str, str]:
@@ -122,9 +107,9 @@ def parse_api_keys(raw: str) -> dict[str, str]:
     for entry in filter(None, (part.strip() for part in raw.split(","))):
         key, sep, team = entry.partition(":")
         if not sep or not key.strip() or not team.strip():
-            raise ConfigError(f"MEMORY_API_KEYS entry {entry!r} must look like 'key:team'")
+            raise ValueError(f"entry {entry!r} must look like 'key:team'")
         if key.strip() in keys:
-            raise ConfigError(f"MEMORY_API_KEYS lists the key for team {team!r} twice")
+            raise ValueError(f"the key for team {team!r} is listed twice")
         keys[key.strip()] = team.strip()
     return keys
 

@@ -311,13 +311,10 @@ def run_doctor(args: argparse.Namespace) -> int:
 
 def _start_server(settings: Settings, model: str | None, tmp: Path) -> tuple[Any, dict[str, Any]]:
     """The same llama-server `serve` would start: binary, model, threads, context and chat template."""
-    import os
-
     from .llm_runtime.models import resolve_model
     from .llm_runtime.server import build_variant, launch
 
-    os.environ.setdefault("MEMORY_CACHE_DIR", str(settings.cache_dir))
-    model_path = resolve_model(model or settings.model)
+    model_path = resolve_model(model or settings.model, settings.cache_dir)
     server = launch(settings, model_path, tmp / "llama-server.log")
     return server, {
         "url": server.url, "model": model_path.name, "threads": settings.llama_threads, "ctx": settings.llama_ctx,

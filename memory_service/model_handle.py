@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from .config import Settings
 from .extraction.client import LlamaClient, ServerProps
 from .extraction.extractor import Extractor
+from .extraction.sizing import backlog_seconds
 from .extraction.thinking import check_thinking
 from .extraction.throughput import Throughput
 
@@ -29,12 +30,14 @@ class ModelHandle:
     extractor: Extractor | None = None
     last_error: str | None = None
     last_check: float = 0.0
+    # (prompt, generation) tokens/s measured when the build was proven on this model: the first estimates
+    speed_prior: tuple[float, float] | None = None
     _thinking: tuple[float, dict] | None = None  # (when, check_thinking result)
     _ready: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
-        if self.settings.llm_speed_prior:
-            self.throughput.prior(*self.settings.llm_speed_prior, source="bootstrap smoke test")
+        if self.speed_prior:
+            self.throughput.prior(*self.speed_prior, source="bootstrap smoke test")
 
     @property
     def ready(self) -> bool:
@@ -74,6 +77,24 @@ class ModelHandle:
         self.last_error = None
         self._ready.set()
         return True
+
+    async def went_down(self, reason: str) -> bool:
+        """After a failed call: is the server itself down? Then mark it so (workers wait, no attempt is spent)."""
+        if await self.client.health():
+            return False
+        self.mark_down(reason)
+        return True
+
+    def estimate(self, jobs: int, chars: int, max_output: int) -> tuple[float | None, str]:
+        """Seconds to extract `jobs` saves of `chars` characters at the model's speed, and what that rests on."""
+        throughput = self.throughput
+        system = 0 if throughput.system_cached() or self.extractor is None else self.extractor.counted_system_tokens
+        seconds = backlog_seconds(max(jobs, 1), chars, throughput.prompt_tps(), throughput.generation_tps(), system,
+                                  max_output)
+        if seconds is None:
+            return None, "unknown: the model's speed has not been measured yet"
+        slots = self.props.slots if self.props else 1
+        return round(seconds / max(1, slots), 2), throughput.source
 
     async def thinking(self, max_age_s: float = 60.0) -> dict:
         """Does the chat template turn thinking off? Template rendering only; re-checked at most once a minute."""

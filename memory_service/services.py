@@ -1,19 +1,24 @@
-"""The explicit bundle of everything the app needs, built once in its lifespan."""
+"""The explicit bundle of everything the app needs, built once in its lifespan.
+
+Routes use what it offers (save, estimate, wait, readiness, counts); the
+background workers get only their own parts, never the bundle.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 from .config import Settings
 from .extraction.client import LlamaClient
 from .model_handle import ModelHandle
 from .storage.embedder import Embedder, load_embedder
-from .storage.journal import Journal
+from .storage.journal import DONE, FAILED, Journal, Memory
 from .storage.limits import LimitStore
 from .storage.vectors import VectorStore
-from .worker import extraction_loop, passage_loop
+from .worker import ExtractionWorker, PassageIndexer
 
 log = logging.getLogger("memory_service")
 
@@ -26,12 +31,16 @@ class Services:
     embedder: Embedder
     limits: LimitStore
     model: ModelHandle
-    _work: asyncio.Event = field(default_factory=asyncio.Event)
-    _passages: asyncio.Event = field(default_factory=asyncio.Event)
     _tasks: list[asyncio.Task] = field(default_factory=list)
+    _waiters: dict[str, list[asyncio.Event]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.extraction = ExtractionWorker(self.settings, self.journal, self.model, self.embedder, self.vectors,
+                                           settled=self._settled)
+        self.passages = PassageIndexer(self.journal, self.embedder, self.vectors)
 
     @classmethod
-    def open(cls, settings: Settings) -> "Services":
+    def open(cls, settings: Settings, *, speed_prior: tuple[float, float] | None = None) -> "Services":
         data = settings.data_dir
         data.mkdir(parents=True, exist_ok=True)
         if not settings.llm_url:
@@ -46,15 +55,15 @@ class Services:
             vectors=VectorStore(data / "chroma", url=settings.chroma_url),
             embedder=load_embedder(settings.embedder, threads=settings.embed_threads),
             limits=LimitStore(data / "limits.sqlite3"),
-            model=ModelHandle(settings, LlamaClient(settings.llm_url)),
+            model=ModelHandle(settings, LlamaClient(settings.llm_url), speed_prior=speed_prior),
         )
 
     async def start(self) -> None:
         await self.model.probe()
         slots = self.model.props.slots if self.model.props else 1
-        self._tasks.append(asyncio.create_task(passage_loop(self), name="passages"))
+        self._tasks.append(asyncio.create_task(self.passages.run(), name="passages"))
         for worker_no in range(max(1, slots)):
-            self._tasks.append(asyncio.create_task(extraction_loop(self, worker_no), name=f"extract-{worker_no}"))
+            self._tasks.append(asyncio.create_task(self.extraction.run(worker_no), name=f"extract-{worker_no}"))
         log.info("started %d extraction worker(s)", max(1, slots))
 
     async def stop(self) -> None:
@@ -62,24 +71,49 @@ class Services:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.model.client.aclose()
-        self.journal.recover()  # a job cut off mid-extraction is queued again
+        self.close()
+
+    def close(self) -> None:
+        """Close the stores; a job cut off mid-extraction is queued again."""
+        self.journal.recover()
         self.journal.close()
         self.limits.close()
 
-    def notify_saved(self) -> None:
-        self._work.set()
-        self._passages.set()
+    # -- what the routes use ----------------------------------------------------
 
-    async def wait_for_work(self, timeout: float) -> None:
-        await _wait(self._work, timeout)
+    def remember(self, **fields: Any) -> tuple[Memory, bool, tuple[int, int]]:
+        """Commit a text and its job (blocking: call it in a thread); also the backlog up to it."""
+        memory, created = self.journal.insert(**fields, budget_s=self.settings.extract_budget_s)
+        return memory, created, self.journal.backlog(memory.created_at)
 
-    async def wait_for_passages(self, timeout: float) -> None:
-        await _wait(self._passages, timeout)
+    def saved(self) -> None:
+        """Wake the workers: there is new work."""
+        self.extraction.wake.set()
+        self.passages.wake.set()
 
+    def estimate(self, jobs: int, chars: int) -> tuple[float | None, str]:
+        return self.model.estimate(jobs, chars, self.settings.max_output_tokens)
 
-async def _wait(event: asyncio.Event, timeout: float) -> None:
-    try:
-        await asyncio.wait_for(event.wait(), timeout)
-    except asyncio.TimeoutError:
-        pass
-    event.clear()
+    async def wait_settled(self, team: str, memory_id: str, timeout: float) -> Memory | None:
+        """The memory once its job reaches done or failed (the worker says so), or as it is after `timeout`."""
+        event = asyncio.Event()
+        self._waiters.setdefault(memory_id, []).append(event)
+        try:
+            # registered first, then looked at: a job that settled in between is not waited for
+            current = await asyncio.to_thread(self.journal.get, team, memory_id)
+            if current is None or current.status in (DONE, FAILED):
+                return current
+            await asyncio.wait_for(event.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            waiters = self._waiters.get(memory_id, [])
+            if event in waiters:
+                waiters.remove(event)
+            if not waiters:
+                self._waiters.pop(memory_id, None)
+        return await asyncio.to_thread(self.journal.get, team, memory_id)
+
+    def _settled(self, memory_id: str) -> None:
+        for event in self._waiters.pop(memory_id, []):
+            event.set()

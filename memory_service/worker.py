@@ -14,17 +14,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from .extraction.errors import ContextOverflow, ExtractionError, LlmUnavailable, TooSlow
 from .extraction.extractor import Extractor, Progress
 from .extraction.gate import small_talk_reason
 from .extraction.prompt import PROMPT_VERSION
+from .config import Settings
 from .indexing import index_passages, store_facts
-from .storage.journal import FAILED, FactPlan, Memory
-
-if TYPE_CHECKING:
-    from .services import Services
+from .model_handle import ModelHandle
+from .storage.embedder import Embedder
+from .storage.journal import FAILED, FactPlan, Journal, Memory
+from .storage.vectors import VectorStore
 
 log = logging.getLogger("memory_service.worker")
 
@@ -32,100 +34,143 @@ MAX_RETRY_DELAY_S = 300.0
 IDLE_POLL_S = 1.0
 
 
-async def extraction_loop(services: "Services", worker_no: int) -> None:
-    while True:
-        try:
-            extractor = await services.model.wait_ready()
-            job = await asyncio.to_thread(services.journal.claim_next)
-            if job is None:
-                await services.wait_for_work(IDLE_POLL_S)
-                continue
-            await process_job(services, extractor, job)
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # the loop must outlive any bug in one job
-            log.exception("extraction worker %d: unexpected error", worker_no)
-            await asyncio.sleep(1.0)
-
-
-async def process_job(services: "Services", extractor: Extractor, job: Memory) -> None:
-    settings = services.settings
-    journal = services.journal
-    started = time.time()
-    attempt: dict[str, Any] = {
-        "queued_at": round(job.next_attempt_at, 3), "started_at": round(started, 3),
-        "queue_wait_s": round(started - job.next_attempt_at, 3), "budget_s": settings.extract_budget_s,
-    }
-    skipped = small_talk_reason(job.text) if settings.skip_small_talk else None
-    if skipped is not None:
-        # nothing to extract: done at once, no model call; the passage stays recallable
-        report = {"skipped": skipped, "prompt_version": PROMPT_VERSION, "chunks": 0, "calls": [], "proposed": 0,
-                  "stored": 0, "merged": 0, "superseded": 0, "rejected": []}
-        await asyncio.to_thread(journal.complete, job, FactPlan(), raw_reply=None,
-                                timings={"attempt": _finish(attempt, [])}, report=report)
-        return
-    progress = Progress.from_dict(job.progress)
-
-    async def keep(progress: Progress) -> None:
-        await asyncio.to_thread(journal.save_progress, job.id, progress.to_dict())
-
+async def wait_for(event: asyncio.Event, timeout: float) -> None:
+    """Until `event` is set or `timeout` passes; then clear it (one wake-up per notification)."""
     try:
-        result = await extractor.extract(job.text, budget_s=settings.extract_budget_s, progress=progress,
-                                         on_chunk=keep)
-    except TooSlow as exc:
-        # Not an error: the machine is slower than measured. Resume at once with smaller chunks, in
-        # the job's place in the queue, without spending an attempt.
-        services.model.throughput.slow_down(exc.chunk_tokens + await extractor.system_tokens(),
+        await asyncio.wait_for(event.wait(), timeout)
+    except asyncio.TimeoutError:
+        pass
+    event.clear()
+
+
+@dataclass
+class ExtractionWorker:
+    """Takes jobs from the journal and extracts their facts; one per llama-server slot.
+
+    It sees only what it uses: the journal, the model, the fact index, and a
+    callback for jobs that reach done or failed (so a saver waiting on one wakes).
+    """
+
+    settings: Settings
+    journal: Journal
+    model: ModelHandle
+    embedder: Embedder
+    vectors: VectorStore
+    settled: Callable[[str], None] = lambda memory_id: None
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def run(self, worker_no: int = 0) -> None:
+        while True:
+            try:
+                extractor = await self.model.wait_ready()
+                job = await asyncio.to_thread(self.journal.claim_next)
+                if job is None:
+                    await wait_for(self.wake, IDLE_POLL_S)
+                    continue
+                await self.process(extractor, job)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the loop must outlive any bug in one job
+                log.exception("extraction worker %d: unexpected error", worker_no)
+                await asyncio.sleep(1.0)
+
+    async def process(self, extractor: Extractor, job: Memory) -> None:
+        settings, journal = self.settings, self.journal
+        started = time.time()
+        attempt: dict[str, Any] = {
+            "queued_at": round(job.next_attempt_at, 3), "started_at": round(started, 3),
+            "queue_wait_s": round(started - job.next_attempt_at, 3), "budget_s": settings.extract_budget_s,
+        }
+        skipped = small_talk_reason(job.text) if settings.skip_small_talk else None
+        if skipped is not None:
+            # nothing to extract: done at once, no model call; the passage stays recallable
+            report = {"skipped": skipped, "prompt_version": PROMPT_VERSION, "chunks": 0, "calls": [],
+                      "proposed": 0, "stored": 0, "merged": 0, "superseded": 0, "rejected": []}
+            await asyncio.to_thread(journal.complete, job, FactPlan(), raw_reply=None,
+                                    timings={"attempt": _finish(attempt, [])}, report=report)
+            self.settled(job.id)
+            return
+        progress = Progress.from_dict(job.progress)
+
+        async def keep(progress: Progress) -> None:
+            await asyncio.to_thread(journal.save_progress, job.id, progress.to_dict())
+
+        try:
+            result = await extractor.extract(job.text, budget_s=settings.extract_budget_s, progress=progress,
+                                             on_chunk=keep)
+        except TooSlow as exc:
+            # Not an error: the machine is slower than measured. Resume at once with smaller chunks, in
+            # the job's place in the queue, without spending an attempt.
+            self.model.throughput.slow_down(exc.chunk_tokens + await extractor.system_tokens(),
                                             settings.extract_budget_s)
-        await asyncio.to_thread(journal.save_progress, job.id, progress.to_dict())
-        await asyncio.to_thread(
-            journal.defer, job.id, until=job.next_attempt_at, budget_s=settings.extract_budget_s,
-            reason=f"slower than measured, resuming with smaller chunks: {exc}",
-        )
-        return
-    except LlmUnavailable as exc:
-        if not await services.model.client.health():
-            services.model.mark_down(str(exc))
+            await asyncio.to_thread(journal.save_progress, job.id, progress.to_dict())
             await asyncio.to_thread(
-                journal.defer, job.id, until=time.time() + 1.0, budget_s=settings.extract_budget_s,
-                reason=f"model server unreachable, waiting: {exc}",
+                journal.defer, job.id, until=job.next_attempt_at, budget_s=settings.extract_budget_s,
+                reason=f"slower than measured, resuming with smaller chunks: {exc}",
             )
             return
-        await _record_failure(services, job, exc, attempt, progress)
-        return
-    except ContextOverflow as exc:
-        # the server may have been restarted with a smaller -c: re-read /props before the retry
-        await services.model.probe()
-        await _record_failure(services, job, exc, attempt, progress)
-        return
-    except ExtractionError as exc:
-        await _record_failure(services, job, exc, attempt, progress)
-        return
-    except Exception as exc:  # a bug must show on the job, not vanish
-        log.exception("job %s: unexpected error", job.id)
-        await _record_failure(services, job, ExtractionError(f"internal error: {exc!r}"), attempt, progress)
-        return
-    services.model.throughput.observe_job(time.time() - started)
-    try:
-        plan = await asyncio.to_thread(
-            store_facts, job, result.facts, journal=journal, embedder=services.embedder, vectors=services.vectors,
-            near_duplicate=settings.dedup_threshold,
+        except LlmUnavailable as exc:
+            if await self.model.went_down(str(exc)):
+                await asyncio.to_thread(
+                    journal.defer, job.id, until=time.time() + 1.0, budget_s=settings.extract_budget_s,
+                    reason=f"model server unreachable, waiting: {exc}",
+                )
+                return
+            await self._fail(job, exc, attempt, progress)
+            return
+        except ContextOverflow as exc:
+            # the server may have been restarted with a smaller -c: re-read /props before the retry
+            await self.model.probe()
+            await self._fail(job, exc, attempt, progress)
+            return
+        except ExtractionError as exc:
+            await self._fail(job, exc, attempt, progress)
+            return
+        except Exception as exc:  # a bug must show on the job, not vanish
+            log.exception("job %s: unexpected error", job.id)
+            await self._fail(job, ExtractionError(f"internal error: {exc!r}"), attempt, progress)
+            return
+        self.model.throughput.observe_job(time.time() - started)
+        try:
+            plan = await asyncio.to_thread(
+                store_facts, job, result.facts, journal=journal, embedder=self.embedder, vectors=self.vectors,
+                near_duplicate=settings.dedup_threshold,
+            )
+            report = {
+                **result.report,
+                "stored": len(plan.new), "merged": len(plan.merged),
+                "superseded": len(plan.superseded) + len(plan.born_superseded),
+            }
+            if job.deferrals:
+                report["slow"] = (f"finished after {job.deferrals} deferral(s): the model was slower than the "
+                                  "budget allowed, so the text was split into smaller chunks")
+            timings = {**result.timings, "attempt": _finish(attempt, result.report.get("calls", []))}
+            await asyncio.to_thread(
+                journal.complete, job, plan, raw_reply="\n".join(result.raw_replies), timings=timings, report=report
+            )
+            self.settled(job.id)
+        except Exception as exc:  # storing failed: the job must not be left 'extracting'
+            log.exception("job %s: storing facts failed", job.id)
+            await self._fail(job, ExtractionError(f"storing facts failed: {exc!r}"), attempt, progress)
+
+    async def _fail(self, job: Memory, exc: ExtractionError, attempt: dict, progress: Progress | None) -> None:
+        settings = self.settings
+        if progress is not None and progress.chunks:
+            # chunks already extracted are kept: the retry resumes after them
+            await asyncio.to_thread(self.journal.save_progress, job.id, progress.to_dict())
+        attempts = job.attempts + 1
+        retry_at = None
+        if exc.retryable and attempts < settings.max_attempts:
+            retry_at = time.time() + min(MAX_RETRY_DELAY_S, settings.retry_base_s * (2 ** (attempts - 1)))
+        timings = {**(exc.timings or {}), "attempt": _finish(attempt, (exc.report or {}).get("calls", []))}
+        status = await asyncio.to_thread(
+            self.journal.fail_attempt, job.id, error=f"{type(exc).__name__}: {exc}", raw_reply=exc.raw_reply,
+            timings=timings, report=exc.report, retry_at=retry_at, budget_s=settings.extract_budget_s,
         )
-        report = {
-            **result.report,
-            "stored": len(plan.new), "merged": len(plan.merged),
-            "superseded": len(plan.superseded) + len(plan.born_superseded),
-        }
-        if job.deferrals:
-            report["slow"] = (f"finished after {job.deferrals} deferral(s): the model was slower than the "
-                              "budget allowed, so the text was split into smaller chunks")
-        timings = {**result.timings, "attempt": _finish(attempt, result.report.get("calls", []))}
-        await asyncio.to_thread(
-            journal.complete, job, plan, raw_reply="\n".join(result.raw_replies), timings=timings, report=report
-        )
-    except Exception as exc:  # storing failed: the job must not be left 'extracting'
-        log.exception("job %s: storing facts failed", job.id)
-        await _record_failure(services, job, ExtractionError(f"storing facts failed: {exc!r}"), attempt, progress)
+        log.warning("job %s attempt %d failed (%s): %s", job.id, attempts, status, exc)
+        if status == FAILED:
+            log.error("job %s failed after %d attempts; its passage stays recallable", job.id, attempts)
+            self.settled(job.id)
 
 
 def _finish(attempt: dict, calls: list[dict[str, Any]]) -> dict:
@@ -140,38 +185,26 @@ def _finish(attempt: dict, calls: list[dict[str, Any]]) -> dict:
     return out
 
 
-async def _record_failure(services: "Services", job: Memory, exc: ExtractionError, attempt: dict,
-                          progress: Progress | None = None) -> None:
-    settings = services.settings
-    if progress is not None and progress.chunks:
-        # chunks already extracted are kept: the retry resumes after them
-        await asyncio.to_thread(services.journal.save_progress, job.id, progress.to_dict())
-    attempts = job.attempts + 1
-    retry_at = None
-    if exc.retryable and attempts < settings.max_attempts:
-        retry_at = time.time() + min(MAX_RETRY_DELAY_S, settings.retry_base_s * (2 ** (attempts - 1)))
-    timings = {**(exc.timings or {}), "attempt": _finish(attempt, (exc.report or {}).get("calls", []))}
-    status = await asyncio.to_thread(
-        services.journal.fail_attempt, job.id, error=f"{type(exc).__name__}: {exc}", raw_reply=exc.raw_reply,
-        timings=timings, report=exc.report, retry_at=retry_at, budget_s=settings.extract_budget_s,
-    )
-    log.warning("job %s attempt %d failed (%s): %s", job.id, attempts, status, exc)
-    if status == FAILED:
-        log.error("job %s failed after %d attempts; its passage stays recallable", job.id, attempts)
+@dataclass
+class PassageIndexer:
+    """Embeds newly saved texts as passages, oldest first, in small batches (recall shares the embedder)."""
 
+    journal: Journal
+    embedder: Embedder
+    vectors: VectorStore
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
 
-async def passage_loop(services: "Services") -> None:
-    """Embed newly saved texts as passages, oldest first, in small batches (recall shares the embedder)."""
-    while True:
-        try:
-            batch = await asyncio.to_thread(services.journal.unindexed, 16)
-            if not batch:
-                await services.wait_for_passages(IDLE_POLL_S)
-                continue
-            await asyncio.to_thread(index_passages, batch, services.embedder, services.vectors)
-            await asyncio.to_thread(services.journal.mark_indexed, [m.id for m in batch])
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("passage indexer: unexpected error")
-            await asyncio.sleep(1.0)
+    async def run(self) -> None:
+        while True:
+            try:
+                batch = await asyncio.to_thread(self.journal.unindexed, 16)
+                if not batch:
+                    await wait_for(self.wake, IDLE_POLL_S)
+                    continue
+                await asyncio.to_thread(index_passages, batch, self.embedder, self.vectors)
+                await asyncio.to_thread(self.journal.mark_indexed, [m.id for m in batch])
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("passage indexer: unexpected error")
+                await asyncio.sleep(1.0)

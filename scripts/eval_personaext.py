@@ -148,6 +148,7 @@ def run(utterances: list[Utterance], *, url: str, key: str | None) -> dict[str, 
                 "tail_in_proposed": bool(utt.tail) and any(phrase_in(utt.tail, f) for f in facts + rejected),
                 "skipped": report.get("skipped"), "calls": len(report.get("calls") or []),
                 "echoes": sum(1 for f in facts if token_jaccard(f, utt.text) >= ECHO_JACCARD),
+                "multi_clause": bool(MULTI_CLAUSE.search(utt.text.strip())),
             })
             if n % 10 == 0 or n == len(utterances):
                 found = sum(r["tail_in_facts"] for r in rows)
@@ -159,11 +160,18 @@ def run(utterances: list[Utterance], *, url: str, key: str | None) -> dict[str, 
 
 
 ECHO_JACCARD = 0.8
+# more than one clause: two sentences, a semicolon, or a comma before and/but/so/while
+MULTI_CLAUSE = re.compile(r"[.!?;]\s+\S|,\s+(?:and|but|so|while)\s")
 
 
 def token_jaccard(a: str, b: str) -> float:
     left, right = set(norm(a).split()), set(norm(b).split())
     return len(left & right) / len(left | right) if left and right else 0.0
+
+
+def echo_share(rows: list[dict[str, Any]]) -> float | None:
+    facts = sum(len(r["facts"]) for r in rows)
+    return round(sum(r.get("echoes", 0) for r in rows) / facts, 4) if facts else None
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -205,8 +213,9 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "wall_s_p95": percentile(walls, 95),
         "predicted_tokens_median": statistics.median(predicted) if predicted else None,
         # a "fact" that is the utterance again (token Jaccard >= 0.8) adds nothing to the raw text
-        "echo_share": (round(sum(r.get("echoes", 0) for r in rows) / n_facts, 4)
-                       if (n_facts := sum(len(r["facts"]) for r in rows)) else None),
+        "echo_share": echo_share(rows),
+        # the same, over utterances of more than one clause: there a fact equal to the input holds several claims
+        "echo_share_multi_clause": echo_share([r for r in rows if r.get("multi_clause")]),
         "model_calls": sum(r.get("calls", 0) for r in rows),
         "model_calls_skipped_small_talk": sum(1 for r in rows if r.get("skipped")),
     }

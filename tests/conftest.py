@@ -17,21 +17,27 @@ from typing import Iterator
 
 import httpx
 import pytest
+from fastapi.testclient import TestClient
 
+from memory_service.api.app import create_app
+from memory_service.config import Settings
+from memory_service.services import Services
 from memory_service.llm_runtime.models import ensure_model
-from memory_service.llm_runtime.server import LlamaServerProcess, find_binary, free_port, wait_until_healthy
+from memory_service.llm_runtime.server import LlamaServerProcess, free_port, wait_until_healthy
 
 ROOT = Path(__file__).resolve().parents[1]
-CACHE = Path(os.environ.get("MEMORY_CACHE_DIR", Path.home() / ".cache" / "memory-service"))
+CACHE = Settings.from_env().cache_dir
 KEYS = {"key-a": "team-a", "key-b": "team-b"}
 
 
 def start_llama(model: str, tmp: Path, **kwargs) -> LlamaServerProcess:
-    return LlamaServerProcess(
-        binary=find_binary(os.environ.get("MEMORY_LLAMA_BIN"), CACHE), model=ensure_model(model, CACHE),
-        threads=int(os.environ.get("MEMORY_LLAMA_THREADS", "1")), ctx=kwargs.pop("ctx", 4096),
-        log_path=tmp / f"llama-{model}.log", **kwargs,
-    ).start()
+    """A real llama-server like `serve` starts, with one thread and a 4096 context unless told otherwise."""
+    settings = Settings.from_env()
+    kwargs.setdefault("threads", int(os.environ.get("MEMORY_LLAMA_THREADS", "1")))
+    kwargs.setdefault("ctx", 4096)
+    kwargs.setdefault("chat_template_file", None)
+    return LlamaServerProcess.from_settings(settings, ensure_model(model, CACHE), tmp / f"llama-{model}.log",
+                                            **kwargs).start()
 
 
 @pytest.fixture(scope="session")
@@ -46,6 +52,34 @@ def default_llama(tmp_path_factory) -> Iterator[LlamaServerProcess]:
     server = start_llama("default", tmp_path_factory.mktemp("llama-default"))
     yield server
     server.stop()
+
+
+class InProcessApp:
+    """The real app and its real stores (SQLite, Chroma, embedder) in this process, with no model server.
+
+    For tests that never reach the model (validation, auth, error shapes): no subprocess, same handlers.
+    """
+
+    def __init__(self, data_dir: Path) -> None:
+        # a port nothing listens on: a test that reached the model would fail, not pass by accident
+        self.settings = Settings(data_dir=data_dir, api_keys=KEYS, llm_url=f"http://127.0.0.1:{free_port()}")
+        self.services = Services.open(self.settings)
+        self.app = create_app(self.settings, services=self.services)
+
+    def client(self, key: str | None = "key-a") -> TestClient:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        return TestClient(self.app, headers=headers)
+
+    def jobs(self) -> int:
+        counts = self.services.journal.counts()
+        return sum(counts[s] for s in ("queued", "extracting", "done", "failed"))
+
+
+@pytest.fixture(scope="module")
+def inprocess(tmp_path_factory) -> Iterator[InProcessApp]:
+    app = InProcessApp(tmp_path_factory.mktemp("inprocess") / "data")
+    yield app
+    app.services.close()
 
 
 class ServiceProcess:

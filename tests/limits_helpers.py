@@ -1,7 +1,7 @@
 """A real uvicorn server on loopback around the limit routes, with a settable clock.
 
 The full service needs a model server; these tests only need the limit routes,
-so they build the smallest app that wires them the way the service does.
+so they run the production app over a limit store alone.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import httpx
 import uvicorn
 from fastapi import FastAPI
 
-from memory_service.api import routes_limits
+from memory_service.api.app import create_app
 from memory_service.config import Settings
 from memory_service.storage.limits import LimitStore
 
@@ -47,10 +47,9 @@ class Clock:
 
 
 def make_app(store: LimitStore) -> FastAPI:
-    app = FastAPI()
-    app.include_router(routes_limits.router)
-    app.state.services = SimpleNamespace(settings=Settings(api_keys=KEYS), limits=store)
-    return app
+    """The production app (handlers, error shapes, middleware) over just the limit store these routes use."""
+    settings = Settings(api_keys=KEYS)
+    return create_app(settings, services=SimpleNamespace(settings=settings, limits=store))  # type: ignore[arg-type]
 
 
 class Server:

@@ -1,13 +1,11 @@
-"""Bad input gets a clear 4xx that names the problem, and stores nothing."""
+"""Bad input gets a clear 4xx that names the problem, and stores nothing.
+
+In process: the real app, handlers and stores, no model server (none of this reaches it).
+"""
 
 from __future__ import annotations
 
 import pytest
-
-
-def _jobs(client) -> int:
-    counts = client.get("/ready").json()["jobs"]
-    return sum(counts[s] for s in ("queued", "extracting", "done", "failed"))
 
 
 REMEMBER_CASES = [
@@ -24,17 +22,17 @@ REMEMBER_CASES = [
 
 
 @pytest.mark.parametrize("body,status,needle", REMEMBER_CASES)
-def test_remember_rejects_bad_bodies(tiny_service, body, status, needle):
-    with tiny_service.client() as client:
-        before = _jobs(client)
+def test_remember_rejects_bad_bodies(inprocess, body, status, needle):
+    with inprocess.client() as client:
+        before = inprocess.jobs()
         response = client.post("/v1/remember", json=body)
         assert response.status_code == status, response.text
         assert needle in response.json()["detail"]
-        assert _jobs(client) == before
+        assert inprocess.jobs() == before
 
 
-def test_invalid_json_is_a_400(tiny_service):
-    with tiny_service.client() as client:
+def test_invalid_json_is_a_400(inprocess):
+    with inprocess.client() as client:
         response = client.post("/v1/remember", content=b'{"text": "unterminated', headers={"content-type": "application/json"})
         assert response.status_code == 400 and "not valid JSON" in response.json()["detail"]
 
@@ -48,29 +46,29 @@ def test_invalid_json_is_a_400(tiny_service):
     ({"query": "x", "kinds": ["opinion"]}, "kinds"),
     ({"query": "x", "since": "2030-01-01T00:00:00Z", "until": "2020-01-01T00:00:00Z"}, "since"),
 ])
-def test_recall_rejects_bad_queries(tiny_service, body, needle):
-    with tiny_service.client() as client:
+def test_recall_rejects_bad_queries(inprocess, body, needle):
+    with inprocess.client() as client:
         response = client.post("/v1/recall", json=body)
         assert response.status_code == 422, response.text
         assert needle in response.json()["detail"]
 
 
-def test_auth_is_required_and_checked(tiny_service):
-    with tiny_service.client(None) as anonymous, tiny_service.client("wrong-key") as wrong:
+def test_auth_is_required_and_checked(inprocess):
+    with inprocess.client(None) as anonymous, inprocess.client("wrong-key") as wrong:
         assert anonymous.post("/v1/recall", json={"query": "x"}).status_code == 401
         assert wrong.post("/v1/remember", json={"text": "t", "agent_id": "a"}).status_code == 401
         assert "Bearer" in anonymous.get("/v1/memories/x").json()["detail"]
 
 
-def test_unknown_memory_is_404(tiny_service):
-    with tiny_service.client() as client:
+def test_unknown_memory_is_404(inprocess):
+    with inprocess.client() as client:
         response = client.get("/v1/memories/mem_nope")
         assert response.status_code == 404 and "mem_nope" in response.json()["detail"]
 
 
-def test_oversized_body_is_refused_before_it_is_read(tiny_service):
-    with tiny_service.client() as client:
-        before = _jobs(client)
+def test_oversized_body_is_refused_before_it_is_read(inprocess):
+    with inprocess.client() as client:
+        before = inprocess.jobs()
         response = client.post("/v1/remember", json={"text": "y" * 400_000, "agent_id": "a"})
         assert response.status_code == 413 and "MEMORY_MAX_TEXT_BYTES" in response.json()["detail"]
-        assert _jobs(client) == before
+        assert inprocess.jobs() == before

@@ -46,18 +46,28 @@ class BodySizeLimit:
         await self.app(scope, receive, send)
 
 
-def create_app(settings: Settings) -> FastAPI:
+def create_app(settings: Settings, *, speed_prior: tuple[float, float] | None = None,
+               services: Services | None = None) -> FastAPI:
+    """The app. With `services`, the caller owns them (in-process tests); otherwise the lifespan opens them.
+
+    `speed_prior`: the model's (prompt, generation) tokens/s measured when its build was proven, so the
+    first estimates before any extraction rest on a measurement.
+    """
     check_exposure(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        services = Services.open(settings)
-        app.state.services = services
-        await services.start()
+        if services is not None:
+            app.state.services = services
+            yield
+            return
+        opened = Services.open(settings, speed_prior=speed_prior)
+        app.state.services = opened
+        await opened.start()
         try:
             yield
         finally:
-            await services.stop()
+            await opened.stop()
 
     app = FastAPI(
         title="memory-service",
@@ -65,6 +75,8 @@ def create_app(settings: Settings) -> FastAPI:
         description="Durable memory for agent teams: remember, recall, daily limits. Local llama.cpp extraction.",
         lifespan=lifespan,
     )
+    if services is not None:
+        app.state.services = services
     errors.install(app)
 
     app.add_middleware(BodySizeLimit, max_body=settings.max_text_bytes * 4 + BODY_OVERHEAD_BYTES,

