@@ -10,7 +10,9 @@ import signal
 import sys
 from pathlib import Path
 
+from .bench.options import add_bench_arguments
 from .config import ConfigError, Settings
+from .evals.options import add_eval_arguments
 
 
 def _client_args(parser: argparse.ArgumentParser) -> None:
@@ -106,13 +108,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from .bench_cli import run_bench
+    from .bench.cli import run_bench
 
     return run_bench(args)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from .eval_cli import run_eval
+    from .evals.cli import run_eval
 
     return run_eval(args)
 
@@ -164,11 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
         pass
 
     bench = sub.add_parser("bench", help="run the benchmark suite, print JSON, write plots")
-    bench.add_argument("--out", default="bench-results", help="directory for JSON and PNG results")
-    bench.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
+    add_bench_arguments(bench)
     bench.set_defaults(func=cmd_bench)
-
-    from .eval_cli import add_eval_arguments
 
     ev = sub.add_parser("eval", help="retrieval/extraction eval on LoCoMo / PersonaExt-format data")
     add_eval_arguments(ev)

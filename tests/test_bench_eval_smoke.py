@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from scripts import eval_locomo as locomo  # noqa: E402
-from scripts import eval_personaext as persona  # noqa: E402
-from scripts.bench_common import goal, percentile  # noqa: E402
+from memory_service.bench import common, limits
+from memory_service.bench.common import goal, percentile
+from memory_service.evals import locomo
+from memory_service.evals import personaext as persona
 
 
 def test_evidence_ids_are_normalised_split_and_checked() -> None:
@@ -99,6 +98,49 @@ def test_percentile_and_goal_verdicts() -> None:
     assert goal(0.8, 0.7, at_most=False)["met"] is True and goal(None, 1.0)["met"] is None
 
 
+def test_plots_are_skipped_with_one_log_line_without_matplotlib(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
+    """matplotlib is an optional extra: without it the results are written and the plots skipped, said once."""
+    drawn: list[Path] = []
+    common.plots_available.cache_clear()
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now raises ImportError
+    try:
+        with caplog.at_level(logging.WARNING, logger=common.__name__):
+            for name in ("one.png", "two.png", "three.png"):
+                assert common.save_plot(lambda result, path: drawn.append(path), {}, tmp_path / name) is False
+    finally:
+        common.plots_available.cache_clear()  # the next caller sees the real matplotlib again
+    assert drawn == [] and list(tmp_path.iterdir()) == []
+    lines = [r.getMessage() for r in caplog.records if r.name == common.__name__]
+    assert len(lines) == 1, lines
+    assert "matplotlib is not installed" in lines[0] and "memory-service[bench]" in lines[0]
+
+
+def test_plots_are_drawn_when_matplotlib_is_there(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")  # the dev extra installs it; this checks the path that draws
+    common.plots_available.cache_clear()
+    result = persona.summarize([
+        {"text": "i like tea", "label": "like_drink", "tail": "tea", "status": "done", "facts": ["Likes tea."],
+         "rejected": [], "reject_reasons": [], "proposed": 1, "stored": 1, "merged": 0, "predicted_n": 9,
+         "wall_s": 1.0, "tail_in_facts": True, "tail_in_facts_lenient": True, "tail_in_proposed": True},
+    ])
+    assert common.save_plot(persona.plot, result, tmp_path / "sub" / "personaext.png") is True
+    assert (tmp_path / "sub" / "personaext.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_limits_client_fails_sniffio_imports_fast_only_when_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Importing the limits benchmark leaves sniffio alone; its main() blocks a missing one for httpcore."""
+    monkeypatch.setitem(sys.modules, "sniffio", sys.modules.get("sniffio"))  # restored after the test
+    monkeypatch.delitem(sys.modules, "sniffio")
+    real_find_spec = limits.importlib.util.find_spec
+    monkeypatch.setattr(limits.importlib.util, "find_spec",
+                        lambda name, package=None: None if name == "sniffio" else real_find_spec(name, package))
+    limits._fail_fast_without_sniffio()
+    assert "sniffio" in sys.modules and sys.modules["sniffio"] is None
+    with pytest.raises(ImportError):
+        import sniffio  # noqa: F401
+
+
 SYNTHETIC = [{
     "sample_id": "syn-1",
     "conversation": {
@@ -126,7 +168,7 @@ SYNTHETIC = [{
 
 
 def test_locomo_runner_end_to_end_on_tiny_model(tiny_llama, tmp_path: Path) -> None:
-    from memory_service.eval_cli import run_eval
+    from memory_service.evals.cli import run_eval
 
     data = tmp_path / "tiny_locomo.json"
     data.write_text(json.dumps(SYNTHETIC))

@@ -7,10 +7,10 @@ prints JSON: throughput, latency, the over-limit check (must be 0), the CPU
 each side spent per request and the machine's load, since on a small shared
 machine the client's own CPU use is part of the number.
 
-    python scripts/bench_limits.py --url http://127.0.0.1:8700 --api-key KEY
-    python scripts/bench_limits.py --self-serve     # own server in a child process
+    python -m memory_service.bench.limits --url http://127.0.0.1:8700 --api-key KEY
+    python -m memory_service.bench.limits --self-serve     # own server in a child process
 
-`--self-serve` starts this script with `--serve-only` as a separate process
+`--self-serve` starts this module with `--serve-only` as a separate process
 (minimal app: limit routes + LimitStore in a temp dir, access log off), so
 the client does not share the server's interpreter and GIL.
 """
@@ -36,14 +36,6 @@ from typing import AsyncIterator
 
 import httpx
 
-if importlib.util.find_spec("sniffio") is None:
-    # httpcore retries `import sniffio` on every lock it creates when sniffio is absent
-    # (anyio >= 4.11 no longer pulls it in; encode/httpcore#1103). A None entry makes that
-    # import fail at once, so the client measures HTTP, not sys.path scans.
-    sys.modules["sniffio"] = None  # type: ignore[assignment]
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 GOAL = {"requests_per_s": 800, "over_limit": 0}
 JSON_HEADERS = {"Content-Type": "application/json"}
 
@@ -57,9 +49,9 @@ def build_app(data_dir: Path, api_key: str | None, synchronous: str = "NORMAL"):
 
     from fastapi import FastAPI
 
-    from memory_service.api import routes_limits
-    from memory_service.config import Settings
-    from memory_service.storage.limits import LimitStore
+    from ..api import routes_limits
+    from ..config import Settings
+    from ..storage.limits import LimitStore
 
     settings = Settings(data_dir=data_dir, api_keys={api_key: "bench"} if api_key else {})
 
@@ -183,6 +175,19 @@ async def run_bench(url: str, api_key: str | None, concurrency: int, count: int)
     }
 
 
+def _fail_fast_without_sniffio() -> None:
+    """Make a missing sniffio cost nothing per request, so the client measures HTTP.
+
+    httpcore retries `import sniffio` on every lock it creates when sniffio is absent
+    (anyio >= 4.11 no longer pulls it in; encode/httpcore#1103), and each failed import
+    scans the whole import path. A None entry in sys.modules makes that import fail at once.
+    Done by main() (this process is the benchmark client), not at import: importing this
+    module must not change how the rest of an importing process resolves sniffio.
+    """
+    if importlib.util.find_spec("sniffio") is None:
+        sys.modules["sniffio"] = None  # type: ignore[assignment]
+
+
 def _run(coro):  # type: ignore[no-untyped-def]
     """uvloop when installed (as uvicorn's fast path also uses it): a cheaper client leaves more CPU to the server."""
     try:
@@ -193,7 +198,8 @@ def _run(coro):  # type: ignore[no-untyped-def]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m memory_service.bench.limits", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", default=os.environ.get("MEMORY_URL", "http://127.0.0.1:8700"))
     parser.add_argument("--api-key", default=os.environ.get("MEMORY_API_KEY"))
     parser.add_argument("--concurrency", type=int, default=32)
@@ -212,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
             serve(args.port or free_port(), args.data_dir or Path(tmp), args.api_key, args.synchronous)
         return 0
 
+    _fail_fast_without_sniffio()
     if not args.self_serve:
         result = _run(run_bench(args.url, args.api_key, args.concurrency, args.count))
         print(json.dumps(result, indent=2))
@@ -220,8 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     port, key = free_port(), secrets.token_hex(16)
     url = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, __file__, "--serve-only", "--port", str(port), "--data-dir", tmp,
-               "--synchronous", args.synchronous]
+        cmd = [sys.executable, "-m", "memory_service.bench.limits", "--serve-only", "--port", str(port),
+               "--data-dir", tmp, "--synchronous", args.synchronous]
         proc = subprocess.Popen(cmd, env={**os.environ, "MEMORY_API_KEY": key})  # the key stays out of `ps`
         try:
             wait_ready(url, {"Authorization": f"Bearer {key}"}, proc)

@@ -10,7 +10,7 @@ turn ids through provenance (memory_id / source_memory_ids -> dia_id, from our
 own map of remember responses), so facts are judged by the turns they came
 from. Metrics: evidence recall@1/5/10/20, hit@10, MRR, overall and per category.
 
-    python scripts/eval_locomo.py --data locomo.json --out DIR [--limit N] [--url URL --api-key KEY]
+    python -m memory_service.evals.locomo --data locomo.json --out DIR [--limit N] [--url URL --api-key KEY]
 """
 
 from __future__ import annotations
@@ -26,9 +26,7 @@ from typing import Any, Iterable
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from scripts.bench_common import latency_summary, pyplot  # noqa: E402
+from ..bench.common import latency_summary, pyplot
 
 K = 20
 CUTOFFS = (1, 5, 10, 20)
@@ -318,7 +316,7 @@ def embedding_baseline(conversations: list[Conversation]) -> list[dict[str, Any]
     all-MiniLM-L6-v2 (sentence-transformers), exact cosine, no extraction, no keyword search."""
     import numpy as np
 
-    from memory_service.storage.embedder import TorchEmbedder
+    from ..storage.embedder import TorchEmbedder
 
     embedder = TorchEmbedder(threads=1)
     rows: list[dict[str, Any]] = []
@@ -359,7 +357,7 @@ def run(
         ingest_s = time.monotonic() - started
         total_turns = sum(len(c.turns) for c in conversations)
         _log(f"saved {total_turns} turns in {ingest_s:.1f}s; waiting for extraction")
-        from scripts.bench_common import wait_queue_empty
+        from ..bench.common import wait_queue_empty
 
         ready = wait_queue_empty(url, extraction_timeout_s or max(600.0, total_turns * 30.0),
                                  progress="locomo extraction", total=total_turns)
@@ -456,9 +454,11 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from memory_service.eval_cli import eval_parser, run_eval
+    """`memory-service eval` (any format, the same options); .cli imports this module, hence the late import."""
+    from .cli import run_eval
+    from .options import eval_parser
 
-    return run_eval(eval_parser("LoCoMo eval").parse_args(argv))
+    return run_eval(eval_parser("LoCoMo eval", prog="python -m memory_service.evals.locomo").parse_args(argv))
 
 
 if __name__ == "__main__":

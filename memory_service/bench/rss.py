@@ -5,21 +5,18 @@ process measured holds only the API, the journal, Chroma and the embedder.
 Read from /proc/<pid>/status after start, after saves with extraction running,
 and after recalls. Goal: <= 500 MB.
 
-    python scripts/bench_rss.py [--quick] [--llm-url URL] [--out DIR]
+    python -m memory_service.bench.rss [--quick] [--llm-url URL] [--out DIR]
 """
 
 from __future__ import annotations
 
 import secrets
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from scripts.bench_common import (  # noqa: E402
+from .common import (
     ServiceRunner, agent_text, goal, machine_info, main_with_llama, pyplot, wait_queue_empty,
 )
 

@@ -6,7 +6,7 @@ in its own process, with extraction running on a real llama-server the whole
 time. Baseline in the same run: GET /health under the same 32-client load (the
 HTTP stack's own floor), so the journal's share is visible as a ratio.
 
-    python scripts/bench_remember.py [--quick] [--llm-url URL] [--out DIR]
+    python -m memory_service.bench.remember [--quick] [--llm-url URL] [--out DIR]
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import random
 import secrets
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -22,9 +21,7 @@ from typing import Any
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from scripts.bench_common import (  # noqa: E402
+from .common import (
     ServiceRunner, agent_text, goal, latency_summary, machine_info, main_with_llama, pyplot,
 )
 

@@ -8,7 +8,7 @@ case-insensitive, as a whole phrase in one of its facts. Also: facts per
 utterance, stored / proposed (grounding and dedup together), and facts made
 from utterances without a gold fact when the file has such lines.
 
-    python scripts/eval_personaext.py --data dev.jsonl --out DIR [--limit 200] [--url URL --api-key KEY]
+    python -m memory_service.evals.personaext --data dev.jsonl --out DIR [--limit 200] [--url URL --api-key KEY]
 """
 
 from __future__ import annotations
@@ -27,9 +27,7 @@ from typing import Any
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from scripts.bench_common import percentile, pyplot  # noqa: E402
+from ..bench.common import percentile, pyplot
 
 DEFAULT_LIMIT = 200
 WAIT_S = 60.0
@@ -244,9 +242,11 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from memory_service.eval_cli import eval_parser, run_eval
+    """`memory-service eval` (any format, the same options); .cli imports this module, hence the late import."""
+    from .cli import run_eval
+    from .options import eval_parser
 
-    return run_eval(eval_parser("PersonaExt eval").parse_args(argv))
+    return run_eval(eval_parser("PersonaExt eval", prog="python -m memory_service.evals.personaext").parse_args(argv))
 
 
 if __name__ == "__main__":

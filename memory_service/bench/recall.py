@@ -14,7 +14,7 @@ The query-embedding time is measured separately (same model, one thread), and
 in-process Chroma and FTS timings are taken at load time for a breakdown.
 Baseline in the same run: the 1k level and GET /health (HTTP floor).
 
-    python scripts/bench_recall.py [--quick] [--out DIR]
+    python -m memory_service.bench.recall [--quick] [--out DIR]
 """
 
 from __future__ import annotations
@@ -33,10 +33,8 @@ from typing import Any
 import httpx
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from scripts.bench_common import (  # noqa: E402
-    ServiceRunner, goal, latency_summary, machine_info, pyplot, write_json,
+from .common import (
+    ServiceRunner, goal, latency_summary, machine_info, pyplot, save_plot, write_json,
 )
 
 TEAM = "bench-recall"
@@ -115,10 +113,10 @@ class Loader:
         self.seen: set[str] = set()
 
     def load_to(self, total: int) -> None:
-        from memory_service.extraction.grounding import normalize, shape
-        from memory_service.indexing import fact_id
-        from memory_service.storage.journal import Journal
-        from memory_service.storage.vectors import VectorItem, VectorStore, tag_key
+        from ..extraction.grounding import normalize, shape
+        from ..indexing import fact_id
+        from ..storage.journal import Journal
+        from ..storage.vectors import VectorItem, VectorStore, tag_key
 
         started = time.monotonic()
         Journal(self.data_dir / "journal.sqlite3").close()  # creates the schema and triggers
@@ -189,8 +187,8 @@ class Loader:
 
     def inprocess_timings(self, query_vectors: np.ndarray, query_texts: list[str]) -> dict[str, Any]:
         """Chroma and FTS alone, in this process, before the service opens the path (breakdown only)."""
-        from memory_service.storage.journal import Journal
-        from memory_service.storage.vectors import VectorStore
+        from ..storage.journal import Journal
+        from ..storage.vectors import VectorStore
 
         vectors = VectorStore(self.data_dir / "chroma")
         journal = Journal(self.data_dir / "journal.sqlite3")
@@ -258,8 +256,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
 
 def service_embedder() -> tuple[Any, str]:
     """The embedder the service would use (MEMORY_EMBEDDER), one thread, as the service runs it."""
-    from memory_service.config import Settings
-    from memory_service.storage.embedder import load_embedder
+    from ..config import Settings
+    from ..storage.embedder import load_embedder
 
     backend = Settings.from_env().embedder
     return load_embedder(backend, threads=1), backend
@@ -371,7 +369,8 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m memory_service.bench.recall", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="1k and 10k only, fewer queries")
     parser.add_argument("--out", type=Path, help="also write JSON and PNG here")
     args = parser.parse_args(argv)
@@ -379,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(result, indent=2))
     if args.out:
         write_json(args.out / "recall.json", result)
-        plot(result, args.out / "recall.png")
+        save_plot(plot, result, args.out / "recall.png")
     return 0
 
 

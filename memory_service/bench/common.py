@@ -1,4 +1,4 @@
-"""Shared helpers for the benchmark and eval scripts (scripts/bench_*.py, scripts/eval_*.py).
+"""Shared helpers for the benchmarks (memory_service.bench) and the evals (memory_service.evals).
 
 Everything is measured over real HTTP against `memory-service serve` running as
 a separate process, so the client never shares the server's interpreter, GIL or
@@ -8,7 +8,9 @@ MEMORY_LLM_URL, so each benchmark does not pay the model load.
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import math
 import os
 import signal
@@ -18,15 +20,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from ..llm_runtime.server import wait_until_healthy
 
-from memory_service.llm_runtime.server import wait_until_healthy  # noqa: E402
+log = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------- statistics
@@ -88,7 +88,7 @@ def machine_info() -> dict[str, Any]:
     info: dict[str, Any] = {"cpus": os.cpu_count(), "loadavg_1_5_15": [round(x, 2) for x in load],
                             "python": sys.version.split()[0]}
     try:  # which embedder the services started here use: it changes recall latency and RSS a lot
-        from memory_service.config import Settings
+        from ..config import Settings
 
         info["service_embedder"] = getattr(Settings.from_env(), "embedder", "torch")
     except Exception:
@@ -103,9 +103,9 @@ def cache_root() -> Path:
 def start_llama(model: str = "default", log_dir: Path | None = None, threads: int | None = None,
                 extra_args: tuple[str, ...] = ()):  # type: ignore[no-untyped-def]
     """One llama-server child with the service's own defaults (threads = cores - 1, 4096 ctx, one slot)."""
-    from memory_service.config import Settings
-    from memory_service.llm_runtime.models import resolve_model
-    from memory_service.llm_runtime.server import LlamaServerProcess, find_binary
+    from ..config import Settings
+    from ..llm_runtime.models import resolve_model
+    from ..llm_runtime.server import LlamaServerProcess, find_binary
 
     class _Process(LlamaServerProcess):
         def command(self) -> list[str]:
@@ -134,7 +134,7 @@ class ServiceRunner:
         model: str = "default",
         env: Mapping[str, str] | None = None,
     ) -> None:
-        from memory_service.llm_runtime.server import free_port
+        from ..llm_runtime.server import free_port
 
         self.data_dir = data_dir
         self.port = free_port()
@@ -257,7 +257,8 @@ def main_with_llama(argv: list[str] | None, *, doc: str | None, name: str, run, 
     """
     import argparse
 
-    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog=f"python -m {__package__}.{name}", description=doc,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--llm-url", help="a running llama-server (default: start one with the default model)")
     parser.add_argument("--model", default="default")
@@ -268,7 +269,7 @@ def main_with_llama(argv: list[str] | None, *, doc: str | None, name: str, run, 
         print(json.dumps(result, indent=2))
         if args.out:
             write_json(args.out / f"{name}.json", result)
-            plot(result, args.out / f"{name}.png")
+            save_plot(plot, result, args.out / f"{name}.png")
         return 0
     llama = None if args.llm_url else start_llama(args.model)
     try:
@@ -279,7 +280,7 @@ def main_with_llama(argv: list[str] | None, *, doc: str | None, name: str, run, 
     print(json.dumps(result, indent=2))
     if args.out:
         write_json(args.out / f"{name}.json", result)
-        plot(result, args.out / f"{name}.png")
+        save_plot(plot, result, args.out / f"{name}.png")
     return 0
 
 
@@ -288,8 +289,33 @@ def write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(data, indent=2, default=str) + "\n")
 
 
+@functools.cache
+def plots_available() -> bool:
+    """Whether matplotlib (the optional `bench` extra) can be imported.
+
+    The figures are all in the JSON; the PNGs are a convenience, so a plain install still
+    benchmarks and evaluates. Cached, so the reason is logged once per process, not per plot.
+    """
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as exc:
+        log.warning("PNG plots skipped: matplotlib is not installed (%s); the JSON results are complete. "
+                    "Install the extra for plots: pip install 'memory-service[bench]'", exc)
+        return False
+    return True
+
+
+def save_plot(plot: Callable[[Any, Path], None], result: Any, path: Path) -> bool:
+    """Draw `result` into `path` with `plot` when matplotlib is there; False when plots are skipped."""
+    if not plots_available():
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    plot(result, path)
+    return True
+
+
 def pyplot():  # type: ignore[no-untyped-def]
-    """matplotlib with the Agg backend: no display on a server."""
+    """matplotlib with the Agg backend: no display on a server. Callers go through save_plot()."""
     import matplotlib
 
     matplotlib.use("Agg")

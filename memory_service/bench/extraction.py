@@ -17,7 +17,7 @@ Figures: ratio of wall times (median per text, and sum over texts; goal <= 1.10)
 generated tokens per job (median, goal <= 60), share of prompt tokens served
 from cache (goal >= 70%).
 
-    python scripts/bench_extraction.py [--quick] [--llm-url URL] [--out DIR]
+    python -m memory_service.bench.extraction [--quick] [--llm-url URL] [--out DIR]
 """
 
 from __future__ import annotations
@@ -33,9 +33,7 @@ from typing import Any
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from scripts.bench_common import (  # noqa: E402
+from .common import (
     AGENT_TEXTS, ServiceRunner, goal, machine_info, main_with_llama, pyplot, start_llama,
 )
 
@@ -45,8 +43,8 @@ POLL_S = 0.02
 
 def direct_body(text: str, max_tokens: int) -> dict[str, Any]:
     """Exactly what LlamaClient.complete_json sends for one chunk, with the service's default settings."""
-    from memory_service.config import Settings
-    from memory_service.extraction.prompt import build_messages, facts_schema
+    from ..config import Settings
+    from ..extraction.prompt import build_messages, facts_schema
 
     settings = Settings()
     schema = facts_schema(settings.max_facts, settings.max_fact_chars)
@@ -62,7 +60,7 @@ def direct_body(text: str, max_tokens: int) -> dict[str, Any]:
 
 def service_cap(llm: httpx.Client) -> int:
     """The service's output cap before any throughput is measured: min(MEMORY_MAX_OUTPUT_TOKENS, n_ctx/4)."""
-    from memory_service.config import Settings
+    from ..config import Settings
 
     props = llm.get("/props").json()
     n_ctx = (props.get("default_generation_settings") or {}).get("n_ctx") or props.get("n_ctx") or 4096

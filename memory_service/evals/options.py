@@ -1,0 +1,27 @@
+"""The options of `memory-service eval`, apart from the harnesses.
+
+Every `memory-service` command builds the full parser, `eval` included, so these
+definitions must import nothing heavy: the harnesses (httpx, service runners) load
+only when an eval actually runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+
+def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("--data", required=True, action="append", help="a LoCoMo .json or PersonaExt .jsonl file")
+    parser.add_argument("--out", default="eval-results")
+    parser.add_argument("--url", default=os.environ.get("MEMORY_URL"), help="evaluate a running service")
+    parser.add_argument("--api-key", default=os.environ.get("MEMORY_API_KEY"))
+    parser.add_argument("--limit", type=int, default=None, help="only the first N conversations / utterances")
+    parser.add_argument("--model", default="default", help="model of the self-started service")
+    parser.add_argument("--llm-url", default=None, help="self-started service: reuse this llama-server")
+    return parser
+
+
+def eval_parser(description: str = "memory-service eval", prog: str = "memory-service eval") -> argparse.ArgumentParser:
+    """The same options as `memory-service eval`, for `python -m memory_service.evals.<dataset>`."""
+    return add_eval_arguments(argparse.ArgumentParser(prog=prog, description=description))
