@@ -8,7 +8,6 @@ fault on demand.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ from memory_service.api.app import create_app
 from memory_service.config import Settings
 from memory_service.services import Services
 from memory_service.llm_runtime.models import ensure_model
-from memory_service.llm_runtime.server import LlamaServerProcess, free_port, wait_until_healthy
+from memory_service.llm_runtime.server import LlamaServerProcess, free_port, stop_group, wait_until_healthy
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = Settings.from_env().cache_dir
@@ -122,19 +121,10 @@ class ServiceProcess:
         return httpx.Client(base_url=self.url, headers=headers, timeout=timeout, trust_env=False)
 
     def stop(self) -> int | None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        return self.proc.returncode if self.proc else None
+        return stop_group(self.proc, 30)
 
     def kill(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        stop_group(self.proc, 0)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

@@ -13,7 +13,6 @@ import json
 import logging
 import math
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -24,7 +23,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import httpx
 
-from ..llm_runtime.server import wait_until_healthy
+from ..llm_runtime.server import stop_group, wait_until_healthy
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +96,9 @@ def machine_info() -> dict[str, Any]:
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("MEMORY_CACHE_DIR", Path.home() / ".cache" / "memory-service"))
+    from ..config import Settings
+
+    return Settings.from_env().cache_dir
 
 
 def start_llama(model: str = "default", log_dir: Path | None = None, threads: int | None = None,
@@ -105,20 +106,14 @@ def start_llama(model: str = "default", log_dir: Path | None = None, threads: in
     """One llama-server child with the service's own defaults (threads = cores - 1, 4096 ctx, one slot)."""
     from ..config import Settings
     from ..llm_runtime.models import resolve_model
-    from ..llm_runtime.server import LlamaServerProcess, find_binary
+    from ..llm_runtime.server import LlamaServerProcess
 
-    class _Process(LlamaServerProcess):
-        def command(self) -> list[str]:
-            return [*super().command(), *extra_args]
-
-    os.environ.setdefault("MEMORY_CACHE_DIR", str(cache_root()))
     settings = Settings.from_env()
     log_dir = log_dir or Path(tempfile.mkdtemp(prefix="bench-llama-"))
     log_dir.mkdir(parents=True, exist_ok=True)
-    return _Process(
-        binary=find_binary(settings.llama_bin, cache_root()), model=resolve_model(model),
-        threads=threads or settings.llama_threads, ctx=settings.llama_ctx,
-        log_path=log_dir / f"llama-{Path(model).stem}.log",
+    return LlamaServerProcess.from_settings(
+        settings, resolve_model(model, settings.cache_dir), log_dir / f"llama-{Path(model).stem}.log",
+        threads=threads or settings.llama_threads, chat_template_file=None, extra_args=tuple(extra_args),
     ).start()
 
 
@@ -208,17 +203,7 @@ class ServiceRunner:
             return ""
 
     def stop(self, grace_s: float = 30.0) -> None:
-        proc = self.proc
-        if proc is None or proc.poll() is not None:
-            return
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        except ProcessLookupError:
-            pass
+        stop_group(self.proc, grace_s)
 
 
 def wait_queue_empty(url: str, timeout_s: float, *, progress: str = "", total: int | None = None) -> dict[str, Any]:

@@ -107,6 +107,7 @@ class LlamaServerProcess:
     slots: int = 1
     chat_template_file: str | None = None
     log_path: Path | None = None
+    extra_args: tuple[str, ...] = ()  # more llama-server flags (benchmarks: --cache-ram 0)
     process: subprocess.Popen | None = None
 
     @classmethod
@@ -132,7 +133,7 @@ class LlamaServerProcess:
         ]
         if self.chat_template_file:
             cmd += ["--chat-template-file", self.chat_template_file]
-        return cmd
+        return [*cmd, *self.extra_args]
 
     def start(self, wait_s: float = 120.0) -> "LlamaServerProcess":
         if not self.port:
@@ -153,18 +154,26 @@ class LlamaServerProcess:
         raise LlamaServerError(message + (f"; log: {self.log_path}" if self.log_path else ""), returncode=code)
 
     def stop(self, grace_s: float = 5.0) -> None:
-        proc = self.process
-        if proc is None or proc.poll() is not None:
-            return
+        stop_group(self.process, grace_s)
+
+
+def stop_group(proc: subprocess.Popen | None, grace_s: float) -> int | None:
+    """Stop a child started in its own process group, and everything it started: SIGTERM, then SIGKILL.
+
+    `grace_s=0` kills at once. Returns the exit code (None when there was no process).
+    """
+    if proc is None:
+        return None
+    if proc.poll() is None:
         try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(grace_s)
+            os.killpg(proc.pid, signal.SIGTERM if grace_s > 0 else signal.SIGKILL)
+            proc.wait(grace_s if grace_s > 0 else None)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        except ProcessLookupError:
+            proc.wait()
+    return proc.returncode
 
 
 def launch(settings: "Settings", model: Path, log_path: Path | None) -> LlamaServerProcess:
