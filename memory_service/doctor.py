@@ -32,7 +32,7 @@ from .extraction.throughput import Throughput
 from .llm_runtime.proven import REBUILD_HINT
 
 
-# "A typical save": what the budget verdict is about (design §2: 300-token texts, ~150 output tokens).
+# "A typical save": what the budget verdict is about (an agent note of ~300 tokens, ~150 output tokens).
 TYPICAL_TEXT_TOKENS = 300
 TYPICAL_OUTPUT_TOKENS = 150
 # Below this share of the budget a typical save leaves room for some queue wait.

@@ -8,8 +8,6 @@ fault on demand.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Iterator
@@ -19,10 +17,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from memory_service.api.app import create_app
+from memory_service.bench.common import ServiceRunner
 from memory_service.config import Settings
 from memory_service.services import Services
 from memory_service.llm_runtime.models import ensure_model
-from memory_service.llm_runtime.server import LlamaServerProcess, free_port, stop_group, wait_until_healthy
+from memory_service.llm_runtime.server import LlamaServerProcess, free_port, stop_group
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = Settings.from_env().cache_dir
@@ -81,46 +80,22 @@ def inprocess(tmp_path_factory) -> Iterator[InProcessApp]:
     app.services.close()
 
 
-class ServiceProcess:
-    """`memory-service serve` in a subprocess, pointed at a given llama-server."""
+class ServiceProcess(ServiceRunner):
+    """`memory-service serve` in a subprocess: the benchmarks' launcher, with the test keys, INFO logs and
+    quick retries."""
 
     def __init__(self, data_dir: Path, llm_url: str | None, env: dict[str, str] | None = None) -> None:
-        self.data_dir = data_dir
-        self.port = free_port()
-        self.env = {
-            **os.environ,
-            "MEMORY_DATA_DIR": str(data_dir),
-            "MEMORY_PORT": str(self.port),
-            "MEMORY_API_KEYS": ",".join(f"{k}:{t}" for k, t in KEYS.items()),
-            "MEMORY_LOG_LEVEL": "INFO",
-            "MEMORY_RETRY_BASE_S": "0.2",
-            **({"MEMORY_LLM_URL": llm_url} if llm_url else {}),
-            **(env or {}),
-        }
-        self.proc: subprocess.Popen | None = None
-        self.log_path = data_dir.parent / f"{data_dir.name}-service.log"
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        super().__init__(data_dir, api_keys=KEYS, llm_url=llm_url,
+                         env={"MEMORY_LOG_LEVEL": "INFO", "MEMORY_RETRY_BASE_S": "0.2", **(env or {})})
 
     def start(self, timeout: float = 120) -> "ServiceProcess":
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "memory_service.cli", "serve"], env=self.env, cwd=ROOT,
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-        problem = wait_until_healthy(self.url, self.proc, timeout)
-        if problem is not None:
-            raise RuntimeError(f"service {problem}:\n{self.log_path.read_text()[-3000:]}")
+        super().start(timeout)
         return self
 
     def client(self, key: str | None = "key-a", timeout: float = 60) -> httpx.Client:
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=timeout, trust_env=False)
+        return super().client(key, timeout)
 
-    def stop(self) -> int | None:
+    def stop(self) -> int | None:  # type: ignore[override]
         return stop_group(self.proc, 30)
 
     def kill(self) -> None:

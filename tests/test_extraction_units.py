@@ -1,6 +1,6 @@
 """Pure unit tests of the extraction pieces: parsing, grounding, sizing, prompt, output caps.
 
-No server, no model: each test pins one rule that a field failure broke (see DESIGN.md §2).
+No server, no model: each test pins one rule that a failure seen in the field broke.
 """
 
 from __future__ import annotations

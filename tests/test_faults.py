@@ -1,6 +1,6 @@
 """Every field failure, injected: the real service (a subprocess, over HTTP) against the fault-injecting fake.
 
-One test per failure mode of the field report (DESIGN.md §2). Each asserts behaviour the service
+One test per failure mode seen running agents on small local models. Each asserts behaviour the service
 shows on the job (`GET /v1/memories/{id}`: status, attempts, last_error, raw_reply, timings,
 extraction report) or on what the fake received — never the test's own wall-clock.
 

@@ -160,7 +160,7 @@ def test_wheel_installed_in_a_fresh_venv_runs_bench_and_eval(tmp_path: Path) -> 
     for cmd in ([str(script), "eval", "--help"], [str(script), "bench", "--help"],
                 [str(venv_python), "-m", "memory_service.bench.cli", "--help"],
                 [str(venv_python), "-m", "memory_service.bench.limits", "--help"],
-                [str(venv_python), "-m", "memory_service.evals.personaext", "--help"]):
+                [str(venv_python), "-m", "memory_service.evals", "--help"]):
         out = _run(cmd, cwd=outside, env=env).stdout
         assert out.startswith("usage:") and "source tree" not in out, cmd
 
@@ -173,3 +173,55 @@ def test_matplotlib_is_an_optional_extra(extra: str) -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert not any(dep.startswith("matplotlib") for dep in project["dependencies"])
     assert any(dep.startswith("matplotlib") for dep in project["optional-dependencies"][extra])
+
+
+def _package_import_graph() -> dict[str, set[str]]:
+    """module -> the package modules it imports (at any depth in the file, TYPE_CHECKING included)."""
+    root = Path(memory_service.__file__).parent
+    modules = {}
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        modules[name] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                for alias in node.names:
+                    full = f"{target}.{alias.name}"
+                    deps.add(full if full in modules else target)
+            elif isinstance(node, ast.Import):
+                deps.update(alias.name for alias in node.names)
+        graph[name] = {d for d in deps if d in modules and d != name}
+    return graph
+
+
+def test_the_package_has_no_import_cycle() -> None:
+    graph = _package_import_graph()
+    assert "memory_service.services" in graph and graph["memory_service.services"]  # the walk sees real edges
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(module: str) -> None:
+        state[module] = 1
+        stack.append(module)
+        for dep in sorted(graph[module]):
+            if state.get(dep) == 1:
+                cycles.append(stack[stack.index(dep):] + [dep])
+            elif dep not in state:
+                visit(dep)
+        stack.pop()
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)
+    assert cycles == [], "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)

@@ -30,6 +30,7 @@ from ..storage.limits import (
     MAX_NAME_LEN,
     MAX_TTL_DAYS,
     NAME_RULE,
+    HandledRecord,
     IdempotencyConflict,
     InvalidInput,
     LimitNotFound,
@@ -161,14 +162,8 @@ class LimitOut(BaseModel):
     history: list[dict[str, object]] | None = Field(default=None, description="With ?days=N: oldest first, today last")
 
 
-class HandledOut(BaseModel):
-    key: str
-    agent_id: str | None
-    first_time: bool
-    first_seen_at: str
-    last_seen_at: str
-    seen_count: int
-    expires_at: str | None
+# The ledger's own record is the response: one definition of its fields.
+HandledOut = HandledRecord
 
 
 class ErrorOut(BaseModel):

@@ -90,9 +90,7 @@ def plot_limits(result: dict[str, Any], path: Path) -> None:
     right.set_ylabel("ms")
     right.legend(fontsize=8)
     right.set_title("consume latency")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    common.write_figure(fig, path)
 
 
 def run_bench(args: argparse.Namespace) -> int:

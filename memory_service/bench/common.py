@@ -309,6 +309,13 @@ def pyplot():  # type: ignore[no-untyped-def]
     return plt
 
 
+def write_figure(fig: Any, path: Path) -> None:
+    """Lay out, write as a 100-dpi PNG, and free the figure (pyplot keeps every open one)."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    pyplot().close(fig)
+
+
 # ---------------------------------------------------------------- realistic agent texts
 
 AGENT_TEXTS: tuple[str, ...] = (

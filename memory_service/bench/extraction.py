@@ -34,7 +34,7 @@ from typing import Any
 import httpx
 
 from .common import (
-    AGENT_TEXTS, ServiceRunner, goal, machine_info, main_with_llama, pyplot, start_llama,
+    AGENT_TEXTS, ServiceRunner, goal, machine_info, main_with_llama, pyplot, start_llama, write_figure,
 )
 
 GOALS = {"wall_ratio": 1.10, "predicted_tokens_median": 60, "cache_share": 0.70}
@@ -229,9 +229,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     right.axhline(GOALS["predicted_tokens_median"], color="red", ls="--", lw=1, label="goal: median generated <= 60")
     right.set_title(f"Service tokens per job; cache share {result['goals']['cache_share_service']['value']}")
     right.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    write_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,7 +34,7 @@ import httpx
 import numpy as np
 
 from .common import (
-    ServiceRunner, goal, latency_summary, machine_info, pyplot, save_plot, write_json,
+    ServiceRunner, goal, latency_summary, machine_info, pyplot, save_plot, write_json, write_figure,
 )
 
 TEAM = "bench-recall"
@@ -363,9 +363,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     ax.set_yscale("log")
     ax.set_title("POST /v1/recall latency, k=10")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    write_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

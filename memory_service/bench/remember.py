@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 
 from .common import (
-    ServiceRunner, agent_text, goal, latency_summary, machine_info, main_with_llama, pyplot,
+    ServiceRunner, agent_text, goal, latency_summary, machine_info, main_with_llama, pyplot, write_figure,
 )
 
 CLIENTS = 32
@@ -193,9 +193,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     ax.set_title(f"Remember ack, {result['clients']} paced clients, model busy; "
                  f"saturation {result['saturation']['saves_per_s']} saves/s")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    write_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import (
-    ServiceRunner, agent_text, goal, machine_info, main_with_llama, pyplot, wait_queue_empty,
+    ServiceRunner, agent_text, goal, machine_info, main_with_llama, pyplot, wait_queue_empty, write_figure,
 )
 
 GOAL_MB = 500.0
@@ -77,9 +77,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     ax.set_xlabel("MB")
     ax.set_title("memory-service process RSS (without llama-server)")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    write_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,7 +10,7 @@ turn ids through provenance (memory_id / source_memory_ids -> dia_id, from our
 own map of remember responses), so facts are judged by the turns they came
 from. Metrics: evidence recall@1/5/10/20, hit@10, MRR, overall and per category.
 
-    python -m memory_service.evals.locomo --data locomo.json --out DIR [--limit N] [--url URL --api-key KEY]
+    memory-service eval --data locomo.json --out DIR [--limit N] [--url URL --api-key KEY]
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any, Iterable
 
 import httpx
 
-from ..bench.common import latency_summary, pyplot
+from ..bench.common import latency_summary, pyplot, write_figure
 
 K = 20
 CUTOFFS = (1, 5, 10, 20)
@@ -448,18 +448,5 @@ def plot(result: dict[str, Any], path: Path) -> None:
     right.set_ylim(0, 1)
     right.set_title("recall@10 per category")
     right.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    write_figure(fig, path)
 
-
-def main(argv: list[str] | None = None) -> int:
-    """`memory-service eval` (any format, the same options); .cli imports this module, hence the late import."""
-    from .cli import run_eval
-    from .options import eval_parser
-
-    return run_eval(eval_parser("LoCoMo eval", prog="python -m memory_service.evals.locomo").parse_args(argv))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

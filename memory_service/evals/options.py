@@ -23,5 +23,5 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
 
 
 def eval_parser(description: str = "memory-service eval", prog: str = "memory-service eval") -> argparse.ArgumentParser:
-    """The same options as `memory-service eval`, for `python -m memory_service.evals.<dataset>`."""
+    """The same options as `memory-service eval`, for `python -m memory_service.evals`."""
     return add_eval_arguments(argparse.ArgumentParser(prog=prog, description=description))

@@ -8,7 +8,7 @@ case-insensitive, as a whole phrase in one of its facts. Also: facts per
 utterance, stored / proposed (grounding and dedup together), and facts made
 from utterances without a gold fact when the file has such lines.
 
-    python -m memory_service.evals.personaext --data dev.jsonl --out DIR [--limit 200] [--url URL --api-key KEY]
+    memory-service eval --data dev.jsonl --out DIR [--limit 200] [--url URL --api-key KEY]
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx
 
-from ..bench.common import percentile, pyplot
+from ..bench.common import percentile, pyplot, write_figure
 
 DEFAULT_LIMIT = 200
 WAIT_S = 60.0
@@ -236,18 +236,5 @@ def plot(result: dict[str, Any], path: Path) -> None:
     right.barh([f"{k} (n={v['n']})" for k, v in labels], [v["tail_found"] or 0 for _, v in labels])
     right.set_xlim(0, 1)
     right.set_title("tail found in stored facts, per relation")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    write_figure(fig, path)
 
-
-def main(argv: list[str] | None = None) -> int:
-    """`memory-service eval` (any format, the same options); .cli imports this module, hence the late import."""
-    from .cli import run_eval
-    from .options import eval_parser
-
-    return run_eval(eval_parser("PersonaExt eval", prog="python -m memory_service.evals.personaext").parse_args(argv))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
