@@ -319,7 +319,7 @@ def test_a_name_found_only_inside_an_email_address_is_not_grounded() -> None:
 
 @pytest.mark.parametrize("text", [
     "Haha that was fun, thanks!", "Thanks, Nate! See you later!", "Bye Joanna!", "ok", "Take care!",
-    "Wow, that's awesome! So happy for you.",
+    "Wow, that's awesome! So happy for you.", "[1:56 pm on 8 May, 2023] Gina: Thanks, Jon! See you later!",
 ])
 def test_small_talk_is_recognised(text: str) -> None:
     from memory_service.extraction.gate import small_talk_reason
@@ -331,7 +331,7 @@ def test_small_talk_is_recognised(text: str) -> None:
     "Thanks, we shipped it.", "Alice is great!", "Thanks! The deploy finished at 14:05.", "I love Paris!",
     "Haha, my dog ate the cake.", "See you at the Berlin office!", "Great, mail me at bo@example.com",
     "Yes! I finally did it last week", "Thanks Alice, the report is late.",
-    "Haha that was fun, thanks! " * 8,
+    "Haha that was fun, thanks! " * 8, "[8 May, 2023] Jon: I moved to Paris.",
 ])
 def test_anything_that_may_hold_a_fact_goes_to_the_model(text: str) -> None:
     from memory_service.extraction.gate import small_talk_reason

@@ -33,12 +33,14 @@ _VOCATIVE = re.compile(
 )
 _LAUGH = re.compile(r"^(?:a?(?:ha|he|hi)+h?|lo+l|lmao|rofl|xd)$")
 _HAS_DIGIT = re.compile(r"\d")
+# A chat-log header is not the message: "[8 May 2023, 1:56 pm] Jon: Bye!" is the small talk "Bye!".
+_LOG_HEADER = re.compile(r"^\s*(?:\[[^\]\n]{1,60}\]\s*)?(?:[A-Z][\w.'-]*(?: [A-Z][\w.'-]*)?:\s+)?")
 _ADDRESS = re.compile(r"@|https?://|www\.|\.com\b|/")
 
 
 def small_talk_reason(text: str) -> str | None:
     """Why this text needs no model call ("small talk"), or None when it might hold a fact."""
-    stripped = text.strip()
+    stripped = _LOG_HEADER.sub("", text.strip(), count=1)
     if not stripped or len(stripped) > MAX_CHARS or len(stripped.split()) > MAX_WORDS:
         return None
     if _HAS_DIGIT.search(stripped) or _ADDRESS.search(stripped):
