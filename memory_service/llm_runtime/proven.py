@@ -14,7 +14,7 @@ import json
 import os
 import signal
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from .models import sha256_of
@@ -76,7 +76,8 @@ class Verdict:
 def _read(path: Path) -> Verdict | None:
     try:
         data = json.loads(path.read_text())
-        return Verdict(**data)
+        known = {f.name for f in fields(Verdict)}
+        return Verdict(**{k: v for k, v in data.items() if k in known})  # a newer writer may add fields
     except (OSError, ValueError, TypeError):
         return None
 
