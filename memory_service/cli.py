@@ -22,10 +22,9 @@ def _client_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _http(args: argparse.Namespace):
-    import httpx
+    from .http_client import service_client
 
-    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
-    return httpx.Client(base_url=args.url, headers=headers, timeout=150, trust_env=False)
+    return service_client(args.url, args.api_key, timeout=150)
 
 
 def _print_response(response) -> int:

@@ -18,6 +18,8 @@ from urllib.parse import quote
 
 import httpx
 
+from .http_client import service_client
+
 EXIT_OK, EXIT_NO, EXIT_ERROR = 0, 1, 2
 
 
@@ -60,9 +62,8 @@ def add_limits_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run_limits(args: argparse.Namespace) -> int:
     """Run one `limits` sub-command; print the JSON answer; return the exit code."""
-    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     try:
-        with httpx.Client(base_url=args.url, headers=headers, timeout=30, trust_env=False) as client:
+        with service_client(args.url, args.api_key, timeout=30) as client:
             response = _request(client, args)
     except httpx.HTTPError as exc:
         print(json.dumps({"error": "unreachable", "detail": f"{args.url}: {exc}"}), file=sys.stderr)

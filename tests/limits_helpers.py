@@ -21,6 +21,7 @@ from fastapi import FastAPI
 
 from memory_service.api.app import create_app
 from memory_service.config import Settings
+from memory_service.http_client import service_client
 from memory_service.storage.limits import LimitStore
 
 KEYS = {"ka": "team-a", "kb": "team-b"}
@@ -78,8 +79,7 @@ class Server:
         self._sock.close()
 
     def client(self, key: str | None = "ka") -> httpx.Client:
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=30, trust_env=False, verify=_SSL)
+        return service_client(self.url, key, timeout=30, verify=_SSL)
 
 
 def dump(db_path: Path) -> list[tuple[str, list[tuple[object, ...]]]]:

@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import httpx
 
+from ..http_client import service_client
 from ..llm_runtime.server import stop_group, wait_until_healthy
 
 log = logging.getLogger(__name__)
@@ -190,8 +191,7 @@ class ServiceRunner:
         raise RuntimeError(f"service not ready within {timeout_s:.0f}s: {body}")
 
     def client(self, key: str | None, timeout: float = 60.0) -> httpx.Client:
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=timeout, trust_env=False)
+        return service_client(self.url, key, timeout=timeout)
 
     def rss(self) -> dict[str, float | None]:
         return rss_mb(self.pid)

@@ -36,6 +36,8 @@ from typing import AsyncIterator
 
 import httpx
 
+from ..http_client import async_service_client, auth_headers
+
 GOAL = {"requests_per_s": 800, "over_limit": 0}
 JSON_HEADERS = {"Content-Type": "application/json"}
 
@@ -107,7 +109,6 @@ def wait_ready(url: str, headers: dict[str, str], proc: subprocess.Popen[bytes],
 
 
 async def run_bench(url: str, api_key: str | None, concurrency: int, count: int) -> dict[str, object]:
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     name = f"bench-{int(time.time())}-{secrets.token_hex(4)}"
     daily_limit = max(1, count // 2)
     latencies: list[float] = []
@@ -120,8 +121,7 @@ async def run_bench(url: str, api_key: str | None, concurrency: int, count: int)
     # warmed up before the clock starts.
     ssl_context = ssl.create_default_context()
     clients = [
-        httpx.AsyncClient(base_url=url, headers=headers, timeout=30.0, verify=ssl_context, trust_env=False)
-        for _ in range(concurrency)
+        async_service_client(url, api_key, timeout=30.0, verify=ssl_context) for _ in range(concurrency)
     ]
 
     async def agent(client: httpx.AsyncClient, agent_id: str) -> None:
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
                "--data-dir", tmp, "--synchronous", args.synchronous]
         proc = subprocess.Popen(cmd, env={**os.environ, "MEMORY_API_KEY": key})  # the key stays out of `ps`
         try:
-            wait_ready(url, {"Authorization": f"Bearer {key}"}, proc)
+            wait_ready(url, auth_headers(key), proc)
             cpu_before = process_cpu_s(proc.pid)
             result = _run(run_bench(url, key, args.concurrency, args.count))
             cpu_after = process_cpu_s(proc.pid)

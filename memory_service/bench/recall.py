@@ -30,9 +30,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 
+from ..http_client import service_client
 from .common import (
     ServiceRunner, goal, latency_summary, machine_info, pyplot, save_plot, write_json, write_figure,
 )
@@ -225,7 +225,7 @@ def _forget_chroma_clients() -> None:
 
 def _measure(url: str, key: str, texts: list[str], variants: dict[str, dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60, trust_env=False) as client:
+    with service_client(url, key, timeout=60) as client:
         for text in texts[:20]:  # warm-up: the embedder's first calls and SQLite's page cache
             client.post("/v1/recall", json={"query": text, "k": 10})
         health = []

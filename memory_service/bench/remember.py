@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from ..http_client import async_service_client, service_client
 from .common import (
     ServiceRunner, agent_text, goal, latency_summary, machine_info, main_with_llama, pyplot, write_figure,
 )
@@ -37,13 +38,12 @@ async def _load(url: str, key: str, clients: int, per_client: int, *, path: str,
     interval_s > 0: each client waits an exponential think time (mean interval_s) before each request,
     an open-ish load of clients/interval_s requests/s; 0: closed loop, as fast as the server answers.
     """
-    headers = {"Authorization": f"Bearer {key}"}
     latencies: list[float] = []
     errors = 0
 
     async def worker(n: int) -> None:
         nonlocal errors
-        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30.0, trust_env=False) as client:
+        async with async_service_client(url, key, timeout=30.0) as client:
             await client.get("/health")  # open the connection before timing
             await barrier.wait()
             think = random.Random(offset + n)
@@ -102,9 +102,8 @@ def run(*, llm_url: str, quick: bool = False, workdir: Path | None = None) -> di
     try:
         service.wait_model_ready()
         rss_idle = service.rss()
-        headers = {"Authorization": f"Bearer {key}"}
         # make the model busy first: a backlog it is still working through during the whole measurement
-        with httpx.Client(base_url=service.url, headers=headers, timeout=30, trust_env=False) as client:
+        with service_client(service.url, key, timeout=30) as client:
             for i in range(6):
                 client.post("/v1/remember", json={"text": agent_text(10_000 + i), "agent_id": "warm"})
         deadline = time.monotonic() + 60

@@ -27,6 +27,7 @@ from typing import Any, Iterable
 import httpx
 
 from ..bench.common import latency_summary, pyplot, write_figure
+from ..http_client import service_client
 
 K = 20
 CUTOFFS = (1, 5, 10, 20)
@@ -344,10 +345,7 @@ def run(
     """The whole eval against a running service; `keys` maps sample_id -> API key."""
     started = time.monotonic()
     clients = {
-        c.sample_id: httpx.Client(
-            base_url=url, timeout=180.0, trust_env=False,
-            headers={"Authorization": f"Bearer {keys[c.sample_id]}"} if keys.get(c.sample_id) else {},
-        )
+        c.sample_id: service_client(url, keys.get(c.sample_id), timeout=180.0)
         for c in conversations
     }
     try:

@@ -28,6 +28,7 @@ from typing import Any
 import httpx
 
 from ..bench.common import percentile, pyplot, write_figure
+from ..http_client import service_client
 
 DEFAULT_LIMIT = 200
 WAIT_S = 60.0
@@ -126,9 +127,8 @@ def _save_and_wait(client: httpx.Client, utt: Utterance) -> tuple[dict[str, Any]
 
 def run(utterances: list[Utterance], *, url: str, key: str | None) -> dict[str, Any]:
     started = time.monotonic()
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
     rows: list[dict[str, Any]] = []
-    with httpx.Client(base_url=url, headers=headers, timeout=WAIT_S + 60, trust_env=False) as client:
+    with service_client(url, key, timeout=WAIT_S + 60) as client:
         for n, utt in enumerate(utterances, start=1):
             body, wall = _save_and_wait(client, utt)
             facts = [f["text"] for f in body.get("facts") or []]
