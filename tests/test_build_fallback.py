@@ -118,6 +118,26 @@ def test_a_changed_binary_is_not_trusted_until_proven_again(tmp_path, tiny_model
     assert any("'native' failed its smoke test" in line for line in lines)
 
 
+def test_a_build_that_fails_without_a_signal_falls_back_now_but_is_tried_again_next_time(tmp_path, tiny_model):
+    """Only a death by signal is the CPU's verdict; an exit code may be passing trouble (memory, a full disk)."""
+    cache = tmp_path / "cache"
+    builds = InjectedBuilds(refused=set())
+    failing = build.binary_path(cache, build.VARIANTS["native"])
+
+    def build_with_a_failing_native(variant: build.Variant, binary: Path, cache_dir: Path) -> None:
+        builds(variant, binary, cache_dir)
+        if variant.name == "native":
+            write_exe(binary, "exit 3")
+
+    first = build.ensure_llama_server(cache, tiny_model, build=build_with_a_failing_native, cpu_flags={"avx2"},
+                                      log=lambda _: None)
+    assert first.variant == "portable"
+    assert proven.stamp_of(failing) is None  # not remembered as refused
+    write_exe(failing, f'exec "{real_llama_server()}" "$@"')  # the trouble has passed
+    second = build.ensure_llama_server(cache, tiny_model, build=builds, cpu_flags={"avx2"}, log=lambda _: None)
+    assert second.variant == "native"
+
+
 def test_a_forced_variant_that_the_cpu_refuses_fails_with_every_reason(tmp_path, tiny_model):
     builds = InjectedBuilds(refused={"native"})
     with pytest.raises(build.BuildError) as err:

@@ -262,6 +262,7 @@ def smoke_test(binary: Path, model: Path, variant: str, timeout_s: float = 600.0
         if exc.returncode is None:
             raise SmokeTimeout(f"llama-server '{variant}' {exc}: the machine may be very slow; run again") from exc
         verdict.why = f"llama-server {proven.describe_exit(exc.returncode)} while loading {model.name}"
+        verdict.by_signal = exc.returncode < 0
         return verdict
     try:
         reply = httpx.post(server.url + "/completion", timeout=timeout_s, trust_env=False,
@@ -275,9 +276,13 @@ def smoke_test(binary: Path, model: Path, variant: str, timeout_s: float = 600.0
         verdict.prompt_tps = round(float(timings.get("prompt_per_second", 0.0)), 1)
         verdict.gen_tps = round(float(timings.get("predicted_per_second", 0.0)), 1)
     except (httpx.HTTPError, ValueError) as exc:
-        code = server.process.wait(5) if server.process else None
+        try:
+            code = server.process.wait(5) if server.process else None
+        except subprocess.TimeoutExpired:
+            code = None  # still running: the failure was the request's, not a crash
         verdict.why = (f"llama-server {proven.describe_exit(code)} during its first completion"
                        if code is not None else f"completion failed: {exc!r}")
+        verdict.by_signal = code is not None and code < 0
         return verdict
     finally:
         server.stop()
@@ -316,7 +321,9 @@ def ensure_llama_server(cache_dir: Path, model: Path, choice: str = "auto", *, b
             build(variant, binary, cache_dir)
         log(f"proving llama-server '{variant.name}' on {model.name} (a few seconds, once per machine)")
         verdict = smoke(binary, model, variant.name)
-        proven.save_stamp(verdict)
+        if verdict.ok or verdict.by_signal:
+            # kept: proven, or refused by this CPU for good; any other failure is tried again next time
+            proven.save_stamp(verdict)
         if verdict.ok:
             proven.save_record(cache_dir, verdict)
             log(f"llama-server '{variant.name}' runs here: prompt {verdict.prompt_tps} tok/s, "

@@ -60,6 +60,7 @@ class Verdict:
     cpu: str
     why: str = ""
     model: str = ""  # the model file the speeds were measured on
+    by_signal: bool = False  # it died by a signal: this CPU refuses the binary, for good
     prompt_tps: float | None = None
     gen_tps: float | None = None
     seconds: float | None = None
@@ -131,7 +132,8 @@ def refuse(binary: Path, variant: str, why: str, cache_dir: Path | None = None) 
         sha = sha256_of(binary)
     except OSError:
         return
-    save_stamp(Verdict(ok=False, variant=variant, binary=str(binary), sha256=sha, cpu=cpu_key(), why=why))
+    save_stamp(Verdict(ok=False, variant=variant, binary=str(binary), sha256=sha, cpu=cpu_key(), why=why,
+                       by_signal=True))
     if cache_dir is not None:
         record = _read(record_path(cache_dir))
         if record is not None and Path(record.binary) == binary:
