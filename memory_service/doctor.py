@@ -23,9 +23,8 @@ from typing import Any
 
 from .config import Settings
 from .extraction.client import LlamaClient, ServerProps
-from .extraction.errors import ExtractionError
-from .extraction.extractor import Extractor
-from .extraction.extractor import MIN_OUTPUT_TOKENS
+from .extraction.errors import ExtractionError, TooSlow
+from .extraction.extractor import MIN_OUTPUT_TOKENS, Extractor, Progress
 from .extraction.sizing import MIN_CHUNK_TOKENS, text_budget, time_fit_tokens
 from .extraction.thinking import FAIL, OK, WARN, check_thinking
 from .extraction.throughput import Throughput
@@ -69,11 +68,28 @@ class Check:
 # --------------------------------------------------------------------------- probe extraction
 
 
+MAX_PROBE_SPLITS = 6
+
+
 async def probe_extraction(extractor: Extractor, text: str, budget_s: float) -> dict[str, Any]:
-    """One real extraction through the service's Extractor, with the service's budget."""
+    """One real extraction through the service's Extractor, with the service's budget.
+
+    Like the worker, a call too slow for the budget lowers the speed estimate and the text is
+    resumed in smaller chunks; how often that happened is reported (`splits`).
+    """
     started = time.monotonic()
+    progress = Progress()
+    splits = 0
     try:
-        result = await extractor.extract(text, budget_s=budget_s)
+        while True:
+            try:
+                result = await extractor.extract(text, budget_s=budget_s, progress=progress)
+                break
+            except TooSlow as exc:
+                splits += 1
+                if splits > MAX_PROBE_SPLITS:
+                    raise
+                extractor.throughput.slow_down(exc.chunk_tokens + await extractor.system_tokens(), budget_s)
     except ExtractionError as exc:
         return {
             "valid": False, "error": f"{type(exc).__name__}: {exc}", "latency_s": round(time.monotonic() - started, 3),
@@ -90,7 +106,7 @@ async def probe_extraction(extractor: Extractor, text: str, budget_s: float) -> 
         "finish_reason": ",".join(str(c.get("finish_reason")) for c in calls),
         "reasoning_chars": sum(int(c.get("reasoning_chars") or 0) for c in calls),
         "think_chars": sum(len(m.group(1).strip()) for m in _THINK_BLOCK.finditer(raw)),
-        "timings": result.timings, "calls": calls,
+        "timings": result.timings, "calls": calls, "splits": splits,
     }
 
 
@@ -109,7 +125,8 @@ def _probe_check(probe: dict[str, Any], budget_s: float) -> Check:
         return Check("probe extraction", FAIL, f"{error}{raw}", fix)
     summary = (
         f"valid JSON, {len(probe['facts'])} fact(s) kept, {len(probe['rejected'])} rejected, "
-        f"{probe['latency_s']:.2f}s, "
+        f"{probe['latency_s']:.2f}s" + (f" (split smaller after {probe['splits']} timeout(s))" if probe.get("splits")
+                                         else "") + ", "
         f"prompt {probe['prompt_n']} tok, output {probe['predicted_n']} tok, finish={probe['finish_reason']}, "
         f"reasoning {probe['reasoning_chars'] + probe['think_chars']} chars"
     )
