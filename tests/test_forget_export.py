@@ -276,3 +276,36 @@ def test_sigkill_during_bulk_forget_never_brings_a_forgotten_text_back(fake, ser
         assert list_all(client, agent_id=doomed_agent) == []
         assert all(client.get(f"/v1/memories/{m}").status_code == 404 for m in doomed[::30])
         assert [r["id"] for r in export(client)] == [keeper]
+
+
+def test_cli_export_import_list_and_forget(service, tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    marker = uuid.uuid4().hex[:8]
+    agent = f"cli-{marker}"
+
+    def cli(*argv: str, key: str = "key-a") -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "memory_service.cli", *argv, "--url", service.url,
+                               "--api-key", key], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+    with service.client("key-a") as a:
+        ids = [save(a, f"CLI {marker} note {i} on the boiler pressure.", agent) for i in range(3)]
+        for memory_id in ids:
+            wait_status(a, memory_id)
+    dump = tmp_path / "team-a.jsonl"
+    assert cli("export", "--out", str(dump)).returncode == 0
+    mine = [line for line in dump.read_text().splitlines() if marker in line]
+    assert len(mine) == 3
+    only_mine = tmp_path / "mine.jsonl"
+    only_mine.write_text("\n".join(mine) + "\n")
+    done = cli("import", str(only_mine), key="key-b")
+    assert done.returncode == 0 and json.loads(done.stdout)["imported"] == 3, done.stdout + done.stderr
+    listed = cli("list", "--agent-id", agent, key="key-b")
+    assert listed.returncode == 0 and len(json.loads(listed.stdout)["items"]) == 3
+    assert cli("forget", "--agent-id", agent, key="key-b").returncode == 1  # no --yes: refused
+    forgot = cli("forget", "--agent-id", agent, "--yes", key="key-b")
+    assert forgot.returncode == 0 and json.loads(forgot.stdout) == {"deleted": 3}
+    assert cli("forget", ids[0]).returncode == 0 and cli("get", ids[0]).returncode == 1
