@@ -11,6 +11,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..config import ConfigError, Settings, is_loopback
 from ..services import Services
+from .request_id import RequestId
 from . import errors, routes_health, routes_limits, routes_memories, routes_recall, routes_transfer
 
 BODY_OVERHEAD_BYTES = 64 * 1024
@@ -83,6 +84,7 @@ def create_app(settings: Settings, *, speed_prior: tuple[float, float] | None = 
 
     app.add_middleware(BodySizeLimit, max_body=settings.max_text_bytes * 4 + BODY_OVERHEAD_BYTES,
                        max_text=settings.max_text_bytes)
+    app.add_middleware(RequestId)  # outermost: even a refused body gets its id
 
     for module in (routes_memories, routes_recall, routes_transfer, routes_limits, routes_health):
         app.include_router(module.router)
