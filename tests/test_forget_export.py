@@ -193,11 +193,13 @@ def test_export_import_round_trip_into_another_team(service):
         assert [r["id"] for r in lines] == [old, new]  # oldest first
         assert lines[0]["metadata"] == {"n": 1} and lines[0]["run_id"] == "r1" and lines[0]["tags"] == ["quota"]
         assert lines[0]["facts"][0]["superseded_by"] and lines[0]["facts"][0]["spans"]
-        body = "".join(json.dumps(r) + "\n" for r in lines) + "this line is not json\n"
+        too_big = {**lines[0], "id": "x", "metadata": {"blob": "x" * 9000}}
+        body = "".join(json.dumps(r) + "\n" for r in lines) + "this line is not json\n" + json.dumps(too_big)
         response = b.post("/v1/import", content=body, headers={"content-type": "application/x-ndjson"})
         assert response.status_code == 200, response.text
-        assert response.json()["imported"] == 2 and response.json()["failed"] == 1
-        assert response.json()["errors"][0]["line"] == 3
+        assert response.json()["imported"] == 2 and response.json()["failed"] == 2
+        assert [e["line"] for e in response.json()["errors"]] == [3, 4]
+        assert "metadata" in response.json()["errors"][1]["detail"]
         replay = b.post("/v1/import", content=body).json()
         assert replay["imported"] == 0 and replay["skipped"] == 2  # idempotent per line
 

@@ -16,6 +16,7 @@ from .auth import Team
 from .deps import ServicesDep
 from .errors import describe
 from .models import ExportedMemory, ImportResponse
+from .routes_memories import MAX_METADATA_BYTES
 
 router = APIRouter(tags=["transfer"])
 
@@ -74,6 +75,8 @@ async def import_route(request: Request, team: Team, services: ServicesDep, re_e
             record = ExportedMemory.model_validate_json(raw)
             if len(record.text.encode()) > settings.max_text_bytes:
                 raise ValueError(f"text is larger than {settings.max_text_bytes} bytes (MEMORY_MAX_TEXT_BYTES)")
+            if len(json.dumps(record.metadata)) > MAX_METADATA_BYTES:
+                raise ValueError(f"metadata is larger than {MAX_METADATA_BYTES} bytes as JSON")
         except (ValidationError, ValueError) as exc:
             failed += 1
             if len(errors) < MAX_REPORTED_ERRORS:
