@@ -1,4 +1,5 @@
-"""`memory-service` command line: serve | doctor | remember | recall | get | limits | bench | eval."""
+"""`memory-service` command line: serve | doctor | remember | recall | get | list | forget | export | import |
+limits | bench | eval."""
 
 from __future__ import annotations
 
@@ -100,6 +101,53 @@ def cmd_get(args: argparse.Namespace) -> int:
         return _print_response(client.get(f"/v1/memories/{args.id}"))
 
 
+def cmd_list(args: argparse.Namespace) -> int:
+    params = {k: v for k, v in (("agent_id", args.agent_id), ("run_id", args.run_id), ("status", args.status),
+                                ("tag", args.tag), ("limit", args.limit), ("cursor", args.cursor)) if v is not None}
+    with _http(args) as client:
+        return _print_response(client.get("/v1/memories", params=params))
+
+
+def cmd_forget(args: argparse.Namespace) -> int:
+    with _http(args) as client:
+        if args.id:
+            response = client.delete(f"/v1/memories/{args.id}")
+            if response.status_code == 204:
+                print(json.dumps({"deleted": 1}))
+                return 0
+            return _print_response(response)
+        params = {k: v for k, v in (("agent_id", args.agent_id), ("run_id", args.run_id)) if v}
+        return _print_response(client.delete("/v1/memories", params={**params, "confirm": str(args.yes).lower()}))
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Stream the export to a file or stdout as it arrives: a large team never sits in memory."""
+    out = open(args.out, "wb") if args.out and args.out != "-" else sys.stdout.buffer
+    try:
+        with _http(args) as client, client.stream("GET", "/v1/export") as response:
+            if response.status_code >= 400:
+                response.read()
+                return _print_response(response)
+            for chunk in response.iter_bytes():
+                out.write(chunk)
+    finally:
+        if out is not sys.stdout.buffer:
+            out.close()
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    source = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")
+    try:
+        with _http(args) as client:
+            return _print_response(client.post(
+                "/v1/import", params={"re_extract": str(args.re_extract).lower()},
+                content=iter(lambda: source.read(1 << 16), b""), headers={"content-type": "application/x-ndjson"}))
+    finally:
+        if source is not sys.stdin.buffer:
+            source.close()
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     from .doctor import run_doctor
 
@@ -156,6 +204,35 @@ def build_parser() -> argparse.ArgumentParser:
     get.add_argument("id")
     _client_args(get)
     get.set_defaults(func=cmd_get)
+
+    lister = sub.add_parser("list", help="list the team's memories, newest first")
+    lister.add_argument("--agent-id")
+    lister.add_argument("--run-id")
+    lister.add_argument("--status", choices=["queued", "extracting", "done", "failed"])
+    lister.add_argument("--tag")
+    lister.add_argument("--limit", type=int)
+    lister.add_argument("--cursor", help="next_cursor of the previous page")
+    _client_args(lister)
+    lister.set_defaults(func=cmd_list)
+
+    forget = sub.add_parser("forget", help="forget one memory by id, or all of an agent or run (--yes)")
+    forget.add_argument("id", nargs="?")
+    forget.add_argument("--agent-id")
+    forget.add_argument("--run-id")
+    forget.add_argument("--yes", action="store_true", help="confirm a bulk forget (it cannot be undone)")
+    _client_args(forget)
+    forget.set_defaults(func=cmd_forget)
+
+    exporter = sub.add_parser("export", help="write the team's memories as JSON Lines")
+    exporter.add_argument("--out", "-o", help="file to write (default stdout)")
+    _client_args(exporter)
+    exporter.set_defaults(func=cmd_export)
+
+    importer = sub.add_parser("import", help="read JSON Lines written by export ('-' reads stdin)")
+    importer.add_argument("file")
+    importer.add_argument("--re-extract", action="store_true", help="drop the facts and extract them again")
+    _client_args(importer)
+    importer.set_defaults(func=cmd_import)
 
     try:
         from .limits_cli import add_limits_parser

@@ -101,6 +101,7 @@ def recall(q: RecallQuery, *, journal: Journal, vectors: VectorStore, embedder: 
             hit.score += 1.0 / (RRF_K + rank + 1)
             rank += 1
 
+    _drop_forgotten(hits, q.team, journal)
     query_terms = _terms(q.query)
     keyword = journal.keyword_search(q.team, q.query, kinds=set(q.kinds), limit=pool)
     memories = journal.get_many(q.team, list({h.memory_id for h in keyword if h.kind == "passage"}))
@@ -150,6 +151,23 @@ def recall(q: RecallQuery, *, journal: Journal, vectors: VectorStore, embedder: 
         else:
             hit.source_memory_ids = [hit.memory_id]
     return ranked
+
+
+def _drop_forgotten(hits: dict[str, Hit], team: str, journal: Journal) -> None:
+    """Vector hits are checked against the journal: a forgotten text or fact whose vector is not
+    removed yet (a forget cut off by a crash, a job that raced it) is never returned. A surviving
+    fact is named after a source that still exists."""
+    passages = journal.get_many(team, list({h.memory_id for h in hits.values() if h.kind == "passage"}))
+    facts = journal.facts_by_ids(team, [h.fact_id for h in hits.values() if h.fact_id])
+    for key, hit in list(hits.items()):
+        if hit.fact_id:
+            fact = facts.get(hit.fact_id)
+            if fact is None or fact.superseded_by is not None:
+                del hits[key]
+            else:
+                hit.memory_id = fact.memory_id
+        elif hit.memory_id not in passages:
+            del hits[key]
 
 
 def diversify(hits: list[Hit], k: int) -> list[Hit]:

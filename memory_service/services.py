@@ -13,6 +13,7 @@ from typing import Any
 
 from .config import Settings
 from .extraction.client import LlamaClient
+from .forgetting import finish_pending, forget
 from .model_handle import ModelHandle
 from .storage.embedder import Embedder, load_embedder
 from .storage.journal import DONE, FAILED, Journal, Memory
@@ -49,10 +50,14 @@ class Services:
         recovered = journal.recover()
         if recovered:
             log.info("resumed %d job(s) that were mid-extraction at the last stop", recovered)
+        vectors = VectorStore(data / "chroma", url=settings.chroma_url)
+        purged = finish_pending(journal, vectors)
+        if purged:
+            log.info("finished forgetting %d memory(ies) that a stop cut off half-way", purged)
         return cls(
             settings=settings,
             journal=journal,
-            vectors=VectorStore(data / "chroma", url=settings.chroma_url),
+            vectors=vectors,
             embedder=load_embedder(settings.embedder, threads=settings.embed_threads),
             limits=LimitStore(data / "limits.sqlite3"),
             model=ModelHandle(settings, LlamaClient(settings.llm_url), speed_prior=speed_prior),
@@ -85,6 +90,10 @@ class Services:
         """Commit a text and its job (blocking: call it in a thread); also the backlog up to it."""
         memory, created = self.journal.insert(**fields, budget_s=self.settings.extract_budget_s)
         return memory, created, self.journal.backlog(memory.created_at)
+
+    def forget(self, team: str, **selector: Any) -> list[str]:
+        """Forget the team's memories matching the selector (blocking: call it in a thread)."""
+        return forget(self.journal, self.vectors, team, **selector)
 
     def saved(self) -> None:
         """Wake the workers: there is new work."""

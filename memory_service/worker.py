@@ -22,10 +22,11 @@ from .extraction.extractor import Extractor, Progress
 from .extraction.gate import small_talk_reason
 from .extraction.prompt import PROMPT_VERSION
 from .config import Settings
+from .forgetting import passage_ids
 from .indexing import index_passages, store_facts
 from .model_handle import ModelHandle
 from .storage.embedder import Embedder
-from .storage.journal import FAILED, FactPlan, Journal, Memory
+from .storage.journal import DELETED, FAILED, FactPlan, Journal, Memory
 from .storage.vectors import VectorStore
 
 log = logging.getLogger("memory_service.worker")
@@ -131,6 +132,10 @@ class ExtractionWorker:
             await self._fail(job, ExtractionError(f"internal error: {exc!r}"), attempt, progress)
             return
         self.model.throughput.observe_job(time.time() - started)
+        if not await asyncio.to_thread(journal.live, [job.id]):
+            log.info("job %s: its memory was forgotten during extraction; nothing stored", job.id)
+            self.settled(job.id)
+            return
         try:
             plan = await asyncio.to_thread(
                 store_facts, job, result.facts, journal=journal, embedder=self.embedder, vectors=self.vectors,
@@ -145,13 +150,22 @@ class ExtractionWorker:
                 report["slow"] = (f"finished after {job.deferrals} deferral(s): the model was slower than the "
                                   "budget allowed, so the text was split into smaller chunks")
             timings = {**result.timings, "attempt": _finish(attempt, result.report.get("calls", []))}
-            await asyncio.to_thread(
+            stored = await asyncio.to_thread(
                 journal.complete, job, plan, raw_reply="\n".join(result.raw_replies), timings=timings, report=report
             )
+            if not stored:  # forgotten while its facts were embedded: their vectors must not stay behind
+                await asyncio.to_thread(self._drop_orphan_facts, job, plan)
             self.settled(job.id)
         except Exception as exc:  # storing failed: the job must not be left 'extracting'
             log.exception("job %s: storing facts failed", job.id)
             await self._fail(job, ExtractionError(f"storing facts failed: {exc!r}"), attempt, progress)
+
+    def _drop_orphan_facts(self, job: Memory, plan: FactPlan) -> None:
+        new_ids = [f.id for f in plan.new]
+        kept = self.journal.existing_facts(new_ids)
+        orphans = [i for i in new_ids if i not in kept]
+        if orphans:
+            self.vectors.delete(job.team, orphans)
 
     async def _fail(self, job: Memory, exc: ExtractionError, attempt: dict, progress: Progress | None) -> None:
         settings = self.settings
@@ -168,6 +182,8 @@ class ExtractionWorker:
             timings=timings, report=exc.report, retry_at=retry_at, budget_s=settings.extract_budget_s,
         )
         log.warning("job %s attempt %d failed (%s): %s", job.id, attempts, status, exc)
+        if status == DELETED:
+            self.settled(job.id)
         if status == FAILED:
             log.error("job %s failed after %d attempts; its passage stays recallable", job.id, attempts)
             self.settled(job.id)
@@ -203,8 +219,16 @@ class PassageIndexer:
                     continue
                 await asyncio.to_thread(index_passages, batch, self.embedder, self.vectors)
                 await asyncio.to_thread(self.journal.mark_indexed, [m.id for m in batch])
+                await asyncio.to_thread(self._drop_forgotten, batch)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("passage indexer: unexpected error")
                 await asyncio.sleep(1.0)
+
+    def _drop_forgotten(self, batch: list[Memory]) -> None:
+        """A text forgotten while it was being embedded: remove the passages just written for it."""
+        live = self.journal.live([m.id for m in batch])
+        for memory in batch:
+            if memory.id not in live:
+                self.vectors.delete(memory.team, passage_ids(memory.id, memory.text))

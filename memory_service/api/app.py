@@ -11,7 +11,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..config import ConfigError, Settings, is_loopback
 from ..services import Services
-from . import errors, routes_health, routes_limits, routes_memories, routes_recall
+from .request_id import RequestId
+from . import errors, routes_health, routes_limits, routes_memories, routes_recall, routes_transfer
 
 BODY_OVERHEAD_BYTES = 64 * 1024
 
@@ -28,11 +29,13 @@ def check_exposure(settings: Settings) -> None:
 class BodySizeLimit:
     """Refuse an oversized body from its Content-Length, before reading it (plain ASGI: costs nothing)."""
 
+    STREAMED = frozenset({"/v1/import"})  # read line by line, with its own limit
+
     def __init__(self, app: ASGIApp, *, max_body: int, max_text: int) -> None:
         self.app, self.max_body, self.max_text = app, max_body, max_text
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
+        if scope["type"] == "http" and scope.get("path") not in self.STREAMED:
             for name, value in scope.get("headers", ()):
                 if name == b"content-length" and value.isdigit() and int(value) > self.max_body:
                     response = JSONResponse(
@@ -81,8 +84,9 @@ def create_app(settings: Settings, *, speed_prior: tuple[float, float] | None = 
 
     app.add_middleware(BodySizeLimit, max_body=settings.max_text_bytes * 4 + BODY_OVERHEAD_BYTES,
                        max_text=settings.max_text_bytes)
+    app.add_middleware(RequestId)  # outermost: even a refused body gets its id
 
-    for module in (routes_memories, routes_recall, routes_limits, routes_health):
+    for module in (routes_memories, routes_recall, routes_transfer, routes_limits, routes_health):
         app.include_router(module.router)
     # the product card's short paths, as aliases of the v1 routes
     app.add_api_route("/remember", routes_memories.remember, methods=["POST"], status_code=202,

@@ -21,7 +21,8 @@ def _location(loc: tuple) -> str:
     return ".".join(parts) or "body"
 
 
-def _describe(error: dict) -> str:
+def describe(error: dict) -> str:
+    """One validation error as 'field: what is wrong'."""
     kind = error.get("type", "")
     where = _location(tuple(error.get("loc", ())))
     if kind == "extra_forbidden":
@@ -40,7 +41,7 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> JS
         return JSONResponse(
             {"error": "bad_request", "detail": "request body is not valid JSON"}, status_code=400
         )
-    messages = [_describe(e) for e in errors]
+    messages = [describe(e) for e in errors]
     return JSONResponse(
         {"error": "invalid_request", "detail": "; ".join(messages),
          "errors": [{"field": _location(tuple(e.get("loc", ()))), "message": m} for e, m in zip(errors, messages)]},

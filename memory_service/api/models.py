@@ -131,3 +131,63 @@ class RecallItem(BaseModel):
 
 class RecallResponse(BaseModel):
     items: list[RecallItem]
+
+
+class MemorySummary(BaseModel):
+    id: str
+    status: Literal["queued", "extracting", "done", "failed"]
+    agent_id: str
+    run_id: str | None
+    text: str
+    tags: list[str]
+    created_at: datetime
+    facts: int = Field(description="How many facts this text produced or confirmed.")
+
+
+class MemoryPage(BaseModel):
+    items: list[MemorySummary]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last page.")
+
+
+class ForgetResponse(BaseModel):
+    deleted: int
+
+
+class ExportedFact(BaseModel):
+    """A fact as `/v1/export` writes it and `/v1/import` reads it."""
+
+    id: str = Field(min_length=1, max_length=256)
+    text: str = Field(min_length=1, max_length=4096)
+    spans: list[tuple[int, int]] = Field(default_factory=list)
+    created_at: float | None = None
+    superseded_by: str | None = None
+    superseded_at: float | None = None
+
+
+class ExportedMemory(BaseModel):
+    """One line of `/v1/export`: a memory with its facts. Unknown fields are ignored (newer exports)."""
+
+    id: str = Field(min_length=1, max_length=256)
+    text: str
+    agent_id: str = Field(min_length=1, max_length=128, pattern=ID_PATTERN)
+    run_id: str | None = Field(default=None, min_length=1, max_length=128, pattern=ID_PATTERN)
+    tags: list[str] = Field(default_factory=list, max_length=MAX_TAGS)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    created_at: float
+    status: str = "queued"
+    idempotency_key: str | None = Field(default=None, min_length=1, max_length=256)
+    facts: list[ExportedFact] = Field(default_factory=list)
+
+    @field_validator("text")
+    @classmethod
+    def _text_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("text is empty or only whitespace")
+        return value
+
+
+class ImportResponse(BaseModel):
+    imported: int = Field(description="Lines stored as new memories.")
+    skipped: int = Field(description="Lines already imported before (same original id or idempotency key).")
+    failed: int
+    errors: list[dict[str, Any]] = Field(description="The first 100 bad lines: {line, detail}.")

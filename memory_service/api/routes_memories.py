@@ -1,17 +1,22 @@
-"""POST /v1/remember and GET /v1/memories/{id}."""
+"""POST /v1/remember, GET /v1/memories (list) and /v1/memories/{id}, DELETE (forget one or in bulk)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 from datetime import datetime, timezone
+from typing import Annotated, Literal
 
-from fastapi import APIRouter, HTTPException, Response
+from fastapi import APIRouter, HTTPException, Query, Response
 
+from ..recall import to_epoch
+from ..storage.catalog import ListFilter, list_memories
 from ..storage.journal import DONE, FAILED
+from . import cursor as cursors
 from .auth import Team
 from .deps import ServicesDep
-from .models import FactOut, MemoryOut, RememberRequest, RememberResponse
+from .models import (ID_PATTERN, FactOut, ForgetResponse, MemoryOut, MemoryPage, MemorySummary, RememberRequest,
+                     RememberResponse)
 
 router = APIRouter(tags=["memories"])
 
@@ -85,3 +90,50 @@ async def get_memory(memory_id: str, team: Team, services: ServicesDep) -> Memor
                    "chars_done": int(memory.progress.get("offset", 0)), "chars_total": len(memory.text)}
                   if memory.progress and memory.status != DONE else None),
     )
+
+
+IdParam = Annotated[str | None, Query(min_length=1, max_length=128, pattern=ID_PATTERN)]
+
+
+@router.get("/v1/memories", response_model=MemoryPage)
+async def list_route(
+    team: Team, services: ServicesDep, agent_id: IdParam = None, run_id: IdParam = None,
+    status: Literal["queued", "extracting", "done", "failed"] | None = None,
+    tag: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
+    since: datetime | None = None, until: datetime | None = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50, cursor: Annotated[str | None, Query(max_length=1024)] = None,
+) -> MemoryPage:
+    """The team's memories, newest first, a page at a time (pass `next_cursor` back as `cursor`)."""
+    after = cursors.decode(cursor) if cursor else None
+    lo, hi = to_epoch(since), to_epoch(until)
+    if lo is not None and hi is not None and lo > hi:
+        raise HTTPException(422, "since is after until: the time window is empty")
+    flt = ListFilter(agent_id=agent_id, run_id=run_id, status=status, tag=tag, since=lo, until=hi)
+    items, nxt = await asyncio.to_thread(list_memories, services.journal, team, flt, limit=limit, after=after)
+    return MemoryPage(
+        items=[MemorySummary(id=i.memory.id, status=i.memory.status, agent_id=i.memory.agent_id,
+                             run_id=i.memory.run_id, text=i.memory.text, tags=i.memory.tags,
+                             created_at=_ts(i.memory.created_at), facts=i.facts) for i in items],
+        next_cursor=cursors.encode(nxt) if nxt else None,
+    )
+
+
+@router.delete("/v1/memories/{memory_id}", status_code=204, response_class=Response)
+async def forget_one(memory_id: str, team: Team, services: ServicesDep) -> Response:
+    """Forget a text: its passage, keyword entries, and the facts only it supported (shared facts lose it)."""
+    deleted = await asyncio.to_thread(services.forget, team, memory_ids=[memory_id])
+    if not deleted:
+        raise HTTPException(404, f"no memory with id {memory_id!r} in this team")
+    return Response(status_code=204)
+
+
+@router.delete("/v1/memories", response_model=ForgetResponse)
+async def forget_many(team: Team, services: ServicesDep, agent_id: IdParam = None, run_id: IdParam = None,
+                      confirm: bool = False) -> ForgetResponse:
+    """Forget every memory of an agent and/or a run. Needs `confirm=true`: it cannot be undone."""
+    if agent_id is None and run_id is None:
+        raise HTTPException(400, "bulk forget needs agent_id or run_id (or both) to say which memories to forget")
+    if not confirm:
+        raise HTTPException(400, "bulk forget cannot be undone: repeat the request with confirm=true")
+    deleted = await asyncio.to_thread(services.forget, team, agent_id=agent_id, run_id=run_id)
+    return ForgetResponse(deleted=len(deleted))

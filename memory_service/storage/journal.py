@@ -19,9 +19,10 @@ import sqlite3
 import threading
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from ..text import STOPWORDS
 
@@ -54,6 +55,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS memories_idem ON memories(team, idempotency_ke
     WHERE idempotency_key IS NOT NULL;
 CREATE INDEX IF NOT EXISTS memories_queue ON memories(status, next_attempt_at);
 CREATE INDEX IF NOT EXISTS memories_unindexed ON memories(indexed) WHERE indexed = 0;
+CREATE INDEX IF NOT EXISTS memories_team_time ON memories(team, created_at, id);
 
 CREATE TABLE IF NOT EXISTS facts (
     id TEXT PRIMARY KEY,
@@ -81,6 +83,13 @@ CREATE TABLE IF NOT EXISTS fact_sources (
 );
 CREATE INDEX IF NOT EXISTS fact_sources_memory ON fact_sources(memory_id);
 
+-- fact vectors still to remove after a forget: the to-do list that survives a crash
+CREATE TABLE IF NOT EXISTS fact_purges (
+    team TEXT NOT NULL,
+    fact_id TEXT NOT NULL,
+    PRIMARY KEY (team, fact_id)
+);
+
 CREATE VIRTUAL TABLE IF NOT EXISTS memories_fts USING fts5(text, content='memories', content_rowid='rowid', tokenize='porter unicode61');
 CREATE TRIGGER IF NOT EXISTS memories_ai AFTER INSERT ON memories BEGIN
     INSERT INTO memories_fts(rowid, text) VALUES (new.rowid, new.text);
@@ -92,6 +101,8 @@ END;
 """
 
 QUEUED, EXTRACTING, DONE, FAILED = "queued", "extracting", "done", "failed"
+# A forgotten memory whose vectors are not removed yet: invisible to every read, purged on completion.
+DELETED = "deleted"
 
 
 @dataclass
@@ -222,6 +233,16 @@ class Journal:
     def _tx(self) -> "_Transaction":
         return _Transaction(self._conn, self._lock)
 
+    def transaction(self) -> "_Transaction":
+        """One write transaction (`BEGIN IMMEDIATE`), for the storage modules built on the journal."""
+        return self._tx()
+
+    @contextmanager
+    def reading(self) -> Iterator[sqlite3.Connection]:
+        """The read connection under its lock, for the storage modules built on the journal."""
+        with self._read_lock:
+            yield self._reader
+
     def insert(
         self,
         *,
@@ -288,15 +309,16 @@ class Journal:
     def save_progress(self, memory_id: str, progress: dict[str, Any]) -> None:
         """The chunks of a long text extracted so far: a deferral, retry or restart resumes after them."""
         with self._tx() as conn:
-            conn.execute("UPDATE memories SET progress = ? WHERE id = ?", (_dumps(progress), memory_id))
+            conn.execute("UPDATE memories SET progress = ? WHERE id = ? AND status != ?",
+                         (_dumps(progress), memory_id, DELETED))
 
     def defer(self, memory_id: str, *, until: float, budget_s: float, reason: str) -> None:
         """Not now, and not an error (model down, machine slower than measured): requeue without an attempt."""
         with self._tx() as conn:
             conn.execute(
                 "UPDATE memories SET status = ?, deferrals = deferrals + 1, next_attempt_at = ?, deadline_at = ?, "
-                "started_at = NULL, last_error = ? WHERE id = ?",
-                (QUEUED, until, until + budget_s, reason, memory_id),
+                "started_at = NULL, last_error = ? WHERE id = ? AND status != ?",
+                (QUEUED, until, until + budget_s, reason, memory_id, DELETED),
             )
 
     def fail_attempt(
@@ -311,20 +333,23 @@ class Journal:
         budget_s: float,
         now: float | None = None,
     ) -> str:
-        """Record a failed attempt; retry at `retry_at`, or mark failed when it is None. Returns the new status."""
+        """Record a failed attempt; retry at `retry_at`, or mark failed when it is None. Returns the new status.
+
+        A memory forgotten meanwhile stays forgotten: nothing is written and the status is `deleted`.
+        """
         now = time.time() if now is None else now
         status = QUEUED if retry_at is not None else FAILED
         with self._tx() as conn:
-            conn.execute(
+            updated = conn.execute(
                 "UPDATE memories SET status = ?, attempts = attempts + 1, last_error = ?, "
                 "raw_reply = COALESCE(?, raw_reply), timings = COALESCE(?, timings), report = COALESCE(?, report), "
-                "next_attempt_at = ?, deadline_at = ?, started_at = NULL, finished_at = ? WHERE id = ?",
+                "next_attempt_at = ?, deadline_at = ?, started_at = NULL, finished_at = ? WHERE id = ? AND status != ?",
                 (status, error, raw_reply, _dumps(timings), _dumps(report),
                  retry_at if retry_at is not None else now,
                  (retry_at + budget_s) if retry_at is not None else now,
-                 None if retry_at is not None else now, memory_id),
-            )
-        return status
+                 None if retry_at is not None else now, memory_id, DELETED),
+            ).rowcount
+        return status if updated else DELETED
 
     def complete(
         self,
@@ -335,11 +360,18 @@ class Journal:
         timings: dict[str, Any] | None,
         report: dict[str, Any],
         now: float | None = None,
-    ) -> None:
-        """Store the job's facts and mark it done, all in one transaction."""
+    ) -> bool:
+        """Store the job's facts and mark it done, all in one transaction.
+
+        False (and nothing written) when the memory was forgotten while its job ran: no fact may
+        outlive the text it came from.
+        """
         now = time.time() if now is None else now
         tags = json.dumps(memory.tags)
         with self._tx() as conn:
+            live = conn.execute("SELECT 1 FROM memories WHERE id = ? AND status != ?", (memory.id, DELETED)).fetchone()
+            if live is None:
+                return False
             for fact in plan.new:
                 conn.execute(
                     "INSERT OR IGNORE INTO facts (id, team, agent_id, memory_id, text, norm, shape, tags, created_at) "
@@ -360,6 +392,7 @@ class Journal:
                 "raw_reply = ?, timings = ?, report = ?, progress = NULL WHERE id = ?",
                 (DONE, now, raw_reply, _dumps(timings), _dumps(report), memory.id),
             )
+        return True
 
     @staticmethod
     def _add_sources(conn: sqlite3.Connection, fact_id: str, memory_id: str,
@@ -380,7 +413,7 @@ class Journal:
     def get(self, team: str, memory_id: str) -> Memory | None:
         with self._read_lock:
             row = self._reader.execute(
-                "SELECT * FROM memories WHERE id = ? AND +team = ?", (memory_id, team)
+                "SELECT * FROM memories WHERE id = ? AND +team = ? AND status != ?", (memory_id, team, DELETED)
             ).fetchone()
         return Memory.from_row(row) if row else None
 
@@ -390,14 +423,34 @@ class Journal:
         marks = ",".join("?" * len(memory_ids))
         with self._read_lock:
             rows = self._reader.execute(
-                f"SELECT * FROM memories WHERE id IN ({marks}) AND +team = ?", (*memory_ids, team)
+                f"SELECT * FROM memories WHERE id IN ({marks}) AND +team = ? AND status != ?",
+                (*memory_ids, team, DELETED)
             ).fetchall()
         return {row["id"]: Memory.from_row(row) for row in rows}
+
+    def live(self, memory_ids: list[str]) -> set[str]:
+        """Which of these ids still exist and are not forgotten (any team: for workers, never for routes)."""
+        if not memory_ids:
+            return set()
+        marks = ",".join("?" * len(memory_ids))
+        with self._read_lock:
+            rows = self._reader.execute(
+                f"SELECT id FROM memories WHERE id IN ({marks}) AND status != ?", (*memory_ids, DELETED)
+            ).fetchall()
+        return {row[0] for row in rows}
+
+    def existing_facts(self, fact_ids: list[str]) -> set[str]:
+        if not fact_ids:
+            return set()
+        marks = ",".join("?" * len(fact_ids))
+        with self._read_lock:
+            rows = self._reader.execute(f"SELECT id FROM facts WHERE id IN ({marks})", fact_ids).fetchall()
+        return {row[0] for row in rows}
 
     def unindexed(self, limit: int) -> list[Memory]:
         with self._read_lock:
             rows = self._reader.execute(
-                "SELECT * FROM memories WHERE indexed = 0 ORDER BY created_at LIMIT ?", (limit,)
+                "SELECT * FROM memories WHERE indexed = 0 AND status != ? ORDER BY created_at LIMIT ?", (DELETED, limit)
             ).fetchall()
         return [Memory.from_row(r) for r in rows]
 
@@ -465,8 +518,8 @@ class Journal:
                 for row in self._reader.execute(
                     "SELECT m.id, m.text, bm25(memories_fts) AS r FROM memories_fts "
                     "JOIN memories m ON m.rowid = memories_fts.rowid "
-                    "WHERE memories_fts MATCH ? AND m.team = ? ORDER BY r LIMIT ?",
-                    (match, team, limit),
+                    "WHERE memories_fts MATCH ? AND m.team = ? AND m.status != ? ORDER BY r LIMIT ?",
+                    (match, team, DELETED, limit),
                 ):
                     hits.append(KeywordHit("passage", row[0], row[0], row[1], row[2]))
             if "fact" in kinds:
@@ -498,7 +551,9 @@ class Journal:
 
     def counts(self) -> dict[str, int]:
         with self._read_lock:
-            rows = self._reader.execute("SELECT status, COUNT(*) FROM memories GROUP BY status").fetchall()
+            rows = self._reader.execute(
+                "SELECT status, COUNT(*) FROM memories WHERE status != ? GROUP BY status", (DELETED,)
+            ).fetchall()
             facts = self._reader.execute("SELECT COUNT(*) FROM facts WHERE superseded_by IS NULL").fetchone()[0]
         out = {status: 0 for status in (QUEUED, EXTRACTING, DONE, FAILED)}
         out.update({row[0]: row[1] for row in rows})

@@ -103,8 +103,8 @@ class VectorStore:
     def delete(self, team: str, ids: list[str]) -> None:
         for kind in KINDS:
             of_kind = [i for i in ids if kind_of_id(i) == kind]
-            if of_kind:
-                self._collection(team, kind).delete(ids=of_kind)
+            for start in range(0, len(of_kind), MAX_BATCH):
+                self._collection(team, kind).delete(ids=of_kind[start:start + MAX_BATCH])
 
     def query(
         self, team: str, embedding: np.ndarray, k: int, where: dict[str, Any] | None = None, kind: str | None = None

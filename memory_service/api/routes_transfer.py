@@ -1,0 +1,93 @@
+"""GET /v1/export and POST /v1/import: a team's memories as JSON Lines, out and back in."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import AsyncIterator, Iterator
+
+from fastapi import APIRouter, HTTPException, Request
+from fastapi.responses import StreamingResponse
+from pydantic import ValidationError
+
+from ..storage.catalog import export_records
+from ..transfer import ImportTally, import_batch
+from .auth import Team
+from .deps import ServicesDep
+from .errors import describe
+from .models import ExportedMemory, ImportResponse
+from .routes_memories import MAX_METADATA_BYTES
+
+router = APIRouter(tags=["transfer"])
+
+IMPORT_MAX_BYTES = 512 * 1024 * 1024
+IMPORT_BATCH = 64
+MAX_REPORTED_ERRORS = 100
+
+
+@router.get("/v1/export", response_class=StreamingResponse,
+            responses={200: {"content": {"application/x-ndjson": {}}}})
+async def export_route(team: Team, services: ServicesDep) -> StreamingResponse:
+    """Every memory of the team, oldest first, one JSON object a line, with facts, spans and history."""
+    def lines() -> Iterator[bytes]:
+        for record in export_records(services.journal, team):
+            yield (json.dumps(record, ensure_ascii=False) + "\n").encode()
+
+    return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+
+async def _lines(request: Request) -> AsyncIterator[tuple[int, bytes]]:
+    buffer, number, total = b"", 0, 0
+    async for chunk in request.stream():
+        total += len(chunk)
+        if total > IMPORT_MAX_BYTES:
+            raise HTTPException(413, f"import body is larger than {IMPORT_MAX_BYTES} bytes: split the file")
+        buffer += chunk
+        *complete, buffer = buffer.split(b"\n")
+        for line in complete:
+            number += 1
+            yield number, line
+    if buffer:
+        yield number + 1, buffer
+
+
+@router.post("/v1/import", response_model=ImportResponse)
+async def import_route(request: Request, team: Team, services: ServicesDep, re_extract: bool = False) -> ImportResponse:
+    """JSON Lines as `/v1/export` writes them. Facts are kept as they are, or with `re_extract=true`
+    dropped and extracted again. Idempotent per line: a line imported before is skipped."""
+    settings = services.settings
+    tally, failed, errors = ImportTally(), 0, []
+    batch: list[dict] = []
+
+    async def flush() -> None:
+        if batch:
+            done = await asyncio.to_thread(
+                import_batch, list(batch), team=team, journal=services.journal, embedder=services.embedder,
+                vectors=services.vectors, re_extract=re_extract, budget_s=settings.extract_budget_s)
+            tally.imported += done.imported
+            tally.skipped += done.skipped
+            batch.clear()
+
+    async for number, raw in _lines(request):
+        if not raw.strip():
+            continue
+        try:
+            record = ExportedMemory.model_validate_json(raw)
+            if len(record.text.encode()) > settings.max_text_bytes:
+                raise ValueError(f"text is larger than {settings.max_text_bytes} bytes (MEMORY_MAX_TEXT_BYTES)")
+            if len(json.dumps(record.metadata)) > MAX_METADATA_BYTES:
+                raise ValueError(f"metadata is larger than {MAX_METADATA_BYTES} bytes as JSON")
+        except (ValidationError, ValueError) as exc:
+            failed += 1
+            if len(errors) < MAX_REPORTED_ERRORS:
+                detail = ("; ".join(describe(e) for e in exc.errors()) if isinstance(exc, ValidationError)
+                          else str(exc))
+                errors.append({"line": number, "detail": detail})
+            continue
+        batch.append(record.model_dump())
+        if len(batch) >= IMPORT_BATCH:
+            await flush()
+    await flush()
+    if tally.imported:
+        services.saved()  # passages to embed, and jobs to extract when re_extract
+    return ImportResponse(imported=tally.imported, skipped=tally.skipped, failed=failed, errors=errors)

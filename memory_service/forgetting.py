@@ -1,0 +1,46 @@
+"""Forget memories so that no step of the way can leave an orphan that recall returns.
+
+The journal marks them forgotten first (one transaction: reads skip them from then on), then their
+passage and fact vectors are removed, then the rows are purged. A crash between the steps leaves
+rows marked `deleted`; `finish_pending` (run at start-up and after every forget) completes them.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from .indexing import passage_windows
+from .storage.forget import Pending, mark_forgotten, pending, purge
+from .storage.journal import Journal
+from .storage.vectors import VectorStore
+
+_lock = threading.Lock()  # one purge at a time: two would only repeat each other's deletes
+
+
+def passage_ids(memory_id: str, text: str) -> list[str]:
+    """The vector ids `index_passages` gives a text's windows."""
+    return [f"p:{memory_id}:{start}" for start, _ in passage_windows(text)]
+
+
+def finish_pending(journal: Journal, vectors: VectorStore) -> int:
+    """Remove the vectors of every forgotten-but-not-purged memory and fact; returns memories purged."""
+    purged = 0
+    with _lock:
+        while True:
+            todo: Pending = pending(journal)
+            if not todo:
+                return purged
+            for team in set(todo.memories) | set(todo.facts):
+                ids = [i for memory_id, text in todo.memories.get(team, []) for i in passage_ids(memory_id, text)]
+                vectors.delete(team, ids + todo.facts.get(team, []))
+            purge(journal, todo)
+            purged += sum(len(m) for m in todo.memories.values())
+
+
+def forget(journal: Journal, vectors: VectorStore, team: str, *, memory_ids: list[str] | None = None,
+           agent_id: str | None = None, run_id: str | None = None) -> list[str]:
+    """Forget the team's memories matching the selector (text, vectors, keyword entries, sole-source facts)."""
+    ids = mark_forgotten(journal, team, memory_ids=memory_ids, agent_id=agent_id, run_id=run_id)
+    if ids:
+        finish_pending(journal, vectors)
+    return ids

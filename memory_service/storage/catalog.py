@@ -1,0 +1,149 @@
+"""Listing, exporting and importing a team's memories: bulk reads and writes on the journal.
+
+Listing and export use keyset pagination on (created_at, id), so a page costs the same at any depth
+and a save made meanwhile never shifts what the next page holds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from ..extraction.grounding import shape
+from ..text import normalize
+from .journal import DELETED, DONE, FAILED, QUEUED, Journal, Memory
+
+Cursor = tuple[float, str]  # (created_at, id) of the last item shown
+
+
+@dataclass
+class ListFilter:
+    agent_id: str | None = None
+    run_id: str | None = None
+    status: str | None = None
+    tag: str | None = None
+    since: float | None = None
+    until: float | None = None
+
+
+@dataclass
+class Listed:
+    memory: Memory
+    facts: int
+
+
+def list_memories(journal: Journal, team: str, flt: ListFilter, *, limit: int, after: Cursor | None = None,
+                  newest_first: bool = True) -> tuple[list[Listed], Cursor | None]:
+    """One page of the team's memories and the cursor of the next page (None on the last)."""
+    where, args = ["m.team = ?", "m.status != ?"], [team, DELETED]
+    for column, value in (("agent_id", flt.agent_id), ("run_id", flt.run_id), ("status", flt.status)):
+        if value is not None:
+            where.append(f"m.{column} = ?")
+            args.append(value)
+    if flt.tag is not None:
+        where.append("EXISTS (SELECT 1 FROM json_each(m.tags) WHERE json_each.value = ?)")
+        args.append(flt.tag)
+    if flt.since is not None:
+        where.append("m.created_at >= ?")
+        args.append(flt.since)
+    if flt.until is not None:
+        where.append("m.created_at <= ?")
+        args.append(flt.until)
+    op, order = ("<", "DESC") if newest_first else (">", "ASC")
+    if after is not None:
+        where.append(f"(m.created_at {op} ? OR (m.created_at = ? AND m.id {op} ?))")
+        args += [after[0], after[0], after[1]]
+    sql = ("SELECT m.*, (SELECT COUNT(DISTINCT s.fact_id) FROM fact_sources s WHERE s.memory_id = m.id) AS n_facts "
+           f"FROM memories m WHERE {' AND '.join(where)} ORDER BY m.created_at {order}, m.id {order} LIMIT ?")
+    with journal.reading() as conn:
+        rows = conn.execute(sql, (*args, limit + 1)).fetchall()
+    items = [Listed(Memory.from_row(row), int(row["n_facts"])) for row in rows[:limit]]
+    last = items[-1].memory if len(rows) > limit else None
+    return items, (last.created_at, last.id) if last is not None else None
+
+
+def export_records(journal: Journal, team: str, batch: int = 200) -> Iterator[dict[str, Any]]:
+    """Every memory of the team, oldest first, with its facts (spans, supersession history)."""
+    after: Cursor | None = None
+    while True:
+        page, after = list_memories(journal, team, ListFilter(), limit=batch, after=after, newest_first=False)
+        for item in page:
+            yield _record(journal, team, item.memory)
+        if after is None:
+            return
+
+
+def _record(journal: Journal, team: str, memory: Memory) -> dict[str, Any]:
+    facts = journal.facts_of_memory(team, memory.id)
+    return {
+        "id": memory.id, "text": memory.text, "agent_id": memory.agent_id, "run_id": memory.run_id,
+        "tags": memory.tags, "metadata": memory.metadata, "created_at": memory.created_at,
+        "status": memory.status, "idempotency_key": memory.idempotency_key,
+        "facts": [
+            {"id": f.id, "text": f.text, "spans": [s["span"] for s in f.sources], "created_at": f.created_at,
+             "superseded_by": f.superseded_by, "superseded_at": f.superseded_at}
+            for f in facts
+        ],
+    }
+
+
+def imported_fact_id(team: str, original_id: str) -> str:
+    """Deterministic per (team, original fact): re-importing upserts, and `superseded_by` links survive."""
+    return "f:" + hashlib.sha256(f"{team}\x00import\x00{original_id}".encode()).hexdigest()[:32]
+
+
+@dataclass
+class ImportedFact:
+    id: str
+    text: str
+
+
+def import_record(journal: Journal, team: str, record: dict[str, Any], *, keep_facts: bool, budget_s: float,
+                  now: float | None = None) -> tuple[Memory, bool, list[ImportedFact]]:
+    """Insert one exported memory (idempotent: keyed on its original idempotency key or id).
+
+    Returns (memory, created, active facts newly stored: these still need vectors).
+    """
+    now = time.time() if now is None else now
+    key = record.get("idempotency_key") or f"import:{record['id']}"
+    facts = (record.get("facts") or []) if keep_facts else []
+    status = {DONE: DONE, FAILED: FAILED}.get(record.get("status", ""), QUEUED) if keep_facts else QUEUED
+    tags = json.dumps(record.get("tags") or [])
+    with journal.transaction() as conn:
+        row = conn.execute("SELECT * FROM memories WHERE team = ? AND idempotency_key = ? AND status != ?",
+                           (team, key, DELETED)).fetchone()
+        if row is not None:
+            return Memory.from_row(row), False, []
+        memory_id = "mem_" + uuid.uuid4().hex
+        conn.execute(
+            """INSERT INTO memories (id, team, agent_id, run_id, text, tags, metadata, idempotency_key, created_at,
+               status, next_attempt_at, deadline_at, finished_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)""",
+            (memory_id, team, record["agent_id"], record.get("run_id"), record["text"], tags,
+             json.dumps(record.get("metadata") or {}), key, float(record["created_at"]), status, now,
+             now + budget_s, now if status != QUEUED else None),
+        )
+        fresh = [_insert_fact(conn, team, memory_id, record, fact, tags, now) for fact in facts]
+        memory = Memory.from_row(conn.execute("SELECT * FROM memories WHERE id = ?", (memory_id,)).fetchone())
+    return memory, True, [f for f in fresh if f is not None]
+
+
+def _insert_fact(conn: sqlite3.Connection, team: str, memory_id: str, record: dict[str, Any],
+                 fact: dict[str, Any], tags: str, now: float) -> ImportedFact | None:
+    fact_id = imported_fact_id(team, fact["id"])
+    superseded_by = imported_fact_id(team, fact["superseded_by"]) if fact.get("superseded_by") else None
+    norm = normalize(fact["text"])
+    created = conn.execute(
+        "INSERT OR IGNORE INTO facts (id, team, agent_id, memory_id, text, norm, shape, tags, created_at, "
+        "superseded_by, superseded_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+        (fact_id, team, record["agent_id"], memory_id, fact["text"], norm, shape(norm), tags,
+         float(fact.get("created_at") or record["created_at"]), superseded_by, fact.get("superseded_at")),
+    ).rowcount
+    for start, end in fact.get("spans") or [(0, 0)]:
+        conn.execute("INSERT OR IGNORE INTO fact_sources (fact_id, memory_id, span_start, span_end, added_at) "
+                     "VALUES (?,?,?,?,?)", (fact_id, memory_id, int(start), int(end), now))
+    return ImportedFact(fact_id, fact["text"]) if created and superseded_by is None else None
