@@ -7,6 +7,8 @@ agent that imports the client must not pay for torch, Chroma or ONNX Runtime.
 
 from __future__ import annotations
 
+import functools
+
 import json
 import uuid
 from dataclasses import dataclass, field
@@ -51,8 +53,15 @@ class Call(Generic[T]):
     headers: dict[str, str] = field(default_factory=lambda: {REQUEST_ID: uuid.uuid4().hex})
 
 
-def _model(adapter: Any) -> Callable[[httpx.Response], Any]:
-    return lambda response: adapter.model_validate(response.json())
+@functools.lru_cache(maxsize=None)
+def _adapter(kind: Any) -> TypeAdapter:
+    return TypeAdapter(kind)
+
+
+def _model(kind: Any) -> Callable[[httpx.Response], Any]:
+    """Read an answer as `kind`: a pydantic model or a dataclass (the ledger's record), one way for both."""
+    adapter = _adapter(kind)
+    return lambda response: adapter.validate_python(response.json())
 
 
 def _none(response: httpx.Response) -> None:
