@@ -313,6 +313,8 @@ def test_a_name_found_only_inside_an_email_address_is_not_grounded() -> None:
                      "The daily quota is 50."], source)
     assert [f.text for f in result.kept] == ["The weekly digest was sent to alice@example.com.", "The daily quota is 50."]
     assert result.rejected[0].reason == "names not in the source: alice"
+    # an address alone says nothing
+    assert ground(["Alice@example.com"], source).rejected[0].reason.startswith("only an address")
     # the same name standing as a word is fine
     assert ground(["Alice has used 12 emails."], "Alice wrote: we have used 12 emails.").kept
 

@@ -131,6 +131,8 @@ def check_fact(fact: str, index: SourceIndex) -> GroundedFact | RejectedFact:
     words = content_words(norm)
     if fact.rstrip().endswith("?"):
         return RejectedFact(fact, "a question, not a fact")
+    if words and not content_words(normalize(_ADDRESS.sub(" ", fact))):
+        return RejectedFact(fact, "only an address, not a claim about anything")
     if not words or all(w in SMALL_TALK for w in words):
         return RejectedFact(fact, "small talk: nothing durable to remember")
     missing_numbers = [n for n in numbers(fact) if n not in index.numbers]
