@@ -25,7 +25,7 @@ from .config import Settings
 from .extraction.client import LlamaClient, ServerProps
 from .extraction.errors import ExtractionError, TooSlow
 from .extraction.extractor import MIN_OUTPUT_TOKENS, Extractor, Progress
-from .extraction.sizing import MIN_CHUNK_TOKENS, text_budget, time_fit_tokens
+from .extraction.sizing import MIN_CHUNK_TOKENS, TIME_HEADROOM, text_budget, time_fit_tokens
 from .extraction.thinking import FAIL, OK, WARN, check_thinking
 from .extraction.throughput import Throughput
 from .llm_runtime.proven import REBUILD_HINT
@@ -34,8 +34,6 @@ from .llm_runtime.proven import REBUILD_HINT
 # "A typical save": what the budget verdict is about (an agent note of ~300 tokens, ~150 output tokens).
 TYPICAL_TEXT_TOKENS = 300
 TYPICAL_OUTPUT_TOKENS = 150
-# Below this share of the budget a typical save leaves room for some queue wait.
-HEADROOM = 0.5
 
 # Two different texts: the second shows whether the byte-stable system prompt is served from the KV cache.
 PROBE_TEXTS = (
@@ -238,7 +236,7 @@ def _budget_check(report: dict[str, Any], probes: list[dict[str, Any]], props: S
     if smallest > budget_s:
         return Check("budget", FAIL, line + f"; even the smallest piece a text is split into ({MIN_CHUNK_TOKENS} "
                      f"tokens) needs ≈{smallest:.1f}s, so extraction can't finish", remedies)
-    if typical > HEADROOM * budget_s:
+    if typical > TIME_HEADROOM * budget_s:  # then the service splits a typical save
         pieces = max(1, -(-TYPICAL_TEXT_TOKENS // max(fit, MIN_CHUNK_TOKENS)))
         return Check("budget", WARN, line + f": the service adapts by splitting such a text into {pieces} "
                      f"call(s) of at most {max(fit, MIN_CHUNK_TOKENS)} text tokens, each within the budget, so saves "
