@@ -70,13 +70,18 @@ class FactOut(BaseModel):
     created_at: datetime
 
 
-class MemoryOut(BaseModel):
+class MemoryHead(BaseModel):
+    """What every view of a saved text shows first."""
+
     id: str
     status: Literal["queued", "extracting", "done", "failed"]
     agent_id: str
     run_id: str | None
     text: str
     tags: list[str]
+
+
+class MemoryOut(MemoryHead):
     metadata: dict[str, Any]
     created_at: datetime
     attempts: int
@@ -133,13 +138,7 @@ class RecallResponse(BaseModel):
     items: list[RecallItem]
 
 
-class MemorySummary(BaseModel):
-    id: str
-    status: Literal["queued", "extracting", "done", "failed"]
-    agent_id: str
-    run_id: str | None
-    text: str
-    tags: list[str]
+class MemorySummary(MemoryHead):
     created_at: datetime
     facts: int = Field(description="How many facts this text produced or confirmed.")
 
