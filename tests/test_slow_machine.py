@@ -42,6 +42,9 @@ def test_a_long_text_on_a_slow_model_is_split_by_time_and_done_without_spending_
         assert saved["estimated_extraction_s"] is None and saved["estimate_basis"].startswith("unknown")
         memory = wait_status(client, saved["id"], timeout=600 / SCALE + 60)
     assert memory["status"] == "done", memory["last_error"]
+    print(f"\n[scale {SCALE:g}] {len(LONG_TEXT)} chars: chunks={memory['extraction']['chunks']} "
+          f"calls={len(memory['extraction']['calls'])} deferrals={memory['deferrals']} attempts={memory['attempts']} "
+          f"elapsed_s={memory['timings']['attempt']['elapsed_s']} facts={len(memory['facts'])}")
     # the first call, sized by the context alone, could not fit the budget: that cost a deferral, not an attempt
     assert memory["attempts"] == 1 and memory["deferrals"] >= 1
     assert "slower than" in memory["extraction"]["slow"]
