@@ -17,11 +17,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from .config import Settings
 from .extraction.errors import ContextOverflow, ExtractionError, LlmUnavailable, TooSlow
 from .extraction.extractor import Extractor, Progress
 from .extraction.gate import small_talk_reason
 from .extraction.prompt import PROMPT_VERSION
-from .config import Settings
 from .forgetting import passage_ids
 from .indexing import index_passages, store_facts
 from .model_handle import ModelHandle
