@@ -35,7 +35,7 @@ else
   log "virtualenv up to date"
 fi
 
-# 2. models (before llama-server: a build is proven by running the first of them)
+# 2. models (before llama-server: a build is proven by running each of them)
 MODELS="${MEMORY_BOOTSTRAP_MODELS:-default tiny}"
 # shellcheck disable=SC2086
 "$VENV/bin/python" -m memory_service.llm_runtime.models $MODELS >/dev/null
@@ -44,6 +44,7 @@ MODELS="${MEMORY_BOOTSTRAP_MODELS:-default tiny}"
 #    here, falling back to a more portable variant when this CPU refuses it (skipped when the
 #    operator points at a running server or a binary of their own)
 if [ -z "${MEMORY_LLM_URL:-}" ] && [ -z "${MEMORY_LLAMA_BIN:-}" ]; then
-  "$VENV/bin/python" -m memory_service.llm_runtime.build --model "${MODELS%% *}" >/dev/null
+  # shellcheck disable=SC2086
+  "$VENV/bin/python" -m memory_service.llm_runtime.build --model $MODELS >/dev/null
 fi
 log "ready"

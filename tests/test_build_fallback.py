@@ -118,6 +118,25 @@ def test_a_changed_binary_is_not_trusted_until_proven_again(tmp_path, tiny_model
     assert any("'native' failed its smoke test" in line for line in lines)
 
 
+def test_a_build_is_proven_on_every_model_since_each_quantisation_reaches_other_kernels(tmp_path, tiny_model):
+    """A binary that runs one model and dies on another's kernels is refused, not kept half-proven."""
+    cache = tmp_path / "cache"
+    default_model = ensure_model("default", CACHE)
+
+    def build_dying_on_the_second_model(variant: build.Variant, binary: Path, cache_dir: Path) -> None:
+        if variant.name == "native":  # dies only when it loads the tiny model's Q4_1 weights
+            write_exe(binary, f'case "$*" in *{tiny_model.name}*) kill -ILL $$;; esac\n'
+                              f'exec "{real_llama_server()}" "$@"')
+        else:
+            InjectedBuilds(refused=set())(variant, binary, cache_dir)
+
+    lines: list[str] = []
+    verdict = build.ensure_llama_server(cache, [default_model, tiny_model], build=build_dying_on_the_second_model,
+                                        cpu_flags={"avx2"}, log=lines.append)
+    assert verdict.variant == "portable" and verdict.model == default_model.name  # speeds of the first model
+    assert any("'native' failed its smoke test" in line and tiny_model.name in line for line in lines)
+
+
 def test_a_build_that_fails_without_a_signal_falls_back_now_but_is_tried_again_next_time(tmp_path, tiny_model):
     """Only a death by signal is the CPU's verdict; an exit code may be passing trouble (memory, a full disk)."""
     cache = tmp_path / "cache"

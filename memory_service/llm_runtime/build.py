@@ -8,7 +8,8 @@ ladder of variants (native -> native without AMX -> portable AVX2 -> baseline
 x86-64) on its own. The outcome is recorded once per binary and CPU (see
 `proven.py`), so this costs seconds once per machine, not at every start.
 
-Run by the bootstrap as ``python -m memory_service.llm_runtime.build --model default``.
+Run by the bootstrap as ``python -m memory_service.llm_runtime.build --model default tiny``: every model
+the bootstrap assembled is run once, since different quantisations reach different CPU kernels.
 """
 
 from __future__ import annotations
@@ -296,10 +297,24 @@ Builder = Callable[[Variant, Path, Path], None]
 Smoker = Callable[[Path, Path, str], proven.Verdict]
 
 
-def ensure_llama_server(cache_dir: Path, model: Path, choice: str = "auto", *, build: Builder = cmake_build,
+def prove(binary: Path, models: list[Path], variant: str, smoke: Smoker) -> proven.Verdict:
+    """Run the binary on each model; the first failure is the verdict, else the first model's (its speeds)."""
+    first: proven.Verdict | None = None
+    for model in models:
+        verdict = smoke(binary, model, variant)
+        if not verdict.ok:
+            return verdict
+        first = first or verdict
+    assert first is not None, "no model to prove the build with"
+    return first
+
+
+def ensure_llama_server(cache_dir: Path, model: Path | list[Path], choice: str = "auto", *,
+                        build: Builder = cmake_build,
                         smoke: Smoker = smoke_test, cpu_flags: set[str] | None = None,
                         log: Callable[[str], None] = _log) -> proven.Verdict:
     """Return the proven build for this CPU, building and proving variants down the ladder as needed."""
+    models = model if isinstance(model, list) else [model]
     steps = ladder(choice, proven.cpu_flags() if cpu_flags is None else cpu_flags)
     failures: list[str] = []
     for index, variant in enumerate(steps):
@@ -319,8 +334,9 @@ def ensure_llama_server(cache_dir: Path, model: Path, choice: str = "auto", *, b
             continue
         if not binary.is_file():
             build(variant, binary, cache_dir)
-        log(f"proving llama-server '{variant.name}' on {model.name} (a few seconds, once per machine)")
-        verdict = smoke(binary, model, variant.name)
+        log(f"proving llama-server '{variant.name}' on {', '.join(m.name for m in models)} "
+            "(a few seconds, once per machine)")
+        verdict = prove(binary, models, variant.name, smoke)
         if verdict.ok or verdict.by_signal:
             # kept: proven, or refused by this CPU for good; any other failure is tried again next time
             proven.save_stamp(verdict)
@@ -340,13 +356,15 @@ def main(argv: list[str] | None = None) -> int:
     from . import models
 
     parser = argparse.ArgumentParser(description="build and prove llama-server on this CPU")
-    parser.add_argument("--model", default="default", help="model to prove the build with (default: %(default)s)")
+    parser.add_argument("--model", nargs="+", default=["default"],
+                        help="models to prove the build with; the first one's speeds are kept (default: %(default)s)")
     parser.add_argument("--variant", default=os.environ.get("MEMORY_LLAMA_BUILD", "auto"),
                         help=f"auto or one of {', '.join(VARIANTS)} (env MEMORY_LLAMA_BUILD)")
     args = parser.parse_args(argv)
     cache_dir = models.cache_dir()
     try:
-        verdict = ensure_llama_server(cache_dir, models.resolve_model(args.model, cache_dir), args.variant)
+        paths = [models.resolve_model(name, cache_dir) for name in args.model]
+        verdict = ensure_llama_server(cache_dir, paths, args.variant)
     except (BuildError, subprocess.CalledProcessError) as exc:
         _log(str(exc))
         return 1
