@@ -96,12 +96,6 @@ def machine_info() -> dict[str, Any]:
     return info
 
 
-def cache_root() -> Path:
-    from ..config import Settings
-
-    return Settings.from_env().cache_dir
-
-
 def start_llama(model: str = "default", log_dir: Path | None = None, threads: int | None = None,
                 extra_args: tuple[str, ...] = ()):  # type: ignore[no-untyped-def]
     """One llama-server child with the service's own defaults (threads = cores - 1, 4096 ctx, one slot)."""

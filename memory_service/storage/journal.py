@@ -543,12 +543,6 @@ class Journal:
             jobs, chars = self._reader.execute(sql, args).fetchone()
         return int(jobs), int(chars)
 
-    def queue_depth(self) -> int:
-        with self._read_lock:
-            return self._reader.execute(
-                "SELECT COUNT(*) FROM memories WHERE status IN (?, ?)", (QUEUED, EXTRACTING)
-            ).fetchone()[0]
-
     def counts(self) -> dict[str, int]:
         with self._read_lock:
             rows = self._reader.execute(
