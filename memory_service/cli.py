@@ -1,5 +1,5 @@
 """`memory-service` command line: serve | doctor | remember | recall | get | list | forget | export | import |
-limits | bench | eval."""
+limits | mcp | bench | eval."""
 
 from __future__ import annotations
 
@@ -154,6 +154,16 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return run_doctor(args)
 
 
+def cmd_mcp(args: argparse.Namespace) -> int:
+    import anyio
+
+    from .mcp_server.server import McpConfig, serve
+
+    config = McpConfig(url=args.url, api_key=args.api_key, agent_id=args.agent_id, read_only=args.read_only)
+    anyio.run(lambda: serve(config, args.transport, host=args.host, port=args.port))
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from .bench.cli import run_bench
 
@@ -240,6 +250,19 @@ def build_parser() -> argparse.ArgumentParser:
         add_limits_parser(sub)
     except ImportError:  # pragma: no cover
         pass
+
+    mcp = sub.add_parser("mcp", help="serve the memory tools to agent harnesses over MCP (stdio or HTTP)")
+    mcp.add_argument("--transport", choices=["stdio", "http"], default="stdio",
+                     help="stdio: the harness spawns this command; http: streamable HTTP at /mcp")
+    mcp.add_argument("--host", default="127.0.0.1", help="HTTP: address to listen on")
+    mcp.add_argument("--port", type=int, default=8701, help="HTTP: port (default 8701)")
+    mcp.add_argument("--agent-id", default=os.environ.get("MEMORY_AGENT_ID", "agent"),
+                     help="who saves and consumes through these tools (env MEMORY_AGENT_ID, default 'agent')")
+    mcp.add_argument("--read-only", action="store_true",
+                     default=os.environ.get("MEMORY_MCP_READ_ONLY", "").lower() in ("1", "true", "yes"),
+                     help="list only the tools that read (env MEMORY_MCP_READ_ONLY=1)")
+    _client_args(mcp)
+    mcp.set_defaults(func=cmd_mcp)
 
     bench = sub.add_parser("bench", help="run the benchmark suite, print JSON, write plots")
     add_bench_arguments(bench)

@@ -108,6 +108,10 @@ class _Surface:
         """list[ExportedMemory]: the team's memories with their facts, oldest first."""
         return self._run(self._requests.export())
 
+    def team(self) -> Any:
+        """TeamOut: this key's team and role, the memory count, the busiest agent ids and tags."""
+        return self._run(self._requests.team())
+
     def import_memories(self, records: list[Any], *, re_extract: bool = False) -> Any:
         """ImportResponse; records as `export` returns them."""
         return self._run(self._requests.import_(records, re_extract=re_extract))

@@ -20,7 +20,7 @@ import httpx
 from pydantic import TypeAdapter
 
 from .api.models import (ExportedMemory, ForgetResponse, ImportResponse, MemoryOut, MemoryPage, RecallResponse,
-                         RememberResponse)
+                         RememberResponse, TeamOut)
 from .api.routes_limits import ConsumeAnswer, HandledOut, LimitOut
 
 T = TypeVar("T")
@@ -179,6 +179,9 @@ class Requests:
         content = "".join(r.model_dump_json() + "\n" for r in records).encode()
         return Call("POST", "/v1/import", _model(ImportResponse), params={"re_extract": str(re_extract).lower()},
                     content=content, extra_timeout_s=300)
+
+    def team(self) -> Call[TeamOut]:
+        return Call("GET", "/v1/team", _model(TeamOut))
 
     # -- daily limits and the handled ledger --------------------------------------
 

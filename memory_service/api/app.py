@@ -12,7 +12,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..config import ConfigError, Settings, is_loopback
 from ..services import Services
 from .request_id import RequestId
-from . import errors, routes_health, routes_limits, routes_memories, routes_recall, routes_transfer
+from . import errors, routes_health, routes_limits, routes_memories, routes_recall, routes_team, routes_transfer
 
 BODY_OVERHEAD_BYTES = 64 * 1024
 
@@ -86,7 +86,7 @@ def create_app(settings: Settings, *, speed_prior: tuple[float, float] | None = 
                        max_text=settings.max_text_bytes)
     app.add_middleware(RequestId)  # outermost: even a refused body gets its id
 
-    for module in (routes_memories, routes_recall, routes_transfer, routes_limits, routes_health):
+    for module in (routes_memories, routes_recall, routes_transfer, routes_limits, routes_team, routes_health):
         app.include_router(module.router)
     # the product card's short paths, as aliases of the v1 routes
     app.add_api_route("/remember", routes_memories.remember, methods=["POST"], status_code=202,

@@ -138,6 +138,25 @@ class RecallResponse(BaseModel):
     items: list[RecallItem]
 
 
+class AgentCount(BaseModel):
+    agent_id: str
+    memories: int
+
+
+class TagCount(BaseModel):
+    tag: str
+    memories: int
+
+
+class TeamOut(BaseModel):
+    team: str
+    role: Literal["read-write", "read-only"] = Field(description="What this key may do; read-only keys cannot save, "
+                                                                 "forget, consume or mark.")
+    memories: int = Field(description="Saved texts in the team's memory (forgotten ones excluded).")
+    agents: list[AgentCount] = Field(description="The agent ids with most memories, busiest first (max 50).")
+    tags: list[TagCount] = Field(description="The most used tags, most used first (max 50).")
+
+
 class MemorySummary(MemoryHead):
     created_at: datetime
     facts: int = Field(description="How many facts this text produced or confirmed.")

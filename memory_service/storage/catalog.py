@@ -147,3 +147,29 @@ def _insert_fact(conn: sqlite3.Connection, team: str, memory_id: str, record: di
         conn.execute("INSERT OR IGNORE INTO fact_sources (fact_id, memory_id, span_start, span_end, added_at) "
                      "VALUES (?,?,?,?,?)", (fact_id, memory_id, int(start), int(end), now))
     return ImportedFact(fact_id, fact["text"]) if created and superseded_by is None else None
+
+
+@dataclass
+class Facets:
+    """What a team's memory holds, in counts: the filters a caller can use."""
+
+    memories: int
+    agents: list[tuple[str, int]]
+    tags: list[tuple[str, int]]
+
+
+def facets(journal: Journal, team: str, top: int = 50) -> Facets:
+    """The team's memory count and its busiest agent ids and tags (at most `top` of each).
+
+    One indexed pass per question; called at an MCP server's start and on an empty recall, not per request.
+    """
+    live = "m.team = ? AND m.status != ?"
+    with journal.reading() as conn:
+        total = conn.execute(f"SELECT COUNT(*) FROM memories m WHERE {live}", (team, DELETED)).fetchone()[0]
+        agents = conn.execute(
+            f"SELECT m.agent_id, COUNT(*) FROM memories m WHERE {live} GROUP BY m.agent_id "
+            "ORDER BY 2 DESC, 1 LIMIT ?", (team, DELETED, top)).fetchall()
+        tags = conn.execute(
+            f"SELECT j.value, COUNT(*) FROM memories m, json_each(m.tags) j WHERE {live} GROUP BY j.value "
+            "ORDER BY 2 DESC, 1 LIMIT ?", (team, DELETED, top)).fetchall()
+    return Facets(int(total), [(a, int(n)) for a, n in agents], [(t, int(n)) for t, n in tags])

@@ -1,0 +1,5 @@
+"""`python -m memory_service …` is `memory-service …`: for harness configs that name an interpreter."""
+
+from .cli import main
+
+raise SystemExit(main())

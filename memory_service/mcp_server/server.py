@@ -1,0 +1,141 @@
+"""Build and run the MCP server: probe the service, list only the tools that can work, then serve.
+
+A tool that can't work is not listed: when the service does not answer at start (or refuses the key),
+the server lists no tools and its instructions say why; a read-only key (or `--read-only`) hides the
+tools that change anything.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Literal
+
+from typing import Any
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.tools import Tool
+from mcp_types import ToolAnnotations
+
+from ..api.models import TeamOut
+from ..client import AsyncMemoryClient, MemoryServiceError
+from .tools import TOOLS, Toolbox
+
+log = logging.getLogger("memory_service.mcp")
+
+NAME = "memory-service"
+PROBE_BUDGET_S = 5.0
+CALL_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class McpConfig:
+    url: str
+    api_key: str | None
+    agent_id: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What the service said at start: the team (None when it could not be reached) or why not."""
+
+    team: TeamOut | None
+    problem: str | None = None
+
+
+async def probe(memory: AsyncMemoryClient, url: str) -> Probe:
+    try:
+        return Probe(await memory.team())
+    except MemoryServiceError as exc:
+        if exc.status == 401:
+            return Probe(None, f"the memory service at {url} refused the API key ({exc.message}); "
+                               "check MEMORY_API_KEY")
+        if exc.status == 0:
+            return Probe(None, f"the memory service at {url} is unreachable ({exc.message})")
+        return Probe(None, f"the memory service at {url} answered {exc.status}: {exc.message}")
+
+
+def visible_tools(found: Probe, read_only: bool) -> tuple[str, ...]:
+    """The hook for roles: nothing when the service can't be used, only reading tools for a read-only key."""
+    if found.team is None:
+        return ()
+    reading_only = read_only or found.team.role == "read-only"
+    return tuple(spec.name for spec in TOOLS if not (reading_only and spec.writes))
+
+
+def instructions(found: Probe, visible: tuple[str, ...]) -> str:
+    """Short server instructions that name only tools the client can see."""
+    if found.team is None:
+        return (f"No tools are available: {found.problem}. Start the memory service (memory-service serve), "
+                "then restart this MCP server.")
+    team = found.team
+    parts = [f"Shared memory of team {team.team!r} ({team.memories} saved texts)."]
+    if "recall" in visible:
+        parts.append("Call recall before you act, to skip what is already done or known.")
+    if "remember" in visible:
+        parts.append("Call remember after a step worth keeping.")
+    if "consume_limit" in visible:
+        parts.append("Call consume_limit just before an action with a daily limit.")
+    elif "check_limit" in visible:
+        parts.append("Call check_limit to see what is left of a daily limit.")
+    if "mark_handled" in visible:
+        parts.append("Call mark_handled before handling an item others may handle too.")
+    elif "was_handled" in visible:
+        parts.append("Call was_handled to see whether an item is already handled.")
+    if len(visible) < len(TOOLS):
+        parts.append("This key can only read memory.")
+    return " ".join(parts)
+
+
+def compact_schema(schema: Any) -> Any:
+    """The arguments' JSON schema without what a model does not need (titles, `X or null` for optional
+    arguments): every token of the tool list is paid in every prompt of a small model."""
+    if isinstance(schema, list):
+        return [compact_schema(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: compact_schema(v) for k, v in schema.items() if k != "title"}
+    options = out.get("anyOf")
+    if isinstance(options, list) and {"type": "null"} in options and out.get("default", ...) is None:
+        rest = [o for o in options if o != {"type": "null"}]
+        if len(rest) == 1:
+            out.pop("anyOf")
+            out.pop("default")
+            out.update(rest[0])
+    return out
+
+
+def build_server(toolbox: Toolbox, found: Probe, *, read_only: bool = False) -> MCPServer:
+    """An MCP server listing only the `visible_tools`, each with a compact argument schema.
+
+    Arguments are still validated against the full signature (None accepted where the schema omits it).
+    """
+    visible = visible_tools(found, read_only)
+    functions = toolbox.bind(frozenset(visible))
+    tools = []
+    for spec in TOOLS:
+        if spec.name in visible:
+            hints = ToolAnnotations(read_only_hint=True) if not spec.writes else ToolAnnotations(
+                read_only_hint=False, destructive_hint=spec.name == "forget")
+            tool = Tool.from_function(functions[spec.name], name=spec.name, description=spec.description,
+                                      annotations=hints, structured_output=False)
+            tools.append(tool.model_copy(update={"parameters": compact_schema(tool.parameters)}))
+    return MCPServer(NAME, instructions=instructions(found, visible), tools=tools)
+
+
+async def serve(config: McpConfig, transport: Literal["stdio", "http"], *, host: str = "127.0.0.1",
+                port: int = 8701) -> None:
+    """Probe once, then serve until the harness closes stdio (or the HTTP server is stopped)."""
+    async with AsyncMemoryClient(config.url, api_key=config.api_key, timeout_s=CALL_TIMEOUT_S,
+                                 retry_budget_s=PROBE_BUDGET_S) as memory:
+        found = await probe(memory, config.url)
+        if found.problem:
+            log.warning("MCP server starts with no tools: %s", found.problem)
+        server = build_server(Toolbox(memory, url=config.url, agent_id=config.agent_id), found,
+                              read_only=config.read_only)
+        if transport == "stdio":
+            await server.run_stdio_async()
+        else:
+            log.info("MCP over streamable HTTP on http://%s:%d/mcp", host, port)
+            await server.run_streamable_http_async(host=host, port=port)

@@ -1,0 +1,222 @@
+"""The MCP tools: what an agent's model can do with memory, written for a 3-4B model to use right.
+
+Lessons from the field, each kept here:
+- every description is one sentence on when to call the tool, with example arguments;
+- a failure is a normal tool error that says what to do next (never an exception out of the server);
+- an unknown id or limit name says what does exist, so the model can correct itself;
+- an empty recall says what could be filtered on, so the model does not conclude memory is broken;
+- a text names only tools this server lists (a test greps every text the model can see).
+
+Each tool is an async function of a `Toolbox`, which holds the service client and the agent's identity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any, Awaitable, Callable
+
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import Field
+
+from ..client import AsyncMemoryClient, MemoryServiceError
+
+
+class ToolFailed(ToolError):
+    """A failure the model can act on: the SDK returns it as a tool error whose text the model reads."""
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One tool as listed: name, description, and whether it changes anything (hidden from read-only keys)."""
+
+    name: str
+    description: str
+    writes: bool
+
+
+TOOLS: tuple[ToolSpec, ...] = (
+    ToolSpec("remember", "Save something worth knowing later: what you did, learned or were told.", writes=True),
+    ToolSpec("recall", "Search the team's memory before you act, to find what was already done or known.",
+             writes=False),
+    ToolSpec("get_memory", "Show one saved text with its status and the facts taken from it.", writes=False),
+    ToolSpec("forget", "Delete one saved text and the facts that came only from it.", writes=True),
+    ToolSpec("consume_limit", "Use units of a daily limit just before a limited action; if it says DENIED, "
+                              "do not do the action today.", writes=True),
+    ToolSpec("check_limit", "See how much of a daily limit is left today, without using any.", writes=False),
+    ToolSpec("mark_handled", "Record that an item (a URL, a message id) is handled, so no agent handles it "
+                             "twice; it tells you if it was handled before.", writes=True),
+    ToolSpec("was_handled", "Check whether an item was already handled, without marking it.", writes=False),
+)
+TOOL_NAMES = tuple(spec.name for spec in TOOLS)
+
+MemoryId = Annotated[str, Field(description="A memory_id from a recall result, e.g. 'mem_3f2a9c…'.")]
+LimitName = Annotated[str, Field(description="The limit's name, e.g. 'emails'.")]
+ItemKey = Annotated[str, Field(description="The item's id, e.g. 'https://example.com/post/42' or 'msg-1187'.")]
+
+
+def _when(value: Any) -> str:
+    return value.strftime("%Y-%m-%d %H:%M UTC") if hasattr(value, "strftime") else str(value)
+
+
+class Toolbox:
+    """The tools, bound to one service (through the client) and one agent id."""
+
+    def __init__(self, memory: AsyncMemoryClient, *, url: str, agent_id: str) -> None:
+        self.memory, self.url, self.agent_id = memory, url, agent_id
+
+    # -- how failures read ----------------------------------------------------------
+
+    async def _call(self, action: Awaitable[Any]) -> Any:
+        try:
+            return await action
+        except MemoryServiceError as exc:
+            raise ToolFailed(self._explain(exc)) from None
+
+    def _explain(self, exc: MemoryServiceError) -> str:
+        if exc.status == 0:
+            return (f"The memory service at {self.url} is not answering ({exc.message}). Try again in a minute; "
+                    "if it keeps failing, tell the user that the memory service is down.")
+        if exc.status == 401:
+            return (f"The memory service refused this server's API key: {exc.message}. "
+                    "Tell the user to check MEMORY_API_KEY.")
+        if exc.status in (422, 400, 413):
+            return f"The arguments were not accepted: {exc.message}. Fix them and call again."
+        if exc.status in (429, 503):
+            return f"The memory service is busy ({exc.message}). Try again in a few seconds."
+        return f"The memory service answered {exc.status}: {exc.message} (request id {exc.request_id})."
+
+    # -- the tools --------------------------------------------------------------------
+
+    def bind(self, visible: frozenset[str]) -> dict[str, Callable[..., Awaitable[str]]]:
+        """The tool functions by name; `visible` is what the model sees, for texts that point at tools."""
+        call, memory = self._call, self.memory
+
+        async def remember(
+            text: Annotated[str, Field(description="What to keep, in plain words, e.g. 'Sent the weekly "
+                                                   "digest to 40 users.'")],
+            tags: Annotated[list[str] | None, Field(description="Optional labels, e.g. ['digest'].")] = None,
+        ) -> str:
+            saved = await call(memory.remember(text, agent_id=self.agent_id, tags=tags or []))
+            if not saved.created:
+                return f"Already saved as {saved.id}."
+            return f"Saved as {saved.id}. Facts are being extracted in the background; recall finds the text now."
+
+        async def recall(
+            query: Annotated[str, Field(description="What you want to know, e.g. 'was the digest sent this "
+                                                    "week?'")],
+            agent_id: Annotated[str | None, Field(description="Only memories of this agent, e.g. 'mailer'.")] = None,
+            tags: Annotated[list[str] | None, Field(description="Only memories with all these tags.")] = None,
+            k: Annotated[int, Field(ge=1, le=20, description="How many results, 1-20.")] = 5,
+        ) -> str:
+            found = await call(memory.recall(query, k=k, agent_id=agent_id, tags=tags or None))
+            if found.items:
+                lines = [f"{len(found.items)} result(s) for {query!r}, best first:"]
+                for n, item in enumerate(found.items, 1):
+                    lines.append(f"{n}. [{item.kind}] {item.text} (agent {item.agent_id}, "
+                                 f"{_when(item.created_at)}, memory_id {item.memory_id})")
+                return "\n".join(lines)
+            return await self._empty_recall(query, agent_id, tags)
+
+        async def get_memory(memory_id: MemoryId) -> str:
+            try:
+                saved = await memory.get(memory_id)
+            except MemoryServiceError as exc:
+                if exc.status == 404:
+                    raise ToolFailed(self._unknown_memory(memory_id, visible)) from None
+                raise ToolFailed(self._explain(exc)) from None
+            facts = [f"- {f.text}" for f in saved.facts if f.superseded_by is None]
+            lines = [f"memory_id {saved.id} by agent {saved.agent_id}, saved {_when(saved.created_at)}, "
+                     f"status {saved.status}.", f"Text: {saved.text}"]
+            if saved.tags:
+                lines.append("Tags: " + ", ".join(saved.tags))
+            if facts:
+                lines += ["Facts:", *facts]
+            elif saved.status in ("queued", "extracting"):
+                lines.append("Facts: not extracted yet; the text itself is saved.")
+            else:
+                lines.append("Facts: none were extracted.")
+            return "\n".join(lines)
+
+        async def forget(memory_id: MemoryId) -> str:
+            try:
+                await memory.forget(memory_id)
+            except MemoryServiceError as exc:
+                if exc.status == 404:
+                    raise ToolFailed(self._unknown_memory(memory_id, visible)) from None
+                raise ToolFailed(self._explain(exc)) from None
+            return f"Forgot {memory_id}: its text and the facts that came only from it are deleted."
+
+        async def consume_limit(
+            name: LimitName,
+            amount: Annotated[int, Field(ge=1, description="Units to use, e.g. 1 per email sent.")] = 1,
+        ) -> str:
+            answer = await self._limit_call(memory.limits.consume(name, agent_id=self.agent_id, amount=amount),
+                                            name)
+            if not answer.allowed:
+                return (f"DENIED: limit {name!r} is used up for today ({answer.used} of {answer.limit}). "
+                        f"Do not do the action; the limit resets at {answer.resets_at}.")
+            return (f"ALLOWED: used {amount} of {name!r}; {answer.remaining} of {answer.limit} left today "
+                    f"(resets at {answer.resets_at}).")
+
+        async def check_limit(name: LimitName) -> str:
+            view = await self._limit_call(memory.limits.get(name, agent_id=self.agent_id), name)
+            left = "unknown" if view.remaining is None else str(view.remaining)
+            return (f"Limit {name!r}: {view.used} of {view.daily_limit} used today, {left} left "
+                    f"(resets at {view.resets_at}).")
+
+        async def mark_handled(key: ItemKey) -> str:
+            record = await call(memory.handled.mark(key))
+            if record.first_time:
+                return f"Marked {key!r} as handled. Go ahead."
+            return f"{key!r} was already handled (first at {record.first_seen_at}). Skip it."
+
+        async def was_handled(key: ItemKey) -> str:
+            record = await call(memory.handled.check(key))
+            if record is None:
+                return f"{key!r} was not handled yet."
+            return f"{key!r} was already handled (first at {record.first_seen_at}). Skip it."
+
+        tools = {"remember": remember, "recall": recall, "get_memory": get_memory, "forget": forget,
+                 "consume_limit": consume_limit, "check_limit": check_limit, "mark_handled": mark_handled,
+                 "was_handled": was_handled}
+        assert tuple(tools) == TOOL_NAMES
+        return tools
+
+    # -- answers that point the model somewhere ------------------------------------------
+
+    def _unknown_memory(self, memory_id: str, visible: frozenset[str]) -> str:
+        hint = " Call recall to find current memory ids." if "recall" in visible else ""
+        return f"No memory with id {memory_id!r} in this team: the id is mistyped or the memory was deleted.{hint}"
+
+    async def _limit_call(self, action: Awaitable[Any], name: str) -> Any:
+        try:
+            return await action
+        except MemoryServiceError as exc:
+            if exc.status != 404:
+                raise ToolFailed(self._explain(exc)) from None
+        try:
+            names = sorted(view.name for view in await self.memory.limits.list())
+        except MemoryServiceError as exc:
+            raise ToolFailed(self._explain(exc)) from None
+        if not names:
+            raise ToolFailed(f"No limit named {name!r}: this team has no daily limits yet, so nothing is counted. "
+                             "Ask the user whether one should be set up.")
+        raise ToolFailed(f"No limit named {name!r}. Limits in this team: {', '.join(names)}.")
+
+    async def _empty_recall(self, query: str, agent_id: str | None, tags: list[str] | None) -> str:
+        team = await self._call(self.memory.team())
+        if team.memories == 0:
+            return "Nothing found: this team's memory is empty so far (nothing has been saved yet)."
+        agents = ", ".join(a.agent_id for a in team.agents[:10]) or "none"
+        known_tags = ", ".join(t.tag for t in team.tags[:10]) or "none"
+        filters = []
+        if agent_id:
+            filters.append(f"agent_id={agent_id!r}")
+        if tags:
+            filters.append(f"tags={tags!r}")
+        lines = [f"Nothing matched {query!r}, but memory is working and holds {team.memories} saved text(s)."]
+        if filters:
+            lines.append(f"You filtered on {' and '.join(filters)}; try again without the filter.")
+        lines.append(f"Agent ids you can filter on: {agents}. Tags: {known_tags}.")
+        lines.append("Try other words, e.g. a name, an id or a number from what you are looking for.")
+        return "\n".join(lines)
