@@ -1,5 +1,5 @@
 """`memory-service` command line: serve | doctor | remember | recall | get | list | forget | export | import |
-limits | mcp | bench | eval."""
+limits | keys | mcp | bench | eval."""
 
 from __future__ import annotations
 
@@ -154,6 +154,35 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return run_doctor(args)
 
 
+def cmd_keys(args: argparse.Namespace) -> int:
+    """Keys are managed in the data dir's key store: a running service sees a change at its next request."""
+    from .services import KEYS_FILE
+    from .storage.keys import KeyNotFound, KeyStore
+
+    data_dir = Settings.from_env().with_overrides(data_dir=args.data_dir).data_dir
+    data_dir.mkdir(parents=True, exist_ok=True)
+    store = KeyStore(data_dir / KEYS_FILE)
+    try:
+        if args.keys_command == "create":
+            made = store.create(args.team, args.role, agent_id=args.agent, label=args.label)
+            print(json.dumps({"id": made.info.id, "team": made.info.team, "role": made.info.role,
+                              "agent_id": made.info.agent_id, "key": made.key}))
+            print("the key is shown this once: store it now", file=sys.stderr)
+        elif args.keys_command == "list":
+            for info in store.list(args.team, include_revoked=args.all):
+                print(json.dumps(info.__dict__))
+        else:
+            try:
+                info = store.revoke(args.id)
+            except KeyNotFound as exc:
+                print(str(exc), file=sys.stderr)
+                return 1
+            print(json.dumps(info.__dict__))
+    finally:
+        store.close()
+    return 0
+
+
 def cmd_mcp(args: argparse.Namespace) -> int:
     import anyio
 
@@ -250,6 +279,24 @@ def build_parser() -> argparse.ArgumentParser:
         add_limits_parser(sub)
     except ImportError:  # pragma: no cover
         pass
+
+    keys = sub.add_parser("keys", help="create, list or revoke API keys (effective at once, no restart)")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True)
+    create = keys_sub.add_parser("create", help="a new key, printed once")
+    create.add_argument("--team", required=True)
+    create.add_argument("--role", required=True, choices=["read", "write", "admin"],
+                        help="read: recall/get/list/check; write: +remember/consume/mark/import; "
+                             "admin: +forget/limit definitions/keys")
+    create.add_argument("--agent", help="pin the key to this agent_id: it can write only as this agent")
+    create.add_argument("--label", help="a note for people")
+    lister_keys = keys_sub.add_parser("list", help="keys (never their secrets)")
+    lister_keys.add_argument("--team")
+    lister_keys.add_argument("--all", action="store_true", help="include revoked keys")
+    revoke = keys_sub.add_parser("revoke", help="revoke a key by its id")
+    revoke.add_argument("id")
+    for command in (create, lister_keys, revoke):
+        command.add_argument("--data-dir", help="env MEMORY_DATA_DIR (default ./memory-data)")
+    keys.set_defaults(func=cmd_keys)
 
     mcp = sub.add_parser("mcp", help="serve the memory tools to agent harnesses over MCP (stdio or HTTP)")
     mcp.add_argument("--transport", choices=["stdio", "http"], default="stdio",

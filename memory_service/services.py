@@ -17,11 +17,14 @@ from .forgetting import finish_pending, forget
 from .model_handle import ModelHandle
 from .storage.embedder import Embedder, load_embedder
 from .storage.journal import DONE, FAILED, Journal, Memory
+from .storage.keys import KeyStore
 from .storage.limits import LimitStore
 from .storage.vectors import VectorStore
 from .worker import ExtractionWorker, PassageIndexer
 
 log = logging.getLogger("memory_service")
+
+KEYS_FILE = "keys.sqlite3"
 
 
 @dataclass
@@ -32,6 +35,7 @@ class Services:
     embedder: Embedder
     limits: LimitStore
     model: ModelHandle
+    keys: KeyStore
     _tasks: list[asyncio.Task] = field(default_factory=list)
     _waiters: dict[str, list[asyncio.Event]] = field(default_factory=dict)
 
@@ -61,6 +65,7 @@ class Services:
             embedder=load_embedder(settings.embedder, threads=settings.embed_threads),
             limits=LimitStore(data / "limits.sqlite3"),
             model=ModelHandle(settings, LlamaClient(settings.llm_url), speed_prior=speed_prior),
+            keys=KeyStore(data / KEYS_FILE),
         )
 
     async def start(self) -> None:
@@ -83,6 +88,7 @@ class Services:
         self.journal.recover()
         self.journal.close()
         self.limits.close()
+        self.keys.close()
 
     # -- what the routes use ----------------------------------------------------
 

@@ -10,19 +10,35 @@ from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..config import ConfigError, Settings, is_loopback
-from ..services import Services
+from ..services import KEYS_FILE, Services
+from ..storage.keys import KeyStore
 from .request_id import RequestId
-from . import errors, routes_health, routes_limits, routes_memories, routes_recall, routes_team, routes_transfer
+from . import (errors, routes_health, routes_keys, routes_limits, routes_memories, routes_recall, routes_team,
+               routes_transfer)
 
 BODY_OVERHEAD_BYTES = 64 * 1024
 
 
+def _stored_keys(settings: Settings) -> bool:
+    path = settings.data_dir / KEYS_FILE
+    if not path.exists():
+        return False
+    store = KeyStore(path)
+    try:
+        return store.has_keys()
+    finally:
+        store.close()
+
+
 def check_exposure(settings: Settings) -> None:
-    """Without API keys everything belongs to one local team: never expose that beyond loopback."""
-    if not settings.auth_enabled and not is_loopback(settings.host):
+    """Without API keys everything belongs to one local team: never expose that beyond loopback.
+
+    (Beyond loopback a missing key is always a 401, even if every stored key is later revoked.)
+    """
+    if not settings.auth_enabled and not is_loopback(settings.host) and not _stored_keys(settings):
         raise ConfigError(
-            f"refusing to listen on {settings.host} without API keys: set MEMORY_API_KEYS='key:team,...' "
-            "or bind to 127.0.0.1"
+            f"refusing to listen on {settings.host} without API keys: create one with `memory-service keys "
+            "create --team T --role admin`, or set MEMORY_API_KEYS='key:team,...', or bind to 127.0.0.1"
         )
 
 
@@ -86,7 +102,8 @@ def create_app(settings: Settings, *, speed_prior: tuple[float, float] | None = 
                        max_text=settings.max_text_bytes)
     app.add_middleware(RequestId)  # outermost: even a refused body gets its id
 
-    for module in (routes_memories, routes_recall, routes_transfer, routes_limits, routes_team, routes_health):
+    for module in (routes_memories, routes_recall, routes_transfer, routes_limits, routes_team, routes_keys,
+                   routes_health):
         app.include_router(module.router)
     # the product card's short paths, as aliases of the v1 routes
     app.add_api_route("/remember", routes_memories.remember, methods=["POST"], status_code=202,

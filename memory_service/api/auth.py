@@ -1,41 +1,82 @@
-"""Bearer keys -> team. Every route depends on `Team`, so nothing runs unscoped."""
+"""Bearer keys -> the caller (team, role, pinned agent). Every route depends on a role, so nothing runs
+unscoped and nothing runs above the caller's role.
+
+Keys come from two places: the database (`memory-service keys create`, or `POST /v1/keys` by an admin
+key), checked by hash and effective at once; and `MEMORY_API_KEYS`, the bootstrap/dev path, whose keys
+are admins of their team. With no key anywhere and a loopback address, everything belongs to one local
+team (admin): a single user's laptop needs no key.
+"""
 
 from __future__ import annotations
 
 import hmac
-from typing import Annotated
+from dataclasses import dataclass
+from typing import Annotated, Callable
 
 from fastapi import Depends, HTTPException, Request
 
-from ..config import Settings
+from ..config import Settings, is_loopback
+from ..storage.keys import Role, role_allows
 
 
-def _settings(request: Request) -> Settings:
-    return request.app.state.services.settings
+@dataclass(frozen=True)
+class Caller:
+    team: str
+    role: Role
+    agent_id: str | None = None  # a pinned key writes only as this agent
+    key_id: str | None = None  # None for MEMORY_API_KEYS keys and the local team
 
 
-async def require_team(request: Request) -> str:
-    """Async on purpose: a sync dependency costs a threadpool hop on every request."""
-    settings = _settings(request)
-    if not settings.auth_enabled:
-        return Settings.LOCAL_TEAM
+def _unauthorized(detail: str) -> HTTPException:
+    return HTTPException(status_code=401, detail=detail, headers={"WWW-Authenticate": "Bearer"})
+
+
+def identify(request: Request) -> Caller:
+    """Who is calling: from the bearer key (MEMORY_API_KEYS first, in constant time, then the key store)."""
+    services = request.app.state.services
+    settings: Settings = services.settings
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise HTTPException(
-            status_code=401,
-            detail="missing API key: send 'Authorization: Bearer <key>'",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
     token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        if not settings.api_keys and is_loopback(settings.host) and not services.keys.has_keys():
+            return Caller(Settings.LOCAL_TEAM, "admin")
+        raise _unauthorized("missing API key: send 'Authorization: Bearer <key>'")
     team = None
     for key, key_team in settings.api_keys.items():
         # compare every key in constant time, so timing does not reveal prefixes
         if hmac.compare_digest(key.encode(), token.encode()):
             team = key_team
-    if team is None:
-        raise HTTPException(status_code=401, detail="unknown API key", headers={"WWW-Authenticate": "Bearer"})
-    return team
+    if team is not None:
+        return Caller(team, "admin")
+    stored = services.keys.lookup(token)
+    if stored is None:
+        raise _unauthorized("unknown or revoked API key")
+    return Caller(stored.team, stored.role, stored.agent_id, stored.id)
 
 
-Team = Annotated[str, Depends(require_team)]
+def requires(role: Role) -> Callable[[Request], object]:
+    """A dependency that admits callers with `role` or above, and leaves the caller on `request.state`."""
+    async def dependency(request: Request) -> str:
+        # async on purpose: a sync dependency costs a threadpool hop on every request
+        caller = identify(request)
+        if not role_allows(caller.role, role):
+            raise HTTPException(status_code=403, detail=f"this key has role '{caller.role}'; "
+                                                        f"this action needs role '{role}' or above")
+        request.state.caller = caller
+        return caller.team
+    return dependency
+
+
+def check_agent(request: Request, agent_id: str | None, *, required: bool = True) -> None:
+    """A key pinned to an agent writes only as that agent: 403 for any other agent_id (or none, if required)."""
+    caller: Caller = request.state.caller
+    if caller.agent_id is None or agent_id == caller.agent_id or (agent_id is None and not required):
+        return
+    raise HTTPException(status_code=403, detail=f"this key is pinned to agent_id '{caller.agent_id}'; "
+                                                f"it cannot act as {agent_id!r}")
+
+
+Team = Annotated[str, Depends(requires("read"))]  # the team of a caller that may read
+Writer = Annotated[str, Depends(requires("write"))]
+Admin = Annotated[str, Depends(requires("admin"))]

@@ -150,8 +150,9 @@ class TagCount(BaseModel):
 
 class TeamOut(BaseModel):
     team: str
-    role: Literal["read-write", "read-only"] = Field(description="What this key may do; read-only keys cannot save, "
-                                                                 "forget, consume or mark.")
+    role: Literal["read", "write", "admin"] = Field(
+        description="What this key may do. read: recall, get, list, check; write: also remember, consume, mark "
+                    "handled, import; admin: also forget, define limits, manage keys.")
     memories: int = Field(description="Saved texts in the team's memory (forgotten ones excluded).")
     agents: list[AgentCount] = Field(description="The agent ids with most memories, busiest first (max 50).")
     tags: list[TagCount] = Field(description="The most used tags, most used first (max 50).")

@@ -9,25 +9,23 @@ from __future__ import annotations
 
 import asyncio
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
 from ..storage.catalog import facets
-from .auth import Team
+from .auth import Caller, Team
 from .deps import ServicesDep
 from .models import TeamOut
 
 router = APIRouter(tags=["team"])
 
-# Every key can read and write today; the field is the contract clients (the MCP server) already honour.
-KEY_ROLE = "read-write"
-
 
 @router.get("/v1/team", response_model=TeamOut)
-async def team_route(team: Team, services: ServicesDep) -> TeamOut:
+async def team_route(request: Request, team: Team, services: ServicesDep) -> TeamOut:
     """The caller's team, the key's role, and the team's memory count with its busiest agent ids and tags."""
+    caller: Caller = request.state.caller
     found = await asyncio.to_thread(facets, services.journal, team)
     return TeamOut(
-        team=team, role=KEY_ROLE, memories=found.memories,
+        team=team, role=caller.role, memories=found.memories,
         agents=[{"agent_id": a, "memories": n} for a, n in found.agents],
         tags=[{"tag": t, "memories": n} for t, n in found.tags],
     )

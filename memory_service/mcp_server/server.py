@@ -19,6 +19,7 @@ from mcp_types import ToolAnnotations
 
 from ..api.models import TeamOut
 from ..client import AsyncMemoryClient, MemoryServiceError
+from ..storage.keys import role_allows
 from .tools import TOOLS, Toolbox
 
 log = logging.getLogger("memory_service.mcp")
@@ -57,11 +58,12 @@ async def probe(memory: AsyncMemoryClient, url: str) -> Probe:
 
 
 def visible_tools(found: Probe, read_only: bool) -> tuple[str, ...]:
-    """The hook for roles: nothing when the service can't be used, only reading tools for a read-only key."""
+    """Nothing when the service can't be used; else the tools the key's role allows (only the reading
+    ones with `read_only`)."""
     if found.team is None:
         return ()
-    reading_only = read_only or found.team.role == "read-only"
-    return tuple(spec.name for spec in TOOLS if not (reading_only and spec.writes))
+    role = "read" if read_only else found.team.role
+    return tuple(spec.name for spec in TOOLS if role_allows(role, spec.needs))
 
 
 def instructions(found: Probe, visible: tuple[str, ...]) -> str:
@@ -83,7 +85,7 @@ def instructions(found: Probe, visible: tuple[str, ...]) -> str:
         parts.append("Call mark_handled before handling an item others may handle too.")
     elif "was_handled" in visible:
         parts.append("Call was_handled to see whether an item is already handled.")
-    if len(visible) < len(TOOLS):
+    if not any(spec.writes and spec.name in visible for spec in TOOLS):
         parts.append("This key can only read memory.")
     return " ".join(parts)
 

@@ -19,6 +19,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from ..client import AsyncMemoryClient, MemoryServiceError
+from ..storage.keys import Role
 
 
 class ToolFailed(ToolError):
@@ -27,25 +28,29 @@ class ToolFailed(ToolError):
 
 @dataclass(frozen=True)
 class ToolSpec:
-    """One tool as listed: name, description, and whether it changes anything (hidden from read-only keys)."""
+    """One tool as listed: name, description, and the key role it needs (hidden from keys below it)."""
 
     name: str
     description: str
-    writes: bool
+    needs: Role
+
+    @property
+    def writes(self) -> bool:
+        return self.needs != "read"
 
 
 TOOLS: tuple[ToolSpec, ...] = (
-    ToolSpec("remember", "Save something worth knowing later: what you did, learned or were told.", writes=True),
+    ToolSpec("remember", "Save something worth knowing later: what you did, learned or were told.", needs="write"),
     ToolSpec("recall", "Search the team's memory before you act, to find what was already done or known.",
-             writes=False),
-    ToolSpec("get_memory", "Show one saved text with its status and the facts taken from it.", writes=False),
-    ToolSpec("forget", "Delete one saved text and the facts that came only from it.", writes=True),
+             needs="read"),
+    ToolSpec("get_memory", "Show one saved text with its status and the facts taken from it.", needs="read"),
+    ToolSpec("forget", "Delete one saved text and the facts that came only from it.", needs="admin"),
     ToolSpec("consume_limit", "Use units of a daily limit just before a limited action; if it says DENIED, "
-                              "do not do the action today.", writes=True),
-    ToolSpec("check_limit", "See how much of a daily limit is left today, without using any.", writes=False),
+                              "do not do the action today.", needs="write"),
+    ToolSpec("check_limit", "See how much of a daily limit is left today, without using any.", needs="read"),
     ToolSpec("mark_handled", "Record that an item (a URL, a message id) is handled, so no agent handles it "
-                             "twice; it tells you if it was handled before.", writes=True),
-    ToolSpec("was_handled", "Check whether an item was already handled, without marking it.", writes=False),
+                             "twice; it tells you if it was handled before.", needs="write"),
+    ToolSpec("was_handled", "Check whether an item was already handled, without marking it.", needs="read"),
 )
 TOOL_NAMES = tuple(spec.name for spec in TOOLS)
 

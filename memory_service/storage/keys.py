@@ -1,0 +1,153 @@
+"""API keys with roles, stored as hashes in `keys.sqlite3`, so keys can be created and revoked while the
+service runs (no restart) and a stolen database holds no usable key.
+
+A key is `msk_<id>_<secret>`: the id names it in listings and revocations; the 32-byte random secret is
+what proves it. Only sha256 of the whole key is stored. A fast hash is enough because the secret has 256
+bits of entropy: there is nothing to brute-force, unlike a password.
+
+The service keeps the active keys in memory and reloads them only when another connection (the CLI, an
+admin route) has committed a change, which SQLite's `PRAGMA data_version` tells at the cost of one pragma.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+Role = Literal["read", "write", "admin"]
+ROLES: tuple[Role, ...] = ("read", "write", "admin")
+PREFIX = "msk_"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS api_keys (
+    id TEXT PRIMARY KEY,
+    hash TEXT NOT NULL UNIQUE,
+    team TEXT NOT NULL,
+    role TEXT NOT NULL CHECK (role IN ('read', 'write', 'admin')),
+    agent_id TEXT,
+    label TEXT,
+    created_at REAL NOT NULL,
+    revoked_at REAL
+);
+CREATE INDEX IF NOT EXISTS api_keys_team ON api_keys(team);
+"""
+
+
+def role_allows(role: str, needed: Role) -> bool:
+    """Roles nest: admin can do what write can, write what read can."""
+    return ROLES.index(role) >= ROLES.index(needed)  # type: ignore[arg-type]
+
+
+def key_hash(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class KeyInfo:
+    """A key as listed: never its secret."""
+
+    id: str
+    team: str
+    role: Role
+    agent_id: str | None
+    label: str | None
+    created_at: float
+    revoked_at: float | None
+
+
+@dataclass(frozen=True)
+class NewKey:
+    info: KeyInfo
+    key: str  # shown once, at creation
+
+
+class KeyNotFound(LookupError):
+    pass
+
+
+class KeyStore:
+    """The keys database. Thread-safe: one connection behind a lock (calls are short and rare)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+        self._conn.row_factory = sqlite3.Row
+        self._lock = threading.Lock()
+        with self._lock:
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.executescript(_SCHEMA)
+        self._version: int | None = None
+        self._active: dict[str, KeyInfo] = {}
+
+    # -- managing ------------------------------------------------------------------
+
+    def create(self, team: str, role: Role, *, agent_id: str | None = None, label: str | None = None) -> NewKey:
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {', '.join(ROLES)}")
+        key_id = secrets.token_hex(4)
+        key = f"{PREFIX}{key_id}_{secrets.token_urlsafe(32)}"
+        info = KeyInfo(key_id, team, role, agent_id, label, time.time(), None)
+        with self._lock:
+            self._conn.execute(
+                "INSERT INTO api_keys (id, hash, team, role, agent_id, label, created_at) VALUES (?,?,?,?,?,?,?)",
+                (key_id, key_hash(key), team, role, agent_id, label, info.created_at))
+            self._version = None  # data_version moves only for other connections' commits
+        return NewKey(info, key)
+
+    def list(self, team: str | None = None, *, include_revoked: bool = False) -> list[KeyInfo]:
+        sql, args = "SELECT * FROM api_keys WHERE 1=1", []
+        if team is not None:
+            sql += " AND team = ?"
+            args.append(team)
+        if not include_revoked:
+            sql += " AND revoked_at IS NULL"
+        with self._lock:
+            rows = self._conn.execute(sql + " ORDER BY created_at", args).fetchall()
+        return [_info(row) for row in rows]
+
+    def revoke(self, key_id: str, *, team: str | None = None) -> KeyInfo:
+        """Revoke a key by id (within `team` when given: an admin key reaches only its own team)."""
+        with self._lock:
+            row = self._conn.execute("SELECT * FROM api_keys WHERE id = ?", (key_id,)).fetchone()
+            if row is None or (team is not None and row["team"] != team):
+                raise KeyNotFound(f"no key with id {key_id!r}" + (" in this team" if team else ""))
+            if row["revoked_at"] is None:
+                self._conn.execute("UPDATE api_keys SET revoked_at = ? WHERE id = ?", (time.time(), key_id))
+                self._version = None
+            row = self._conn.execute("SELECT * FROM api_keys WHERE id = ?", (key_id,)).fetchone()
+        return _info(row)
+
+    # -- checking --------------------------------------------------------------------
+
+    def lookup(self, presented: str) -> KeyInfo | None:
+        """The active key matching `presented`, from memory unless the table changed since the last look."""
+        self._refresh()
+        return self._active.get(key_hash(presented))
+
+    def has_keys(self) -> bool:
+        self._refresh()
+        return bool(self._active)
+
+    def _refresh(self) -> None:
+        with self._lock:
+            version = self._conn.execute("PRAGMA data_version").fetchone()[0]
+            if version == self._version:
+                return
+            rows = self._conn.execute("SELECT * FROM api_keys WHERE revoked_at IS NULL").fetchall()
+            self._active = {row["hash"]: _info(row) for row in rows}
+            self._version = version
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+def _info(row: sqlite3.Row) -> KeyInfo:
+    return KeyInfo(row["id"], row["team"], row["role"], row["agent_id"], row["label"], row["created_at"],
+                   row["revoked_at"])
