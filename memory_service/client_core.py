@@ -213,8 +213,10 @@ class Requests:
                     json=_drop_none({"key": key, "agent_id": agent_id, "ttl_days": ttl_days}), idempotent=False)
 
     def handled_check(self, key: str, *, agent_id: str | None = None) -> Call[HandledOut | None]:
+        record = _model(HandledOut)
+
         def parse(response: httpx.Response) -> HandledOut | None:
-            return None if response.status_code == 404 else HandledOut(first_time=False, **response.json())
+            return None if response.status_code == 404 else record(response)
         return Call("GET", "/v1/handled", parse, params=_drop_none({"key": key, "agent_id": agent_id}),
                     accept=(404,))
 

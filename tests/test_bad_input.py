@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from memory_service.ids import ID_RULE
+from memory_service.storage.limits import InvalidInput
+
 
 REMEMBER_CASES = [
     ({"text": "", "agent_id": "a"}, 422, "text"),
@@ -72,3 +75,31 @@ def test_oversized_body_is_refused_before_it_is_read(inprocess):
         response = client.post("/v1/remember", json={"text": "y" * 400_000, "agent_id": "a"})
         assert response.status_code == 413 and "MEMORY_MAX_TEXT_BYTES" in response.json()["detail"]
         assert inprocess.jobs() == before
+
+
+BAD_AGENT = "has space"
+AGENT_ID_REFUSALS = [
+    ("POST", "/v1/remember", {"json": {"text": "hello", "agent_id": BAD_AGENT}}),
+    ("POST", "/v1/recall", {"json": {"query": "x", "scope": "agent", "agent_id": BAD_AGENT}}),
+    ("GET", "/v1/memories", {"params": {"agent_id": BAD_AGENT}}),
+    ("DELETE", "/v1/memories", {"params": {"agent_id": BAD_AGENT, "confirm": "true"}}),
+    ("GET", "/v1/limits", {"params": {"agent_id": BAD_AGENT}}),
+    ("POST", "/v1/limits/any/consume", {"json": {"agent_id": BAD_AGENT}}),
+    ("POST", "/v1/handled", {"json": {"key": "k", "agent_id": BAD_AGENT}}),
+    ("GET", "/v1/handled/k", {"params": {"agent_id": "x" * 129}}),
+]
+
+
+@pytest.mark.parametrize("method,path,options", AGENT_ID_REFUSALS)
+def test_agent_id_has_one_rule_on_every_route(inprocess, method, path, options):
+    with inprocess.client() as client:
+        response = client.request(method, path, **options)
+        assert response.status_code == 422, response.text
+        body = response.json()
+        assert body["error"] == "invalid_request" and body["errors"][0]["field"].endswith("agent_id")
+        assert f"agent_id: must be {ID_RULE}" in body["detail"]
+
+
+def test_the_limit_store_keeps_the_same_rule(inprocess):
+    with pytest.raises(InvalidInput, match="starting with a letter or digit"):
+        inprocess.services.limits.consume("team-a", "any", "line\nbreak")

@@ -110,4 +110,5 @@ def create_app(settings: Settings, *, speed_prior: tuple[float, float] | None = 
                       response_model=routes_memories.RememberResponse, include_in_schema=False)
     app.add_api_route("/recall", routes_recall.recall_route, methods=["POST"],
                       response_model=routes_recall.RecallResponse, include_in_schema=False)
+    routes_transfer.document_lines(app)
     return app

@@ -3,17 +3,38 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from .models import ErrorOut
+
 log = logging.getLogger("memory_service.api")
 
 _STATUS_NAMES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
                  405: "method_not_allowed", 409: "conflict", 413: "too_large", 415: "unsupported_media_type",
                  422: "invalid_request", 429: "limit_reached", 503: "unavailable"}
+
+
+_DESCRIPTIONS = {
+    400: "Body is not JSON, or a parameter cannot be used as given (the message says which). Nothing changed.",
+    401: "Missing or unknown API key.",
+    404: "Not found in the caller's team.",
+    409: "Conflicts with an earlier request. Nothing changed.",
+    413: "Body too large (the message gives the limit). Nothing changed.",
+    422: "Invalid input: the message names each field and what is allowed. Nothing changed.",
+    503: "Storage busy or closed: retry after `Retry-After` seconds. Nothing changed.",
+}
+
+
+def error_responses(*codes: int, described: dict[int, str] | None = None) -> dict[int | str, dict[str, Any]]:
+    """`responses=` entries for the error statuses a route can really send, all with the one ErrorOut body
+    (and so FastAPI's default 422 shape, which this service never sends, is not documented either)."""
+    described = described or {}
+    return {code: {"model": ErrorOut, "description": described.get(code, _DESCRIPTIONS[code])} for code in codes}
 
 
 def _location(loc: tuple) -> str:

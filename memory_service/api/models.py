@@ -7,31 +7,37 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@/-]*$"
-MAX_TAGS = 32
+from .types import AgentId, IdempotencyKey, JobStatus, RunId, Tags
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-def _clean_tags(tags: list[str]) -> list[str]:
-    out = []
-    for tag in tags:
-        tag = tag.strip()
-        if not tag:
-            raise ValueError("tags must be non-empty strings")
-        out.append(tag)
-    return list(dict.fromkeys(out))
+class FieldError(BaseModel):
+    field: str = Field(description="Where: a body field (`tags.0`), or `query.<name>` / `path.<name>`.")
+    message: str
+
+
+class ErrorOut(BaseModel):
+    """Every error body, whatever the route: a code for programs, a message for people."""
+
+    error: str = Field(description="bad_request, unauthorized, not_found, conflict, too_large, invalid_request, "
+                                   "limit_reached, unavailable or internal.", examples=["invalid_request"])
+    detail: str = Field(description="What was wrong and what is allowed.")
+    errors: list[FieldError] | None = Field(default=None, description="On a refused request body or parameter: "
+                                                                      "each field and its problem.")
 
 
 class RememberRequest(Strict):
     text: str = Field(description="What the agent did, read or was told. Limit: MEMORY_MAX_TEXT_BYTES (64 KiB).")
-    agent_id: str = Field(min_length=1, max_length=128, pattern=ID_PATTERN)
-    run_id: str | None = Field(default=None, min_length=1, max_length=128, pattern=ID_PATTERN)
-    tags: list[str] = Field(default_factory=list, max_length=MAX_TAGS)
+    agent_id: AgentId
+    run_id: RunId | None = None
+    tags: Tags = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict, description="Kept with the text, returned as given (≤ 8 KiB as JSON).")
-    idempotency_key: str | None = Field(default=None, min_length=1, max_length=256)
+    idempotency_key: IdempotencyKey | None = Field(
+        default=None, description="A repeat with the same key (per team) returns the first save, with header "
+                                  "`Idempotent-Replayed: true`.")
     wait_s: float = Field(default=0, ge=0, le=120, description="Wait up to this long for extraction to finish before answering.")
 
     @field_validator("text")
@@ -41,18 +47,10 @@ class RememberRequest(Strict):
             raise ValueError("text is empty or only whitespace; send the text to remember")
         return value
 
-    @field_validator("tags")
-    @classmethod
-    def _tags(cls, value: list[str]) -> list[str]:
-        for tag in value:
-            if len(tag) > 64:
-                raise ValueError("each tag is at most 64 characters")
-        return _clean_tags(value)
-
 
 class RememberResponse(BaseModel):
     id: str
-    status: str
+    status: JobStatus
     created: bool = Field(description="False when an earlier save with the same idempotency_key was returned.")
     queue_depth: int
     estimated_extraction_s: float | None = Field(
@@ -74,7 +72,7 @@ class MemoryHead(BaseModel):
     """What every view of a saved text shows first."""
 
     id: str
-    status: Literal["queued", "extracting", "done", "failed"]
+    status: JobStatus
     agent_id: str
     run_id: str | None
     text: str
@@ -99,11 +97,11 @@ class MemoryOut(MemoryHead):
 
 class RecallRequest(Strict):
     query: str = Field(min_length=1, max_length=4096)
-    agent_id: str | None = Field(default=None, min_length=1, max_length=128, pattern=ID_PATTERN)
+    agent_id: AgentId | None = None
     scope: Literal["team", "agent"] = "team"
     k: int = Field(default=10, ge=1, le=100)
     kinds: list[Literal["fact", "passage"]] = Field(default_factory=lambda: ["fact", "passage"], min_length=1)
-    tags: list[str] = Field(default_factory=list, max_length=MAX_TAGS, description="Items must carry all of these.")
+    tags: Tags = Field(default_factory=list, description="Items must carry all of these.")
     since: datetime | None = None
     until: datetime | None = None
     min_score: float | None = Field(default=None, ge=-1, le=1, description="Minimum cosine similarity of an item to the query.")
@@ -114,11 +112,6 @@ class RecallRequest(Strict):
         if not value.strip():
             raise ValueError("query is empty or only whitespace")
         return value
-
-    @field_validator("tags")
-    @classmethod
-    def _tags(cls, value: list[str]) -> list[str]:
-        return _clean_tags(value)
 
 
 class RecallItem(BaseModel):
@@ -188,13 +181,13 @@ class ExportedMemory(BaseModel):
 
     id: str = Field(min_length=1, max_length=256)
     text: str
-    agent_id: str = Field(min_length=1, max_length=128, pattern=ID_PATTERN)
-    run_id: str | None = Field(default=None, min_length=1, max_length=128, pattern=ID_PATTERN)
-    tags: list[str] = Field(default_factory=list, max_length=MAX_TAGS)
+    agent_id: AgentId
+    run_id: RunId | None = None
+    tags: Tags = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
     created_at: float
-    status: str = "queued"
-    idempotency_key: str | None = Field(default=None, min_length=1, max_length=256)
+    status: JobStatus = JobStatus.QUEUED
+    idempotency_key: IdempotencyKey | None = None
     facts: list[ExportedFact] = Field(default_factory=list)
 
     @field_validator("text")
@@ -210,3 +203,49 @@ class ImportResponse(BaseModel):
     skipped: int = Field(description="Lines already imported before (same original id or idempotency key).")
     failed: int
     errors: list[dict[str, Any]] = Field(description="The first 100 bad lines: {line, detail}.")
+
+
+class HealthOut(BaseModel):
+    status: Literal["ok"]
+
+
+class JobCounts(BaseModel):
+    queued: int
+    extracting: int
+    done: int
+    failed: int
+
+
+class ThroughputOut(BaseModel):
+    prompt_tokens_per_s: float | None
+    generation_tokens_per_s: float | None
+    seconds_per_job: float | None
+    source: str = Field(description="Where the speeds come from: measured, a prior, or unmeasured.")
+
+
+class ModelServerOut(BaseModel):
+    url: str
+    reachable: bool
+    error: str | None
+    n_ctx: int | None
+    slots: int | None
+    build: str | None
+    model: str | None = Field(description="The model file's name.")
+
+
+class ReadyOut(BaseModel):
+    """`/ready`'s body, the same on 200 and 503: the reason is in it."""
+
+    status: Literal["ready", "unavailable"]
+    model_server: ModelServerOut
+    thinking: dict[str, Any] | None = Field(description="Whether the chat template turns thinking off.")
+    queue_depth: int
+    jobs: JobCounts
+    throughput: ThroughputOut
+    extract_budget_s: float
+
+
+class MetricsOut(BaseModel):
+    jobs: JobCounts
+    throughput: ThroughputOut
+    model_ready: bool

@@ -9,17 +9,20 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from .deps import ServicesDep
+from .models import HealthOut, MetricsOut, ReadyOut
 
 router = APIRouter(tags=["health"])
 
 
-@router.get("/health")
+@router.get("/health", response_model=HealthOut)
 async def health() -> dict:
     """The process is alive and serving HTTP."""
     return {"status": "ok"}
 
 
-@router.get("/ready")
+@router.get("/ready", response_model=None,
+            responses={200: {"model": ReadyOut, "description": "Ready"},
+                       503: {"model": ReadyOut, "description": "Not ready: the body says why"}})
 async def ready(services: ServicesDep) -> JSONResponse:
     """200 when the model server is reachable and thinking is verified off (or absent); 503 with the reason otherwise."""
     model = services.model
@@ -49,7 +52,7 @@ async def ready(services: ServicesDep) -> JSONResponse:
     return JSONResponse(body, status_code=200 if ok else 503)
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_model=MetricsOut)
 async def metrics(services: ServicesDep) -> dict:
     counts = await asyncio.to_thread(services.journal.counts)
     return {"jobs": counts, "throughput": services.model.throughput.snapshot(), "model_ready": services.model.ready}

@@ -19,77 +19,29 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, HTTPException, Path, Query, Response
 from fastapi.responses import JSONResponse
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..storage.limits import (
-    MAX_AGENT_ID_LEN,
     MAX_DAILY_LIMIT,
-    MAX_HANDLED_KEY_LEN,
     MAX_HISTORY_DAYS,
-    MAX_IDEMPOTENCY_KEY_LEN,
-    MAX_NAME_LEN,
     MAX_TTL_DAYS,
-    NAME_RULE,
     HandledRecord,
     IdempotencyConflict,
     InvalidInput,
     LimitNotFound,
     LimitView,
-    check_name,
-    check_text,
-    check_timezone,
 )
 from .auth import Team
 from .deps import ServicesDep
+from .errors import error_responses
+from .types import REPLAYED, AgentId, HandledKey, IdempotencyKey, LimitName, Timezone
 
 router = APIRouter(tags=["limits"])
 
 
 # ---------------------------------------------------------------- input types
 
-
-def _agent_id(value: str) -> str:
-    return check_text(value, "agent_id", MAX_AGENT_ID_LEN)
-
-
-def _idem_key(value: str) -> str:
-    return check_text(value, "idempotency_key", MAX_IDEMPOTENCY_KEY_LEN)
-
-
-def _tz(value: str) -> str:
-    check_timezone(value)
-    return value
-
-
-def _handled_key(value: str) -> str:
-    if "\x00" in value:
-        raise ValueError("key must not contain NUL characters")
-    return value
-
-
-AgentId = Annotated[
-    str,
-    Field(min_length=1, max_length=MAX_AGENT_ID_LEN, description=f"1-{MAX_AGENT_ID_LEN} chars, no control chars"),
-    AfterValidator(_agent_id),
-]
-HandledKey = Annotated[
-    str,
-    Field(
-        min_length=1,
-        max_length=MAX_HANDLED_KEY_LEN,
-        description=f"Opaque key (URL, message id): 1-{MAX_HANDLED_KEY_LEN} chars, no NUL",
-    ),
-    AfterValidator(_handled_key),
-]
-LimitName = Annotated[
-    str,
-    Path(max_length=MAX_NAME_LEN, description=f"Limit name: {NAME_RULE}"),
-    AfterValidator(check_name),
-]
-AgentQuery = Annotated[
-    str | None,
-    Query(min_length=1, max_length=MAX_AGENT_ID_LEN, description="Show this agent's counter (per=agent limits)"),
-]
+AgentQuery = Annotated[AgentId | None, Query(description="Show this agent's counter (per=agent limits)")]
 
 
 class LimitSpec(BaseModel):
@@ -98,9 +50,7 @@ class LimitSpec(BaseModel):
     daily_limit: int = Field(
         strict=True, ge=0, le=MAX_DAILY_LIMIT, description=f"Units allowed per local day, 0-{MAX_DAILY_LIMIT}"
     )
-    timezone: Annotated[str, AfterValidator(_tz)] = Field(
-        description="IANA timezone whose calendar day the limit counts (DST aware)", examples=["Europe/Madrid"]
-    )
+    timezone: Timezone = Field(description="IANA timezone whose calendar day the limit counts (DST aware)")
     per: Literal["team", "agent"] = Field(
         default="team", description="'team': one counter for the team; 'agent': one counter per agent_id"
     )
@@ -111,11 +61,8 @@ class ConsumeRequest(BaseModel):
 
     agent_id: AgentId
     amount: int = Field(default=1, strict=True, ge=1, le=MAX_DAILY_LIMIT, description=f"1-{MAX_DAILY_LIMIT}")
-    idempotency_key: (
-        Annotated[str, Field(min_length=1, max_length=MAX_IDEMPOTENCY_KEY_LEN), AfterValidator(_idem_key)] | None
-    ) = Field(
-        default=None,
-        description=f"1-{MAX_IDEMPOTENCY_KEY_LEN} chars; repeats on the same local day replay the first allowed answer",
+    idempotency_key: IdempotencyKey | None = Field(
+        default=None, description="Repeats on the same local day replay the first allowed answer"
     )
 
 
@@ -162,20 +109,13 @@ class LimitOut(BaseModel):
     history: list[dict[str, object]] | None = Field(default=None, description="With ?days=N: oldest first, today last")
 
 
-# The ledger's own record is the response: one definition of its fields.
+# The ledger's own record is the response: one definition of its fields. A lookup (GET) is never a
+# first time, so it answers first_time=false.
 HandledOut = HandledRecord
 
-
-class ErrorOut(BaseModel):
-    detail: object
-
-
-_ERRORS: dict[int | str, dict[str, object]] = {
-    401: {"model": ErrorOut, "description": "Missing or unknown API key"},
-    422: {"model": ErrorOut, "description": "Invalid input; the message says what is allowed. Nothing changed."},
-    503: {"model": ErrorOut, "description": "Storage busy or closed; retry shortly. Nothing changed."},
-}
-_NOT_FOUND: dict[int | str, dict[str, object]] = {404: {"model": ErrorOut, "description": "No such limit"}}
+_ERRORS = error_responses(401, 422, 503)
+_NOT_FOUND = error_responses(404, described={404: "No such limit"})
+_BODY_ERRORS = error_responses(400, 413)  # routes with a JSON body: not JSON, or too large
 
 
 # ---------------------------------------------------------------- helpers
@@ -214,6 +154,7 @@ def _view_body(view: LimitView) -> dict[str, object]:
     summary="Create or change a daily limit",
     response_model=None,
     responses={200: {"model": LimitOut, "description": "Changed"}, 201: {"model": LimitOut, "description": "Created"}}
+    | _BODY_ERRORS
     | _ERRORS,
 )
 def put_limit(name: LimitName, spec: LimitSpec, team: Team, services: ServicesDep) -> JSONResponse:
@@ -279,14 +220,18 @@ def delete_limit(name: LimitName, team: Team, services: ServicesDep) -> Response
     summary="Check and count usage atomically",
     response_model=None,
     responses={
-        200: {"model": ConsumeAnswer, "description": "Allowed and counted"},
-        409: {"model": ErrorOut, "description": "idempotency_key reused today with another agent_id or amount"},
+        200: {"model": ConsumeAnswer, "description": "Allowed and counted",
+              "headers": {REPLAYED: {"description": "`true` when this repeats an earlier idempotency_key today",
+                                     "schema": {"type": "string", "enum": ["true"]}}}},
         429: {
             "model": ConsumeAnswer,
-            "description": "Denied (allowed=false); Retry-After = seconds until resets_at. Nothing counted.",
+            "description": "Denied (allowed=false). Nothing counted.",
+            "headers": {"Retry-After": {"description": "Seconds until resets_at", "schema": {"type": "integer"}}},
         },
     }
+    | error_responses(409, described={409: "idempotency_key reused today with another agent_id or amount"})
     | _NOT_FOUND
+    | _BODY_ERRORS
     | _ERRORS,
 )
 def consume(name: LimitName, body: ConsumeRequest, team: Team, services: ServicesDep) -> JSONResponse:
@@ -305,7 +250,7 @@ def consume(name: LimitName, body: ConsumeRequest, team: Team, services: Service
         result = services.limits.consume(team, name, body.agent_id, body.amount, body.idempotency_key)
     if not result.allowed:
         return JSONResponse(result.body(), status_code=429, headers={"Retry-After": str(result.retry_after_s)})
-    headers = {"Idempotent-Replayed": "true"} if result.replayed else None
+    headers = {REPLAYED: "true"} if result.replayed else None
     return JSONResponse(result.body(), headers=headers)
 
 
@@ -313,7 +258,7 @@ def consume(name: LimitName, body: ConsumeRequest, team: Team, services: Service
 
 
 @router.post("/v1/handled", summary="Record a key; say whether it is the first time", response_model=None,
-             responses={200: {"model": HandledOut}} | _ERRORS)
+             responses={200: {"model": HandledOut}} | _BODY_ERRORS | _ERRORS)
 def mark_handled(body: HandledRequest, team: Team, services: ServicesDep) -> JSONResponse:
     """Atomic set-if-absent of `key` in the team's ledger (or the agent's, with `agent_id`).
 
@@ -332,12 +277,10 @@ def _get_handled(team: str, services: ServicesDep, key: str, agent_id: str | Non
         record = services.limits.get_handled(team, key, agent_id)
     if record is None:
         raise HTTPException(status_code=404, detail="key not recorded for this team/agent (or expired)")
-    body = asdict(record)
-    del body["first_time"]
-    return JSONResponse(body)
+    return JSONResponse(asdict(record) | {"first_time": False})
 
 
-_HANDLED_GET = {200: {"model": HandledOut}, 404: {"model": ErrorOut, "description": "Never seen, or expired"}}
+_HANDLED_GET = {200: {"model": HandledOut}} | error_responses(404, described={404: "Never seen, or expired"})
 
 
 @router.get("/v1/handled", summary="Look up a key given as a query parameter", response_model=None,
@@ -345,17 +288,17 @@ _HANDLED_GET = {200: {"model": HandledOut}, 404: {"model": ErrorOut, "descriptio
 def get_handled_by_query(
     team: Team,
     services: ServicesDep,
-    key: Annotated[str, Query(min_length=1, max_length=MAX_HANDLED_KEY_LEN, description="The key, URL-encoded")],
+    key: Annotated[HandledKey, Query(description="The key, URL-encoded")],
     agent_id: AgentQuery = None,
 ) -> JSONResponse:
     """Recommended form for keys with `?`, `#`, `%` or `//` (e.g. URLs): `?key=<url-encoded>`."""
-    return _get_handled(team, services, _checked_key(key), agent_id)
+    return _get_handled(team, services, key, agent_id)
 
 
 @router.get("/v1/handled/{key:path}", summary="Look up a key given in the path", response_model=None,
             responses=_HANDLED_GET | _ERRORS)
 def get_handled(
-    key: Annotated[str, Path(max_length=MAX_HANDLED_KEY_LEN, description="The key; may contain '/'")],
+    key: Annotated[HandledKey, Path(description="The key; may contain '/'")],
     team: Team,
     services: ServicesDep,
     agent_id: AgentQuery = None,
@@ -365,10 +308,4 @@ def get_handled(
     The rest of the path is the key, slashes included; percent-encode `?`,
     `#` and `%`, or use `GET /v1/handled?key=` instead.
     """
-    return _get_handled(team, services, _checked_key(key), agent_id)
-
-
-def _checked_key(key: str) -> str:
-    if not key or "\x00" in key:
-        raise HTTPException(status_code=422, detail=f"key must be 1-{MAX_HANDLED_KEY_LEN} characters (no NUL)")
-    return key
+    return _get_handled(team, services, key, agent_id)

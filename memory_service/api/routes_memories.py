@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import datetime, timezone
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Response
 
@@ -15,8 +15,9 @@ from ..storage.journal import DONE, FAILED
 from . import cursor as cursors
 from .auth import Team
 from .deps import ServicesDep
-from .models import (ID_PATTERN, FactOut, ForgetResponse, MemoryOut, MemoryPage, MemorySummary, RememberRequest,
-                     RememberResponse)
+from .errors import error_responses
+from .models import FactOut, ForgetResponse, MemoryOut, MemoryPage, MemorySummary, RememberRequest, RememberResponse
+from .types import REPLAYED, AgentId, JobStatus, RunId, Tag
 
 router = APIRouter(tags=["memories"])
 
@@ -28,7 +29,10 @@ def _ts(value: float | None) -> datetime | None:
 
 
 @router.post("/v1/remember", status_code=202, response_model=RememberResponse,
-             responses={413: {"description": "text larger than MEMORY_MAX_TEXT_BYTES"}})
+             responses={202: {"headers": {REPLAYED: {"description": "`true` when an earlier save with the same "
+                                                                    "idempotency_key was returned",
+                                                     "schema": {"type": "string", "enum": ["true"]}}}}}
+             | error_responses(400, 401, 413, 422))
 async def remember(body: RememberRequest, team: Team, services: ServicesDep, response: Response) -> RememberResponse:
     """Commit the text to the journal (on disk before this answers), queue its extraction, answer 202.
 
@@ -54,7 +58,7 @@ async def remember(body: RememberRequest, team: Team, services: ServicesDep, res
         memory = await services.wait_settled(team, memory.id, body.wait_s) or memory
         ahead = await asyncio.to_thread(services.journal.backlog, memory.created_at)
     if not created:
-        response.headers["Idempotent-Replay"] = "true"
+        response.headers[REPLAYED] = "true"
     pending = memory.status not in (DONE, FAILED)
     estimate, basis = services.estimate(*ahead) if pending else (None, None)
     return RememberResponse(
@@ -63,7 +67,7 @@ async def remember(body: RememberRequest, team: Team, services: ServicesDep, res
     )
 
 
-@router.get("/v1/memories/{memory_id}", response_model=MemoryOut)
+@router.get("/v1/memories/{memory_id}", response_model=MemoryOut, responses=error_responses(401, 404, 422))
 async def get_memory(memory_id: str, team: Team, services: ServicesDep) -> MemoryOut:
     """A saved text, its job status, its facts (with spans and history), timings, and the raw reply on failure."""
     memory = await asyncio.to_thread(services.journal.get, team, memory_id)
@@ -92,14 +96,10 @@ async def get_memory(memory_id: str, team: Team, services: ServicesDep) -> Memor
     )
 
 
-IdParam = Annotated[str | None, Query(min_length=1, max_length=128, pattern=ID_PATTERN)]
-
-
-@router.get("/v1/memories", response_model=MemoryPage)
+@router.get("/v1/memories", response_model=MemoryPage, responses=error_responses(400, 401, 422))
 async def list_route(
-    team: Team, services: ServicesDep, agent_id: IdParam = None, run_id: IdParam = None,
-    status: Literal["queued", "extracting", "done", "failed"] | None = None,
-    tag: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
+    team: Team, services: ServicesDep, agent_id: AgentId | None = None, run_id: RunId | None = None,
+    status: JobStatus | None = None, tag: Tag | None = None,
     since: datetime | None = None, until: datetime | None = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50, cursor: Annotated[str | None, Query(max_length=1024)] = None,
 ) -> MemoryPage:
@@ -118,7 +118,8 @@ async def list_route(
     )
 
 
-@router.delete("/v1/memories/{memory_id}", status_code=204, response_class=Response)
+@router.delete("/v1/memories/{memory_id}", status_code=204, response_class=Response,
+               responses=error_responses(401, 404, 422))
 async def forget_one(memory_id: str, team: Team, services: ServicesDep) -> Response:
     """Forget a text: its passage, keyword entries, and the facts only it supported (shared facts lose it)."""
     deleted = await asyncio.to_thread(services.forget, team, memory_ids=[memory_id])
@@ -127,9 +128,9 @@ async def forget_one(memory_id: str, team: Team, services: ServicesDep) -> Respo
     return Response(status_code=204)
 
 
-@router.delete("/v1/memories", response_model=ForgetResponse)
-async def forget_many(team: Team, services: ServicesDep, agent_id: IdParam = None, run_id: IdParam = None,
-                      confirm: bool = False) -> ForgetResponse:
+@router.delete("/v1/memories", response_model=ForgetResponse, responses=error_responses(400, 401, 422))
+async def forget_many(team: Team, services: ServicesDep, agent_id: AgentId | None = None,
+                      run_id: RunId | None = None, confirm: bool = False) -> ForgetResponse:
     """Forget every memory of an agent and/or a run. Needs `confirm=true`: it cannot be undone."""
     if agent_id is None and run_id is None:
         raise HTTPException(400, "bulk forget needs agent_id or run_id (or both) to say which memories to forget")

@@ -10,12 +10,13 @@ from fastapi import APIRouter, HTTPException
 from ..recall import RecallQuery, recall, to_epoch
 from .auth import Team
 from .deps import ServicesDep
+from .errors import error_responses
 from .models import RecallItem, RecallRequest, RecallResponse
 
 router = APIRouter(tags=["recall"])
 
 
-@router.post("/v1/recall", response_model=RecallResponse)
+@router.post("/v1/recall", response_model=RecallResponse, responses=error_responses(400, 401, 413, 422))
 async def recall_route(body: RecallRequest, team: Team, services: ServicesDep) -> RecallResponse:
     """Vector + keyword search over the team's facts and passages. `scope: "agent"` needs `agent_id`."""
     if body.scope == "agent" and not body.agent_id:

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import AsyncIterator, Iterator
+from typing import Any, AsyncIterator, Iterator
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, FastAPI, HTTPException, Request
 from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
+from pydantic.json_schema import models_json_schema
 
 from ..storage.catalog import export_records
 from ..transfer import ImportTally, import_batch
 from .auth import Team
 from .deps import ServicesDep
-from .errors import describe
+from .errors import describe, error_responses
 from .models import ExportedMemory, ImportResponse
 from .routes_memories import MAX_METADATA_BYTES
 
@@ -23,17 +24,40 @@ router = APIRouter(tags=["transfer"])
 IMPORT_MAX_BYTES = 512 * 1024 * 1024
 IMPORT_BATCH = 64
 MAX_REPORTED_ERRORS = 100
+NDJSON = "application/x-ndjson"
+COMPONENTS = "#/components/schemas/"
+# JSON Lines: each line, not the body, is an ExportedMemory (`itemSchema`, as FastAPI documents JSON Lines)
+LINES = {NDJSON: {"itemSchema": {"$ref": COMPONENTS + ExportedMemory.__name__}}}
+
+
+def document_lines(app: FastAPI) -> None:
+    """Put ExportedMemory (and the models it uses) in the app's OpenAPI components.
+
+    The export and import bodies are streamed, so no route declares it as a model and FastAPI would leave
+    it out; the routes' `itemSchema` points at it.
+    """
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schemas = generate().setdefault("components", {}).setdefault("schemas", {})
+            _, defs = models_json_schema([(ExportedMemory, "validation")], ref_template=COMPONENTS + "{model}")
+            schemas.update(defs["$defs"])
+        return app.openapi_schema  # type: ignore[return-value]
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 @router.get("/v1/export", response_class=StreamingResponse,
-            responses={200: {"content": {"application/x-ndjson": {}}}})
+            responses={200: {"description": "One ExportedMemory a line, oldest first", "content": LINES}}
+            | error_responses(401))
 async def export_route(team: Team, services: ServicesDep) -> StreamingResponse:
     """Every memory of the team, oldest first, one JSON object a line, with facts, spans and history."""
     def lines() -> Iterator[bytes]:
         for record in export_records(services.journal, team):
             yield (json.dumps(record, ensure_ascii=False) + "\n").encode()
 
-    return StreamingResponse(lines(), media_type="application/x-ndjson")
+    return StreamingResponse(lines(), media_type=NDJSON)
 
 
 async def _lines(request: Request) -> AsyncIterator[tuple[int, bytes]]:
@@ -51,7 +75,8 @@ async def _lines(request: Request) -> AsyncIterator[tuple[int, bytes]]:
         yield number + 1, buffer
 
 
-@router.post("/v1/import", response_model=ImportResponse)
+@router.post("/v1/import", response_model=ImportResponse, responses=error_responses(401, 413, 422),
+             openapi_extra={"requestBody": {"required": True, "content": LINES}})
 async def import_route(request: Request, team: Team, services: ServicesDep, re_extract: bool = False) -> ImportResponse:
     """JSON Lines as `/v1/export` writes them. Facts are kept as they are, or with `re_extract=true`
     dropped and extracted again. Idempotent per line: a line imported before is skipped."""
@@ -84,7 +109,7 @@ async def import_route(request: Request, team: Team, services: ServicesDep, re_e
                           else str(exc))
                 errors.append({"line": number, "detail": detail})
             continue
-        batch.append(record.model_dump())
+        batch.append(record.model_dump(mode="json"))
         if len(batch) >= IMPORT_BATCH:
             await flush()
     await flush()

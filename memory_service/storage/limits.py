@@ -35,11 +35,13 @@ from pathlib import Path
 from typing import Callable, Literal, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from ..ids import ID_RULE, MAX_ID_LEN, is_id
+
 # Documented input bounds (README and OpenAPI quote these).
 MAX_NAME_LEN = 128
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 MAX_DAILY_LIMIT = 10**9
-MAX_AGENT_ID_LEN = 128
+MAX_AGENT_ID_LEN = MAX_ID_LEN
 MAX_IDEMPOTENCY_KEY_LEN = 256
 MAX_HANDLED_KEY_LEN = 2048
 MAX_TTL_DAYS = 3650
@@ -111,6 +113,13 @@ def check_text(value: str, what: str, max_len: int) -> str:
         raise InvalidInput(f"{what} must be 1-{max_len} characters")
     if _CONTROL_RE.search(value):
         raise InvalidInput(f"{what} must not contain control characters")
+    return value
+
+
+def check_agent_id(value: str) -> str:
+    """The API's own id rule, so a direct caller of the store cannot write ids the API would refuse."""
+    if not is_id(value):
+        raise InvalidInput(f"agent_id must be {ID_RULE}")
     return value
 
 
@@ -371,7 +380,7 @@ class LimitStore:
     def get_limit(self, team: str, name: str, agent_id: str | None = None, days: int | None = None) -> LimitView:
         check_name(name)
         if agent_id is not None:
-            check_text(agent_id, "agent_id", MAX_AGENT_ID_LEN)
+            check_agent_id(agent_id)
         if days is not None:
             check_int(days, "days", 1, MAX_HISTORY_DAYS)
         with self._lock:
@@ -379,7 +388,7 @@ class LimitStore:
 
     def list_limits(self, team: str, agent_id: str | None = None) -> list[LimitView]:
         if agent_id is not None:
-            check_text(agent_id, "agent_id", MAX_AGENT_ID_LEN)
+            check_agent_id(agent_id)
         with self._lock:
             db = self._conn()
             names = [r[0] for r in db.execute("SELECT name FROM limit_defs WHERE team = ? ORDER BY name", (team,))]
@@ -471,7 +480,7 @@ class LimitStore:
         recorded, so a denied request may be retried with the same key.
         """
         check_name(name)
-        check_text(agent_id, "agent_id", MAX_AGENT_ID_LEN)
+        check_agent_id(agent_id)
         check_int(amount, "amount", 1, MAX_DAILY_LIMIT)
         if idempotency_key is not None:
             check_text(idempotency_key, "idempotency_key", MAX_IDEMPOTENCY_KEY_LEN)
@@ -539,7 +548,7 @@ class LimitStore:
         """
         _check_len(key, "key", MAX_HANDLED_KEY_LEN)
         if agent_id is not None:
-            check_text(agent_id, "agent_id", MAX_AGENT_ID_LEN)
+            check_agent_id(agent_id)
         if ttl_days is not None:
             check_int(ttl_days, "ttl_days", 1, MAX_TTL_DAYS)
         now = self._now()
@@ -560,7 +569,7 @@ class LimitStore:
         """The live record, or None if never seen or expired."""
         _check_len(key, "key", MAX_HANDLED_KEY_LEN)
         if agent_id is not None:
-            check_text(agent_id, "agent_id", MAX_AGENT_ID_LEN)
+            check_agent_id(agent_id)
         now_us = _to_us(self._now())
         with self._lock:
             row = (
