@@ -22,6 +22,7 @@ from fastapi import FastAPI
 from memory_service.api.app import create_app
 from memory_service.config import Settings
 from memory_service.http_client import service_client
+from memory_service.storage.keys import KeyStore
 from memory_service.storage.limits import LimitStore
 
 KEYS = {"ka": "team-a", "kb": "team-b"}
@@ -47,10 +48,11 @@ class Clock:
         self.moment += timedelta(**delta)
 
 
-def make_app(store: LimitStore) -> FastAPI:
-    """The production app (handlers, error shapes, middleware) over just the limit store these routes use."""
+def make_app(store: LimitStore, keys_path: Path) -> FastAPI:
+    """The production app (handlers, error shapes, middleware) over just the stores these routes use."""
     settings = Settings(api_keys=KEYS)
-    return create_app(settings, services=SimpleNamespace(settings=settings, limits=store))  # type: ignore[arg-type]
+    services = SimpleNamespace(settings=settings, limits=store, keys=KeyStore(keys_path))
+    return create_app(settings, services=services)  # type: ignore[arg-type]
 
 
 class Server:

@@ -23,7 +23,7 @@ class Env:
         self.db_path = tmp_path / "limits.sqlite3"
         self.clock = Clock(datetime.fromisoformat(START))
         self.store = LimitStore(self.db_path, now=self.clock)
-        self.server = Server(make_app(self.store)).__enter__()
+        self.server = Server(make_app(self.store, self.db_path.with_name("keys.sqlite3"))).__enter__()
         self.a = self.server.client("ka")
         self.b = self.server.client("kb")
 
@@ -31,7 +31,7 @@ class Env:
         """Stop the server, close the store, reopen both on the same file."""
         self.close()
         self.store = LimitStore(self.db_path, now=self.clock)
-        self.server = Server(make_app(self.store)).__enter__()
+        self.server = Server(make_app(self.store, self.db_path.with_name("keys.sqlite3"))).__enter__()
         self.a = self.server.client("ka")
         self.b = self.server.client("kb")
 

@@ -283,7 +283,7 @@ def test_team_view_counts_only_the_callers_team(service: ServiceProcess) -> None
         assert a.post("/v1/remember", json={"text": "Rotated the TLS certificate.", "agent_id": "ops-a",
                                             "tags": ["secret-tag-a"]}).status_code == 202
         mine, theirs = a.get("/v1/team").json(), b.get("/v1/team").json()
-    assert mine["team"] == "team-a" and theirs["team"] == "team-b" and mine["role"] == "read-write"
+    assert mine["team"] == "team-a" and theirs["team"] == "team-b" and mine["role"] == "admin"
     assert "ops-a" in [x["agent_id"] for x in mine["agents"]] and "secret-tag-a" in [x["tag"] for x in mine["tags"]]
     assert theirs == before_b
     assert "ops-a" not in json.dumps(theirs) and "secret-tag-a" not in json.dumps(theirs)

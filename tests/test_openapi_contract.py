@@ -208,6 +208,35 @@ def test_handled_routes(contract: Contract, a, anon) -> None:
     c(anon.get(f"/v1/handled/{key}"), "/v1/handled/{key}", 401)
 
 
+def test_team_and_keys_routes(contract: Contract, inprocess, a, anon) -> None:
+    c = contract.check
+    c(a.get("/v1/team"), "/v1/team", 200)
+    c(anon.get("/v1/team"), "/v1/team", 401)
+    made = c(a.post("/v1/keys", json={"role": "read", "label": "reader"}), "/v1/keys", 201).json()
+    c(a.post("/v1/keys", json={"role": "root"}), "/v1/keys", 422)
+    c(a.post("/v1/keys", content=b"{", headers={"content-type": "application/json"}), "/v1/keys", 400)
+    c(anon.post("/v1/keys", json={"role": "read"}), "/v1/keys", 401)
+    c(a.get("/v1/keys"), "/v1/keys", 200)
+    c(a.get("/v1/keys", params={"include_revoked": "perhaps"}), "/v1/keys", 422)
+    c(anon.get("/v1/keys"), "/v1/keys", 401)
+    with inprocess.client(made["key"]) as reader:
+        c(reader.get("/v1/team"), "/v1/team", 200)
+        for path, method, template in (("/v1/keys", "post", "/v1/keys"), ("/v1/keys", "get", "/v1/keys"),
+                                       ("/v1/remember", "post", "/v1/remember"),
+                                       ("/v1/limits/mails/consume", "post", "/v1/limits/{name}/consume"),
+                                       ("/v1/handled", "post", "/v1/handled"), ("/v1/import", "post", "/v1/import"),
+                                       ("/v1/limits/mails", "put", "/v1/limits/{name}"),
+                                       ("/v1/limits/mails", "delete", "/v1/limits/{name}"),
+                                       ("/v1/memories/mem_x", "delete", "/v1/memories/{memory_id}"),
+                                       ("/v1/memories", "delete", "/v1/memories"),
+                                       (f"/v1/keys/{made['id']}", "delete", "/v1/keys/{key_id}")):
+            c(reader.request(method.upper(), path, json={"role": "read"} if method == "post" else None), template,
+              403)
+    c(a.delete(f"/v1/keys/{made['id']}"), "/v1/keys/{key_id}", 204)
+    c(a.delete(f"/v1/keys/{made['id']}x"), "/v1/keys/{key_id}", 404)
+    c(anon.delete(f"/v1/keys/{made['id']}"), "/v1/keys/{key_id}", 401)
+
+
 def test_health_routes(contract: Contract, a) -> None:
     c = contract.check
     c(a.get("/health"), "/health", 200)

@@ -21,7 +21,9 @@ _STATUS_NAMES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404:
 
 _DESCRIPTIONS = {
     400: "Body is not JSON, or a parameter cannot be used as given (the message says which). Nothing changed.",
-    401: "Missing or unknown API key.",
+    401: "Missing, unknown or revoked API key.",
+    403: "The key's role is below what this route needs, or a key pinned to one agent acts as another. "
+         "The message names the role needed. Nothing changed.",
     404: "Not found in the caller's team.",
     409: "Conflicts with an earlier request. Nothing changed.",
     413: "Body too large (the message gives the limit). Nothing changed.",

@@ -14,7 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..storage.keys import KeyInfo, KeyNotFound, Role
 from .auth import Admin, Caller
 from .deps import ServicesDep
-from .models import ID_PATTERN
+from .errors import error_responses
+from .types import AgentId
 
 router = APIRouter(tags=["keys"])
 
@@ -24,8 +25,8 @@ class KeyCreate(BaseModel):
 
     role: Role = Field(description="read: recall, get, list, check; write: also remember, consume, mark handled, "
                                    "import; admin: also forget, define limits, manage keys")
-    agent_id: str | None = Field(default=None, min_length=1, max_length=128, pattern=ID_PATTERN,
-                                 description="Pin the key to this agent: it can write only as this agent_id")
+    agent_id: AgentId | None = Field(default=None,
+                                     description="Pin the key to this agent: it can write only as this agent_id")
     label: str | None = Field(default=None, max_length=200, description="A note for people, e.g. 'mailer on host-3'")
 
 
@@ -49,7 +50,8 @@ def _out(info: KeyInfo) -> dict:
             "created_at": stamp(info.created_at), "revoked_at": stamp(info.revoked_at)}
 
 
-@router.post("/v1/keys", status_code=201, response_model=NewKeyOut, summary="Create a key for this team")
+@router.post("/v1/keys", status_code=201, response_model=NewKeyOut, summary="Create a key for this team",
+             responses=error_responses(400, 401, 403, 422))
 async def create_key(body: KeyCreate, request: Request, team: Admin, services: ServicesDep) -> NewKeyOut:
     """Admins create keys for their own team only. A pinned admin key cannot create unpinned keys."""
     caller: Caller = request.state.caller
@@ -60,13 +62,15 @@ async def create_key(body: KeyCreate, request: Request, team: Admin, services: S
     return NewKeyOut(**_out(made.info), key=made.key)
 
 
-@router.get("/v1/keys", response_model=list[KeyOut], summary="List this team's keys (never their secrets)")
+@router.get("/v1/keys", response_model=list[KeyOut], summary="List this team's keys (never their secrets)",
+            responses=error_responses(401, 403, 422))
 async def list_keys(team: Admin, services: ServicesDep, include_revoked: bool = False) -> list[KeyOut]:
     found = await asyncio.to_thread(services.keys.list, team, include_revoked=include_revoked)
     return [KeyOut(**_out(info)) for info in found]
 
 
-@router.delete("/v1/keys/{key_id}", status_code=204, summary="Revoke a key of this team, at once")
+@router.delete("/v1/keys/{key_id}", status_code=204, summary="Revoke a key of this team, at once",
+               responses=error_responses(401, 403, 404, 422))
 async def revoke_key(key_id: str, team: Admin, services: ServicesDep) -> Response:
     try:
         await asyncio.to_thread(services.keys.revoke, key_id, team=team)

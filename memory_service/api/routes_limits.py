@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, HTTPException, Path, Query, Response
+from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -31,7 +31,7 @@ from ..storage.limits import (
     LimitNotFound,
     LimitView,
 )
-from .auth import Team
+from .auth import Admin, Team, Writer, check_agent
 from .deps import ServicesDep
 from .errors import error_responses
 from .types import REPLAYED, AgentId, HandledKey, IdempotencyKey, LimitName, Timezone
@@ -116,6 +116,7 @@ HandledOut = HandledRecord
 _ERRORS = error_responses(401, 422, 503)
 _NOT_FOUND = error_responses(404, described={404: "No such limit"})
 _BODY_ERRORS = error_responses(400, 413)  # routes with a JSON body: not JSON, or too large
+_FORBIDDEN = error_responses(403)  # below the role the route needs, or a pinned key acting as another agent
 
 
 # ---------------------------------------------------------------- helpers
@@ -155,9 +156,10 @@ def _view_body(view: LimitView) -> dict[str, object]:
     response_model=None,
     responses={200: {"model": LimitOut, "description": "Changed"}, 201: {"model": LimitOut, "description": "Created"}}
     | _BODY_ERRORS
+    | _FORBIDDEN
     | _ERRORS,
 )
-def put_limit(name: LimitName, spec: LimitSpec, team: Team, services: ServicesDep) -> JSONResponse:
+def put_limit(name: LimitName, spec: LimitSpec, team: Admin, services: ServicesDep) -> JSONResponse:
     """Create (201) or change (200) the team's limit `name`.
 
     The day is the local calendar day in `timezone` (IANA name; 23- and
@@ -207,8 +209,8 @@ def get_limit(
 
 
 @router.delete("/v1/limits/{name}", status_code=204, summary="Delete a limit and its counters",
-               responses=_NOT_FOUND | _ERRORS)
-def delete_limit(name: LimitName, team: Team, services: ServicesDep) -> Response:
+               responses=_NOT_FOUND | _FORBIDDEN | _ERRORS)
+def delete_limit(name: LimitName, team: Admin, services: ServicesDep) -> Response:
     """Remove the limit, its counters and idempotency records (204); 404 if absent."""
     with _store_errors():
         services.limits.delete_limit(team, name)
@@ -232,9 +234,11 @@ def delete_limit(name: LimitName, team: Team, services: ServicesDep) -> Response
     | error_responses(409, described={409: "idempotency_key reused today with another agent_id or amount"})
     | _NOT_FOUND
     | _BODY_ERRORS
+    | _FORBIDDEN
     | _ERRORS,
 )
-def consume(name: LimitName, body: ConsumeRequest, team: Team, services: ServicesDep) -> JSONResponse:
+def consume(name: LimitName, body: ConsumeRequest, request: Request, team: Writer,
+            services: ServicesDep) -> JSONResponse:
     """Add `amount` (1-1,000,000,000) to today's counter if it stays within the limit.
 
     Check and count are one transaction: concurrent callers can never push
@@ -246,6 +250,7 @@ def consume(name: LimitName, body: ConsumeRequest, team: Team, services: Service
     so a denied request may be retried with the same key. 404 when the team
     has no limit `name` (create it with PUT first).
     """
+    check_agent(request, body.agent_id)
     with _store_errors():
         result = services.limits.consume(team, name, body.agent_id, body.amount, body.idempotency_key)
     if not result.allowed:
@@ -258,8 +263,8 @@ def consume(name: LimitName, body: ConsumeRequest, team: Team, services: Service
 
 
 @router.post("/v1/handled", summary="Record a key; say whether it is the first time", response_model=None,
-             responses={200: {"model": HandledOut}} | _BODY_ERRORS | _ERRORS)
-def mark_handled(body: HandledRequest, team: Team, services: ServicesDep) -> JSONResponse:
+             responses={200: {"model": HandledOut}} | _BODY_ERRORS | _FORBIDDEN | _ERRORS)
+def mark_handled(body: HandledRequest, request: Request, team: Writer, services: ServicesDep) -> JSONResponse:
     """Atomic set-if-absent of `key` in the team's ledger (or the agent's, with `agent_id`).
 
     Exactly one of any number of concurrent posts gets `first_time: true`;
@@ -267,6 +272,7 @@ def mark_handled(body: HandledRequest, team: Team, services: ServicesDep) -> JSO
     days after first being seen, and then counts as first_time again (later
     posts do not extend it). Keys: 1-2048 chars, any text but NUL.
     """
+    check_agent(request, body.agent_id, required=False)
     with _store_errors():
         record = services.limits.mark_handled(team, body.key, body.agent_id, body.ttl_days)
     return JSONResponse(asdict(record))

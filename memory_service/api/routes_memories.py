@@ -7,13 +7,13 @@ import json
 from datetime import datetime, timezone
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query, Response
+from fastapi import APIRouter, HTTPException, Query, Request, Response
 
 from ..recall import to_epoch
 from ..storage.catalog import ListFilter, list_memories
 from ..storage.journal import DONE, FAILED
 from . import cursor as cursors
-from .auth import Team
+from .auth import Admin, Team, Writer, check_agent
 from .deps import ServicesDep
 from .errors import error_responses
 from .models import FactOut, ForgetResponse, MemoryOut, MemoryPage, MemorySummary, RememberRequest, RememberResponse
@@ -32,13 +32,15 @@ def _ts(value: float | None) -> datetime | None:
              responses={202: {"headers": {REPLAYED: {"description": "`true` when an earlier save with the same "
                                                                     "idempotency_key was returned",
                                                      "schema": {"type": "string", "enum": ["true"]}}}}}
-             | error_responses(400, 401, 413, 422))
-async def remember(body: RememberRequest, team: Team, services: ServicesDep, response: Response) -> RememberResponse:
+             | error_responses(400, 401, 403, 413, 422))
+async def remember(body: RememberRequest, request: Request, team: Writer, services: ServicesDep,
+                   response: Response) -> RememberResponse:
     """Commit the text to the journal (on disk before this answers), queue its extraction, answer 202.
 
     The raw text is recallable at once (keyword index) and within moments by meaning
     (passage embedding), whether or not extraction ever succeeds.
     """
+    check_agent(request, body.agent_id)
     settings = services.settings
     size = len(body.text.encode("utf-8"))
     if size > settings.max_text_bytes:
@@ -119,8 +121,8 @@ async def list_route(
 
 
 @router.delete("/v1/memories/{memory_id}", status_code=204, response_class=Response,
-               responses=error_responses(401, 404, 422))
-async def forget_one(memory_id: str, team: Team, services: ServicesDep) -> Response:
+               responses=error_responses(401, 403, 404, 422))
+async def forget_one(memory_id: str, team: Admin, services: ServicesDep) -> Response:
     """Forget a text: its passage, keyword entries, and the facts only it supported (shared facts lose it)."""
     deleted = await asyncio.to_thread(services.forget, team, memory_ids=[memory_id])
     if not deleted:
@@ -128,8 +130,8 @@ async def forget_one(memory_id: str, team: Team, services: ServicesDep) -> Respo
     return Response(status_code=204)
 
 
-@router.delete("/v1/memories", response_model=ForgetResponse, responses=error_responses(400, 401, 422))
-async def forget_many(team: Team, services: ServicesDep, agent_id: AgentId | None = None,
+@router.delete("/v1/memories", response_model=ForgetResponse, responses=error_responses(400, 401, 403, 422))
+async def forget_many(team: Admin, services: ServicesDep, agent_id: AgentId | None = None,
                       run_id: RunId | None = None, confirm: bool = False) -> ForgetResponse:
     """Forget every memory of an agent and/or a run. Needs `confirm=true`: it cannot be undone."""
     if agent_id is None and run_id is None:

@@ -14,12 +14,13 @@ from fastapi import APIRouter, Request
 from ..storage.catalog import facets
 from .auth import Caller, Team
 from .deps import ServicesDep
+from .errors import error_responses
 from .models import TeamOut
 
 router = APIRouter(tags=["team"])
 
 
-@router.get("/v1/team", response_model=TeamOut)
+@router.get("/v1/team", response_model=TeamOut, responses=error_responses(401))
 async def team_route(request: Request, team: Team, services: ServicesDep) -> TeamOut:
     """The caller's team, the key's role, and the team's memory count with its busiest agent ids and tags."""
     caller: Caller = request.state.caller

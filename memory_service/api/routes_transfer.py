@@ -13,7 +13,7 @@ from pydantic.json_schema import models_json_schema
 
 from ..storage.catalog import export_records
 from ..transfer import ImportTally, import_batch
-from .auth import Team
+from .auth import Caller, Team, Writer
 from .deps import ServicesDep
 from .errors import describe, error_responses
 from .models import ExportedMemory, ImportResponse
@@ -75,11 +75,15 @@ async def _lines(request: Request) -> AsyncIterator[tuple[int, bytes]]:
         yield number + 1, buffer
 
 
-@router.post("/v1/import", response_model=ImportResponse, responses=error_responses(401, 413, 422),
+@router.post("/v1/import", response_model=ImportResponse, responses=error_responses(401, 403, 413, 422),
              openapi_extra={"requestBody": {"required": True, "content": LINES}})
-async def import_route(request: Request, team: Team, services: ServicesDep, re_extract: bool = False) -> ImportResponse:
+async def import_route(request: Request, team: Writer, services: ServicesDep, re_extract: bool = False) -> ImportResponse:
     """JSON Lines as `/v1/export` writes them. Facts are kept as they are, or with `re_extract=true`
     dropped and extracted again. Idempotent per line: a line imported before is skipped."""
+    caller: Caller = request.state.caller
+    if caller.agent_id is not None:
+        raise HTTPException(403, f"this key is pinned to agent_id '{caller.agent_id}'; importing writes as any "
+                                 "agent, so it needs a key that is not pinned")
     settings = services.settings
     tally, failed, errors = ImportTally(), 0, []
     batch: list[dict] = []

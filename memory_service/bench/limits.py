@@ -53,6 +53,8 @@ def build_app(data_dir: Path, api_key: str | None, synchronous: str = "NORMAL"):
 
     from ..api import routes_limits
     from ..config import Settings
+    from ..services import KEYS_FILE
+    from ..storage.keys import KeyStore
     from ..storage.limits import LimitStore
 
     settings = Settings(data_dir=data_dir, api_keys={api_key: "bench"} if api_key else {})
@@ -60,9 +62,11 @@ def build_app(data_dir: Path, api_key: str | None, synchronous: str = "NORMAL"):
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         store = LimitStore(data_dir / "limits.sqlite3", synchronous=synchronous)  # type: ignore[arg-type]
-        app.state.services = SimpleNamespace(settings=settings, limits=store)
+        keys = KeyStore(data_dir / KEYS_FILE)
+        app.state.services = SimpleNamespace(settings=settings, limits=store, keys=keys)
         yield
         store.close()
+        keys.close()
 
     app = FastAPI(lifespan=lifespan)
     app.include_router(routes_limits.router)
