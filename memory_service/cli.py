@@ -1,5 +1,5 @@
 """`memory-service` command line: serve | doctor | remember | recall | get | list | forget | export | import |
-limits | keys | mcp | bench | eval."""
+limits | keys | backup | restore | mcp | bench | eval."""
 
 from __future__ import annotations
 
@@ -146,6 +146,34 @@ def cmd_import(args: argparse.Namespace) -> int:
     finally:
         if source is not sys.stdin.buffer:
             source.close()
+
+
+def _data_settings(args: argparse.Namespace) -> Settings:
+    return Settings.from_env().with_overrides(data_dir=Path(args.data_dir) if args.data_dir else None)
+
+
+def cmd_backup(args: argparse.Namespace) -> int:
+    from .backup import BackupError, backup
+
+    try:
+        summary = backup(_data_settings(args).data_dir, Path(args.dir))
+    except BackupError as exc:
+        print(f"backup failed: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(summary))
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    from .backup import BackupError, restore
+
+    try:
+        summary = restore(Path(args.dir), _data_settings(args), force=args.force, rebuild_vectors=args.rebuild_vectors)
+    except BackupError as exc:
+        print(f"restore failed: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(summary))
+    return 0
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -297,6 +325,19 @@ def build_parser() -> argparse.ArgumentParser:
     for command in (create, lister_keys, revoke):
         command.add_argument("--data-dir", help="env MEMORY_DATA_DIR (default ./memory-data)")
     keys.set_defaults(func=cmd_keys)
+    backup = sub.add_parser("backup", help="snapshot the data dir into a new directory (the service may keep running)")
+    backup.add_argument("dir", help="directory to create; must not exist or be empty")
+    backup.add_argument("--data-dir", help="env MEMORY_DATA_DIR (default ./memory-data)")
+    backup.set_defaults(func=cmd_backup)
+
+    restore = sub.add_parser("restore", help="bring a backup back into the data dir (stop the service first)")
+    restore.add_argument("dir", help="a directory written by `memory-service backup`")
+    restore.add_argument("--data-dir", help="env MEMORY_DATA_DIR (default ./memory-data)")
+    restore.add_argument("--force", action="store_true",
+                         help="restore over a data dir that holds data (it is moved aside, not deleted)")
+    restore.add_argument("--rebuild-vectors", action="store_true",
+                         help="embed everything again even when the backup holds a copy of the vectors")
+    restore.set_defaults(func=cmd_restore)
 
     mcp = sub.add_parser("mcp", help="serve the memory tools to agent harnesses over MCP (stdio or HTTP)")
     mcp.add_argument("--transport", choices=["stdio", "http"], default="stdio",

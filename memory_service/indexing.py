@@ -24,16 +24,16 @@ PASSAGE_WINDOW_CHARS = 1000
 PASSAGE_OVERLAP_CHARS = 150
 
 
-def base_metadata(memory: Memory) -> dict:
-    meta: dict = {
-        "memory_id": memory.id,
-        "agent_id": memory.agent_id,
-        "run_id": memory.run_id or "",
-        "created_at": memory.created_at,
-    }
-    for tag in memory.tags:
+def item_metadata(memory_id: str, agent_id: str, run_id: str | None, created_at: float, tags: list[str]) -> dict:
+    """What recall filters and shows: the same for a passage or fact written now or rebuilt after a restore."""
+    meta: dict = {"memory_id": memory_id, "agent_id": agent_id, "run_id": run_id or "", "created_at": created_at}
+    for tag in tags:
         meta[tag_key(tag)] = True
     return meta
+
+
+def base_metadata(memory: Memory) -> dict:
+    return item_metadata(memory.id, memory.agent_id, memory.run_id, memory.created_at, memory.tags)
 
 
 def passage_windows(text: str) -> list[tuple[int, str]]:

@@ -15,6 +15,7 @@ from .config import Settings
 from .extraction.client import LlamaClient
 from .forgetting import finish_pending, forget
 from .model_handle import ModelHandle
+from .storage.datalock import DataDirBusy, DataDirLock
 from .storage.embedder import Embedder, load_embedder
 from .storage.journal import DONE, FAILED, Journal, Memory
 from .storage.keys import KeyStore
@@ -36,6 +37,7 @@ class Services:
     limits: LimitStore
     model: ModelHandle
     keys: KeyStore
+    lock: DataDirLock | None = None  # shared: tells a restore that this data dir is in use
     _tasks: list[asyncio.Task] = field(default_factory=list)
     _waiters: dict[str, list[asyncio.Event]] = field(default_factory=dict)
 
@@ -50,6 +52,12 @@ class Services:
         data.mkdir(parents=True, exist_ok=True)
         if not settings.llm_url:
             raise ValueError("no llama-server URL: set MEMORY_LLM_URL, or start with `memory-service serve`")
+        lock = DataDirLock(data)
+        try:
+            lock.acquire(exclusive=False, wait=False)
+        except DataDirBusy:
+            log.info("waiting for the restore or backup running on %s to finish", data)
+            lock.acquire(exclusive=False, wait=True)
         journal = Journal(data / "journal.sqlite3")
         recovered = journal.recover()
         if recovered:
@@ -66,6 +74,7 @@ class Services:
             limits=LimitStore(data / "limits.sqlite3"),
             model=ModelHandle(settings, LlamaClient(settings.llm_url), speed_prior=speed_prior),
             keys=KeyStore(data / KEYS_FILE),
+            lock=lock,
         )
 
     async def start(self) -> None:
@@ -89,6 +98,8 @@ class Services:
         self.journal.close()
         self.limits.close()
         self.keys.close()
+        if self.lock is not None:
+            self.lock.release()
 
     # -- what the routes use ----------------------------------------------------
 

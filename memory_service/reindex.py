@@ -1,0 +1,62 @@
+"""Rebuild the vector store from the journal.
+
+Vectors are derived state: every passage is a saved text and every active fact a journal row, so a
+restore writes only the SQLite files and embeds them again here, with the same ids and metadata the
+workers give them. Superseded facts get no vector (the workers remove theirs), forgotten memories
+none either.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from .indexing import index_passages, item_metadata
+from .storage.embedder import Embedder
+from .storage.journal import DELETED, Journal
+from .storage.vectors import VectorItem, VectorStore
+
+BATCH = 64
+
+
+@dataclass
+class Reindexed:
+    passages: int  # saved texts embedded (each in one or more windows)
+    facts: int
+
+
+def reindex(journal: Journal, embedder: Embedder, vectors: VectorStore, *, batch: int = BATCH) -> Reindexed:
+    """Embed every live passage and active fact into `vectors` (meant to be empty; ids are upserted)."""
+    with journal.transaction() as conn:
+        conn.execute("UPDATE memories SET indexed = 0 WHERE status != ?", (DELETED,))
+    passages = 0
+    while todo := journal.unindexed(batch):
+        index_passages(todo, embedder, vectors)
+        journal.mark_indexed([m.id for m in todo])
+        passages += len(todo)
+    return Reindexed(passages=passages, facts=_reindex_facts(journal, embedder, vectors, batch))
+
+
+def _reindex_facts(journal: Journal, embedder: Embedder, vectors: VectorStore, batch: int) -> int:
+    done, after = 0, 0
+    while True:
+        with journal.reading() as conn:
+            rows = conn.execute(
+                "SELECT f.rowid, f.id, f.team, f.agent_id, f.memory_id, f.text, f.tags, f.created_at, m.run_id "
+                "FROM facts f LEFT JOIN memories m ON m.id = f.memory_id "
+                "WHERE f.superseded_by IS NULL AND f.rowid > ? ORDER BY f.rowid LIMIT ?",
+                (after, batch),
+            ).fetchall()
+        if not rows:
+            return done
+        after = rows[-1]["rowid"]
+        embeddings = embedder.embed([row["text"] for row in rows])
+        by_team: dict[str, list[VectorItem]] = {}
+        for row, vec in zip(rows, embeddings):
+            meta = item_metadata(row["memory_id"], row["agent_id"], row["run_id"], row["created_at"],
+                                 json.loads(row["tags"]))
+            by_team.setdefault(row["team"], []).append(
+                VectorItem(id=row["id"], text=row["text"], embedding=vec, metadata={**meta, "kind": "fact"}))
+        for team, items in by_team.items():
+            vectors.upsert(team, items)
+        done += len(rows)
