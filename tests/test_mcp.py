@@ -208,6 +208,20 @@ def test_read_only_hides_every_tool_that_writes(service: ServiceProcess) -> None
     run(scenario)
 
 
+def test_tools_follow_the_keys_role(service: ServiceProcess) -> None:
+    with service.client("key-a") as admin:
+        keys = {role: admin.post("/v1/keys", json={"role": role}).json()["key"] for role in ("read", "write")}
+
+    async def scenario() -> None:
+        async with stdio(service.url, keys["read"]) as client:
+            assert tuple(t.name for t in (await client.list_tools()).tools) == READ_TOOLS
+        async with stdio(service.url, keys["write"]) as client:
+            assert [t.name for t in (await client.list_tools()).tools] == [n for n in TOOL_NAMES if n != "forget"]
+            failed, text = await call(client, "remember", text="Written with a write key.")
+            assert not failed, text
+    run(scenario)
+
+
 # ---------------------------------------------------------------- the sweep
 
 
@@ -251,9 +265,12 @@ def test_every_tool_name_the_model_reads_is_a_tool_it_can_see(service: ServicePr
             for hidden in set(TOOL_NAMES) - visible:
                 assert not re.search(rf"\b{hidden}\b", text, re.I), f"hidden tool {hidden!r} named in {text!r}"
 
+    with service.client("key-a") as admin:
+        writer = admin.post("/v1/keys", json={"role": "write"}).json()["key"]
+
     async def scenario() -> None:
-        for args in ((), ("--read-only",)):
-            async with stdio(service.url, "key-a", *args) as client:
+        for key, args in (("key-a", ()), ("key-a", ("--read-only",)), (writer, ())):
+            async with stdio(service.url, key, *args) as client:
                 await sweep(client)
         async with stdio(f"http://127.0.0.1:{free_port()}") as client:
             await sweep(client)

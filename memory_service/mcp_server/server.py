@@ -1,8 +1,8 @@
 """Build and run the MCP server: probe the service, list only the tools that can work, then serve.
 
 A tool that can't work is not listed: when the service does not answer at start (or refuses the key),
-the server lists no tools and its instructions say why; a read-only key (or `--read-only`) hides the
-tools that change anything.
+the server lists no tools and its instructions say why; the key's role (read, write, admin) decides which
+of the others are listed.
 """
 
 from __future__ import annotations
