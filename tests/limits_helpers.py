@@ -22,6 +22,7 @@ from fastapi import FastAPI
 from memory_service.api.app import create_app
 from memory_service.config import Settings
 from memory_service.http_client import service_client
+from memory_service.metrics import Metrics
 from memory_service.storage.limits import LimitStore
 
 KEYS = {"ka": "team-a", "kb": "team-b"}
@@ -50,7 +51,8 @@ class Clock:
 def make_app(store: LimitStore) -> FastAPI:
     """The production app (handlers, error shapes, middleware) over just the limit store these routes use."""
     settings = Settings(api_keys=KEYS)
-    return create_app(settings, services=SimpleNamespace(settings=settings, limits=store))  # type: ignore[arg-type]
+    services = SimpleNamespace(settings=settings, limits=store, metrics=Metrics())
+    return create_app(settings, services=services)  # type: ignore[arg-type]
 
 
 class Server:

@@ -1,4 +1,4 @@
-"""Liveness, readiness and metrics."""
+"""Liveness, readiness, stats (JSON) and metrics (Prometheus)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import asyncio
 import time
 
 from fastapi import APIRouter
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
+from ..metrics import CONTENT_TYPE
 from .deps import ServicesDep
 
 router = APIRouter(tags=["health"])
@@ -49,7 +50,15 @@ async def ready(services: ServicesDep) -> JSONResponse:
     return JSONResponse(body, status_code=200 if ok else 503)
 
 
-@router.get("/metrics")
-async def metrics(services: ServicesDep) -> dict:
+@router.get("/v1/stats")
+async def stats(services: ServicesDep) -> dict:
+    """Jobs by status, the measured model speed and readiness, as JSON (for people and scripts)."""
     counts = await asyncio.to_thread(services.journal.counts)
     return {"jobs": counts, "throughput": services.model.throughput.snapshot(), "model_ready": services.model.ready}
+
+
+@router.get("/metrics", response_class=Response)
+async def metrics(services: ServicesDep) -> Response:
+    """Prometheus text exposition, for scraping. Rendered in a thread: the gauges read the journal."""
+    body = await asyncio.to_thread(services.metrics.render)
+    return Response(body, media_type=CONTENT_TYPE)

@@ -303,6 +303,7 @@ def consume(name: LimitName, body: ConsumeRequest, team: Team, services: Service
     """
     with _store_errors():
         result = services.limits.consume(team, name, body.agent_id, body.amount, body.idempotency_key)
+    services.metrics.consume.labels(team, "allowed" if result.allowed else "denied").inc()
     if not result.allowed:
         return JSONResponse(result.body(), status_code=429, headers={"Retry-After": str(result.retry_after_s)})
     headers = {"Idempotent-Replayed": "true"} if result.replayed else None

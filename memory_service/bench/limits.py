@@ -53,6 +53,7 @@ def build_app(data_dir: Path, api_key: str | None, synchronous: str = "NORMAL"):
 
     from ..api import routes_limits
     from ..config import Settings
+    from ..metrics import Metrics
     from ..storage.limits import LimitStore
 
     settings = Settings(data_dir=data_dir, api_keys={api_key: "bench"} if api_key else {})
@@ -60,7 +61,7 @@ def build_app(data_dir: Path, api_key: str | None, synchronous: str = "NORMAL"):
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         store = LimitStore(data_dir / "limits.sqlite3", synchronous=synchronous)  # type: ignore[arg-type]
-        app.state.services = SimpleNamespace(settings=settings, limits=store)
+        app.state.services = SimpleNamespace(settings=settings, limits=store, metrics=Metrics())
         yield
         store.close()
 
