@@ -14,6 +14,7 @@ from pathlib import Path
 from .bench.options import add_bench_arguments
 from .config import ConfigError, Settings
 from .evals.options import add_eval_arguments
+from .logs import TEXT_FORMAT
 
 
 def _client_args(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +45,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from .api.app import check_exposure, create_app
+    from .logs import configure as configure_logging
     from .llm_runtime.models import resolve_model
     from .llm_runtime import proven
     from .llm_runtime.server import LlamaServerError, launch
@@ -53,6 +55,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         model=args.model, llm_url=args.llm_url,
     )
     check_exposure(settings)
+    configure_logging(settings.log_format, os.environ.get("MEMORY_LOG_LEVEL", "INFO"))
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     llama = None
     speed_prior = None
@@ -72,9 +75,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # uvicorn shuts down gracefully, then re-raises the signal it caught; with this handler in place
     # that re-raise unwinds through `finally` (stopping llama-server) instead of killing us on the spot.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    # JSON logs: uvicorn's own loggers go through the root handler too, instead of its text formatters
+    log_config = {"log_config": None} if settings.log_format == "json" else {}
     try:
         uvicorn.run(create_app(settings, speed_prior=speed_prior), host=settings.host, port=settings.port, workers=1,
-                    log_level=os.environ.get("MEMORY_LOG_LEVEL", "info").lower(), access_log=False)
+                    log_level=os.environ.get("MEMORY_LOG_LEVEL", "info").lower(), access_log=False, **log_config)
     finally:
         if llama is not None:
             llama.stop()
@@ -363,8 +368,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=os.environ.get("MEMORY_LOG_LEVEL", "INFO").upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=os.environ.get("MEMORY_LOG_LEVEL", "INFO").upper(), format=TEXT_FORMAT)
     logging.getLogger("httpx").setLevel(logging.WARNING)
     args = build_parser().parse_args(argv)
     try:

@@ -57,6 +57,10 @@ class Settings(BaseSettings):
     embedder: Literal["onnx", "torch"] = "onnx"
     chroma_url: str | None = None
     skip_small_talk: bool = True
+    # `serve`'s log lines: text for a terminal, json (one object a line, with the request id) for a pipeline
+    log_format: Literal["text", "json"] = "text"
+    # one log line per HTTP request (method, path, status, duration, request id); off keeps hot paths lean
+    access_log: bool = False
 
     LOCAL_TEAM: ClassVar[str] = "local"
 

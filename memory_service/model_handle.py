@@ -10,6 +10,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from .config import Settings
 from .extraction.client import LlamaClient, ServerProps
@@ -32,6 +33,8 @@ class ModelHandle:
     last_check: float = 0.0
     # (prompt, generation) tokens/s measured when the build was proven on this model: the first estimates
     speed_prior: tuple[float, float] | None = None
+    # passed on to every extractor: told each completion's timings (the metrics count its tokens)
+    on_timings: Callable[[dict[str, Any]], None] | None = None
     _thinking: tuple[float, dict] | None = None  # (when, check_thinking result)
     _ready: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -73,6 +76,7 @@ class ModelHandle:
                 client=self.client, props=props, throughput=self.throughput,
                 max_output_tokens=min(self.settings.max_output_tokens, max(64, props.n_ctx // 4)),
                 max_facts=self.settings.max_facts, max_fact_chars=self.settings.max_fact_chars,
+                on_timings=self.on_timings,
             )
         self.last_error = None
         self._ready.set()

@@ -14,6 +14,7 @@ from typing import Any
 from .config import Settings
 from .extraction.client import LlamaClient
 from .forgetting import finish_pending, forget
+from .metrics import Metrics
 from .model_handle import ModelHandle
 from .storage.datalock import DataDirBusy, DataDirLock
 from .storage.embedder import Embedder, load_embedder
@@ -38,12 +39,15 @@ class Services:
     model: ModelHandle
     keys: KeyStore
     lock: DataDirLock | None = None  # shared: tells a restore that this data dir is in use
+    metrics: Metrics = field(default_factory=Metrics)
     _tasks: list[asyncio.Task] = field(default_factory=list)
     _waiters: dict[str, list[asyncio.Event]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.extraction = ExtractionWorker(self.settings, self.journal, self.model, self.embedder, self.vectors,
-                                           settled=self._settled)
+                                           metrics=self.metrics, settled=self._settled)
+        self.metrics.watch(self)
+        self.model.on_timings = self.metrics.llm_timings  # before start(): every extractor counts its tokens
         self.passages = PassageIndexer(self.journal, self.embedder, self.vectors)
 
     @classmethod
@@ -116,6 +120,14 @@ class Services:
         """Wake the workers: there is new work."""
         self.extraction.wake.set()
         self.passages.wake.set()
+
+    def job_counts(self) -> dict[str, int]:
+        """Texts by extraction status, and active facts (blocking: the scrape calls it in a thread)."""
+        return self.journal.counts()
+
+    def model_servers(self) -> dict[str, bool]:
+        """The llama-server this service extracts with, and whether it is up."""
+        return {self.model.client.base_url: self.model.ready}
 
     def estimate(self, jobs: int, chars: int) -> tuple[float | None, str]:
         return self.model.estimate(jobs, chars, self.settings.max_output_tokens)

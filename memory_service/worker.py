@@ -24,14 +24,17 @@ from .extraction.gate import small_talk_reason
 from .extraction.prompt import PROMPT_VERSION
 from .forgetting import passage_ids
 from .indexing import index_passages, store_facts
+from .metrics import Metrics
 from .model_handle import ModelHandle
 from .storage.embedder import Embedder
-from .storage.journal import DELETED, FAILED, FactPlan, Journal, Memory
+from .storage.journal import DELETED, FAILED, QUEUED, FactPlan, Journal, Memory
 from .storage.vectors import VectorStore
 
 log = logging.getLogger("memory_service.worker")
 
 MAX_RETRY_DELAY_S = 300.0
+# a failed attempt's outcome, by the status `fail_attempt` leaves the job in
+FAIL_OUTCOMES = {QUEUED: "retried", FAILED: "failed", DELETED: "forgotten"}
 IDLE_POLL_S = 1.0
 
 
@@ -48,8 +51,9 @@ async def wait_for(event: asyncio.Event, timeout: float) -> None:
 class ExtractionWorker:
     """Takes jobs from the journal and extracts their facts; one per llama-server slot.
 
-    It sees only what it uses: the journal, the model, the fact index, and a
-    callback for jobs that reach done or failed (so a saver waiting on one wakes).
+    It sees only what it uses: the journal, the model, the fact index, the metrics
+    (every attempt's outcome), and a callback for jobs that reach done or failed
+    (so a saver waiting on one wakes).
     """
 
     settings: Settings
@@ -57,6 +61,7 @@ class ExtractionWorker:
     model: ModelHandle
     embedder: Embedder
     vectors: VectorStore
+    metrics: Metrics
     settled: Callable[[str], None] = lambda memory_id: None
     wake: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -89,6 +94,7 @@ class ExtractionWorker:
                       "proposed": 0, "stored": 0, "merged": 0, "superseded": 0, "rejected": []}
             await asyncio.to_thread(journal.complete, job, FactPlan(), raw_reply=None,
                                     timings={"attempt": _finish(attempt, [])}, report=report)
+            self.metrics.job(job.team, "done")
             self.settled(job.id)
             return
         progress = Progress.from_dict(job.progress)
@@ -109,6 +115,7 @@ class ExtractionWorker:
                 journal.defer, job.id, until=job.next_attempt_at, budget_s=settings.extract_budget_s,
                 reason=f"slower than measured, resuming with smaller chunks: {exc}",
             )
+            self.metrics.job(job.team, "deferred", time.time() - started)
             return
         except LlmUnavailable as exc:
             if await self.model.went_down(str(exc)):
@@ -116,6 +123,7 @@ class ExtractionWorker:
                     journal.defer, job.id, until=time.time() + 1.0, budget_s=settings.extract_budget_s,
                     reason=f"model server unreachable, waiting: {exc}",
                 )
+                self.metrics.job(job.team, "deferred", time.time() - started)
                 return
             await self._fail(job, exc, attempt, progress)
             return
@@ -134,6 +142,7 @@ class ExtractionWorker:
         self.model.throughput.observe_job(time.time() - started)
         if not await asyncio.to_thread(journal.live, [job.id]):
             log.info("job %s: its memory was forgotten during extraction; nothing stored", job.id)
+            self.metrics.job(job.team, "forgotten", time.time() - started)
             self.settled(job.id)
             return
         try:
@@ -155,6 +164,11 @@ class ExtractionWorker:
             )
             if not stored:  # forgotten while its facts were embedded: their vectors must not stay behind
                 await asyncio.to_thread(self._drop_orphan_facts, job, plan)
+                self.metrics.job(job.team, "forgotten", time.time() - started)
+            else:
+                self.metrics.job(job.team, "done", time.time() - started)
+                self.metrics.facts(job.team, stored=report["stored"], merged=report["merged"],
+                                   superseded=report["superseded"], rejected=[r.code for r in result.rejected])
             self.settled(job.id)
         except Exception as exc:  # storing failed: the job must not be left 'extracting'
             log.exception("job %s: storing facts failed", job.id)
@@ -182,6 +196,7 @@ class ExtractionWorker:
             timings=timings, report=exc.report, retry_at=retry_at, budget_s=settings.extract_budget_s,
         )
         log.warning("job %s attempt %d failed (%s): %s", job.id, attempts, status, exc)
+        self.metrics.job(job.team, FAIL_OUTCOMES.get(status, "failed"), time.time() - attempt["started_at"])
         if status == DELETED:
             self.settled(job.id)
         if status == FAILED:

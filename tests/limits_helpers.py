@@ -23,6 +23,7 @@ from memory_service.api.app import create_app
 from memory_service.config import Settings
 from memory_service.http_client import service_client
 from memory_service.storage.keys import KeyStore
+from memory_service.metrics import Metrics
 from memory_service.storage.limits import LimitStore
 
 KEYS = {"ka": "team-a", "kb": "team-b"}
@@ -51,7 +52,8 @@ class Clock:
 def make_app(store: LimitStore, keys_path: Path) -> FastAPI:
     """The production app (handlers, error shapes, middleware) over just the stores these routes use."""
     settings = Settings(api_keys=KEYS)
-    services = SimpleNamespace(settings=settings, limits=store, keys=KeyStore(keys_path))
+    services = SimpleNamespace(settings=settings, limits=store, keys=KeyStore(keys_path),
+                               metrics=Metrics())
     return create_app(settings, services=services)  # type: ignore[arg-type]
 
 

@@ -45,6 +45,8 @@ class Contract:
             lines = [json.loads(line) for line in response.text.splitlines() if line.strip()]
             return [p for n, line in enumerate(lines, 1)
                     for p in self._invalid(f"{where} line {n}", content[media].get("itemSchema"), line)]
+        if media == "text/plain":  # Prometheus metrics: parsed by tests/test_metrics.py
+            return [] if response.text.strip() else [f"{where}: empty text body"]
         return [f"{where}: unexpected content type {media!r}"]
 
     def _invalid(self, where: str, schema: dict[str, Any] | None, body: Any) -> list[str]:
@@ -242,6 +244,7 @@ def test_health_routes(contract: Contract, a) -> None:
     c(a.get("/health"), "/health", 200)
     c(a.get("/ready"), "/ready", 503)  # no model server in process
     c(a.get("/metrics"), "/metrics", 200)
+    c(a.get("/v1/stats"), "/v1/stats", 200)
 
 
 def test_every_documented_operation_was_checked(contract: Contract) -> None:

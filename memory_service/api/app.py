@@ -100,7 +100,7 @@ def create_app(settings: Settings, *, speed_prior: tuple[float, float] | None = 
 
     app.add_middleware(BodySizeLimit, max_body=settings.max_text_bytes * 4 + BODY_OVERHEAD_BYTES,
                        max_text=settings.max_text_bytes)
-    app.add_middleware(RequestId)  # outermost: even a refused body gets its id
+    app.add_middleware(RequestId, access=settings.access_log)  # outermost: even a refused body gets its id
 
     for module in (routes_memories, routes_recall, routes_transfer, routes_limits, routes_team, routes_keys,
                    routes_health):

@@ -245,7 +245,7 @@ class ReadyOut(BaseModel):
     extract_budget_s: float
 
 
-class MetricsOut(BaseModel):
+class StatsOut(BaseModel):
     jobs: JobCounts
     throughput: ThroughputOut
     model_ready: bool

@@ -1,4 +1,4 @@
-"""Liveness, readiness and metrics."""
+"""Liveness, readiness, stats (JSON) and metrics (Prometheus)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ import asyncio
 import time
 
 from fastapi import APIRouter
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
+from ..metrics import CONTENT_TYPE
 from .deps import ServicesDep
-from .models import HealthOut, MetricsOut, ReadyOut
+from .models import HealthOut, StatsOut, ReadyOut
 
 router = APIRouter(tags=["health"])
 
@@ -52,7 +53,17 @@ async def ready(services: ServicesDep) -> JSONResponse:
     return JSONResponse(body, status_code=200 if ok else 503)
 
 
-@router.get("/metrics", response_model=MetricsOut)
-async def metrics(services: ServicesDep) -> dict:
+@router.get("/v1/stats", response_model=StatsOut)
+async def stats(services: ServicesDep) -> dict:
+    """Jobs by status, the measured model speed and readiness, as JSON (for people and scripts)."""
     counts = await asyncio.to_thread(services.journal.counts)
     return {"jobs": counts, "throughput": services.model.throughput.snapshot(), "model_ready": services.model.ready}
+
+
+@router.get("/metrics", response_class=Response,
+            responses={200: {"description": "Prometheus text exposition format 0.0.4",
+                             "content": {"text/plain": {"schema": {"type": "string"}}}}})
+async def metrics(services: ServicesDep) -> Response:
+    """Prometheus text exposition, for scraping. Rendered in a thread: the gauges read the journal."""
+    body = await asyncio.to_thread(services.metrics.render)
+    return Response(body, media_type=CONTENT_TYPE)

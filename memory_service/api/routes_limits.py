@@ -253,6 +253,7 @@ def consume(name: LimitName, body: ConsumeRequest, request: Request, team: Write
     check_agent(request, body.agent_id)
     with _store_errors():
         result = services.limits.consume(team, name, body.agent_id, body.amount, body.idempotency_key)
+    services.metrics.consume.labels(team, "allowed" if result.allowed else "denied").inc()
     if not result.allowed:
         return JSONResponse(result.body(), status_code=429, headers={"Retry-After": str(result.retry_after_s)})
     headers = {REPLAYED: "true"} if result.replayed else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from datetime import datetime, timezone
 from typing import Annotated
 
@@ -40,6 +41,7 @@ async def remember(body: RememberRequest, request: Request, team: Writer, servic
     The raw text is recallable at once (keyword index) and within moments by meaning
     (passage embedding), whether or not extraction ever succeeds.
     """
+    started = time.perf_counter()
     check_agent(request, body.agent_id)
     settings = services.settings
     size = len(body.text.encode("utf-8"))
@@ -56,6 +58,7 @@ async def remember(body: RememberRequest, request: Request, team: Writer, servic
     )
     if created:
         services.saved()
+    services.metrics.remember_ack.observe(time.perf_counter() - started)
     if body.wait_s > 0 and memory.status not in (DONE, FAILED):
         memory = await services.wait_settled(team, memory.id, body.wait_s) or memory
         ahead = await asyncio.to_thread(services.journal.backlog, memory.created_at)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import datetime, timezone
 
 from fastapi import APIRouter, HTTPException
@@ -19,6 +20,7 @@ router = APIRouter(tags=["recall"])
 @router.post("/v1/recall", response_model=RecallResponse, responses=error_responses(400, 401, 413, 422))
 async def recall_route(body: RecallRequest, team: Team, services: ServicesDep) -> RecallResponse:
     """Vector + keyword search over the team's facts and passages. `scope: "agent"` needs `agent_id`."""
+    started = time.perf_counter()
     if body.scope == "agent" and not body.agent_id:
         raise HTTPException(422, "scope 'agent' needs agent_id: whose memories should be searched?")
     since, until = to_epoch(body.since), to_epoch(body.until)
@@ -32,7 +34,7 @@ async def recall_route(body: RecallRequest, team: Team, services: ServicesDep) -
     hits = await asyncio.to_thread(
         recall, query, journal=services.journal, vectors=services.vectors, embedder=services.embedder
     )
-    return RecallResponse(items=[
+    answer = RecallResponse(items=[
         RecallItem(
             kind=h.kind, text=h.text, score=round(h.score, 6),
             similarity=round(h.similarity, 4) if h.similarity is not None else None, memory_id=h.memory_id,
@@ -41,3 +43,5 @@ async def recall_route(body: RecallRequest, team: Team, services: ServicesDep) -
         )
         for h in hits
     ])
+    services.metrics.recall.observe(time.perf_counter() - started)
+    return answer

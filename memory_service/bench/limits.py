@@ -55,6 +55,7 @@ def build_app(data_dir: Path, api_key: str | None, synchronous: str = "NORMAL"):
     from ..config import Settings
     from ..services import KEYS_FILE
     from ..storage.keys import KeyStore
+    from ..metrics import Metrics
     from ..storage.limits import LimitStore
 
     settings = Settings(data_dir=data_dir, api_keys={api_key: "bench"} if api_key else {})
@@ -63,7 +64,7 @@ def build_app(data_dir: Path, api_key: str | None, synchronous: str = "NORMAL"):
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         store = LimitStore(data_dir / "limits.sqlite3", synchronous=synchronous)  # type: ignore[arg-type]
         keys = KeyStore(data_dir / KEYS_FILE)
-        app.state.services = SimpleNamespace(settings=settings, limits=store, keys=keys)
+        app.state.services = SimpleNamespace(settings=settings, limits=store, keys=keys, metrics=Metrics())
         yield
         store.close()
         keys.close()

@@ -65,6 +65,8 @@ class Extractor:
     max_output_tokens: int = 384
     max_facts: int = 12
     max_fact_chars: int = 300
+    # told each completion's llama.cpp timings (token counts), e.g. for the service's metrics
+    on_timings: Callable[[dict[str, Any]], None] | None = None
     _system_tokens: int | None = None
 
     @property
@@ -163,6 +165,8 @@ class Extractor:
                         "(memory-service doctor measures both)", timings=exc.timings, report=exc.report) from exc
                 raise
             self.throughput.observe(completion.timings, system_tokens=system_tokens)
+            if self.on_timings is not None:
+                self.on_timings(completion.timings)
             for key in TOTAL_KEYS:
                 progress.totals[key] = progress.totals.get(key, 0) + float(completion.timings.get(key) or 0)
             call.update(
@@ -198,11 +202,11 @@ class Extractor:
                 if norm not in seen:  # the overlap between chunks yields the same fact twice
                     seen.add(norm)
                     progress.facts.append({"text": fact.text, "spans": [list(s) for s in fact.spans]})
-            progress.rejected.extend({"text": r.text, "reason": r.reason} for r in result.rejected)
+            progress.rejected.extend({"text": r.text, "reason": r.reason, "code": r.code} for r in result.rejected)
             progress.chunks += 1
             progress.offset = base + chunks[index + 1].start if index + 1 < len(chunks) else len(text)
             if on_chunk is not None and index + 1 < len(chunks):
                 await on_chunk(progress)
         kept = [GroundedFact(f["text"], [tuple(s) for s in f["spans"]]) for f in progress.facts]
-        rejected = [RejectedFact(r["text"], r["reason"]) for r in progress.rejected]
+        rejected = [RejectedFact(r["text"], r["reason"], r.get("code", "other")) for r in progress.rejected]
         return ExtractionResult(kept, rejected, progress.raws, dict(progress.totals), report())

@@ -88,8 +88,14 @@ class GroundedFact:
 
 @dataclass
 class RejectedFact:
+    """`reason` says why to a reader; `code` is one of REJECT_CODES, a bounded name to count by."""
+
     text: str
     reason: str
+    code: str = "other"
+
+
+REJECT_CODES = ("question", "address", "small_talk", "numbers", "names", "coverage", "other")
 
 
 @dataclass
@@ -130,14 +136,14 @@ def check_fact(fact: str, index: SourceIndex) -> GroundedFact | RejectedFact:
     norm = normalize(fact)
     words = content_words(norm)
     if fact.rstrip().endswith("?"):
-        return RejectedFact(fact, "a question, not a fact")
+        return RejectedFact(fact, "a question, not a fact", "question")
     if words and not content_words(normalize(_ADDRESS.sub(" ", fact))):
-        return RejectedFact(fact, "only an address, not a claim about anything")
+        return RejectedFact(fact, "only an address, not a claim about anything", "address")
     if not words or all(w in SMALL_TALK for w in words):
-        return RejectedFact(fact, "small talk: nothing durable to remember")
+        return RejectedFact(fact, "small talk: nothing durable to remember", "small_talk")
     missing_numbers = [n for n in numbers(fact) if n not in index.numbers]
     if missing_numbers:
-        return RejectedFact(fact, f"numbers not in the source: {', '.join(missing_numbers)}")
+        return RejectedFact(fact, f"numbers not in the source: {', '.join(missing_numbers)}", "numbers")
     names = [re.sub(r"'s\b", "", normalize(m)) for m in _NAME.findall(_ADDRESS.sub(" ", fact))]  # "Speaker's" names the speaker
     # The first word is capitalised anyway, but facts start with their subject: an invented one there
     # ("Zorblax approved the plan") is the costliest mistake, and a wrongly rejected fact still leaves
@@ -145,12 +151,13 @@ def check_fact(fact: str, index: SourceIndex) -> GroundedFact | RejectedFact:
     missing_names = [n for n in names if n and n not in STOPWORDS and n not in OPENERS
                      and not all(index.has_name(p) for p in n.split())]
     if missing_names:
-        return RejectedFact(fact, f"names not in the source: {', '.join(missing_names)}")
+        return RejectedFact(fact, f"names not in the source: {', '.join(missing_names)}", "names")
     present = [w for w in words if index.has(w)]
     coverage = len(present) / len(words)
     if coverage < MIN_CONTENT_COVERAGE:
         absent = [w for w in words if not index.has(w)]
-        return RejectedFact(fact, f"only {coverage:.0%} of its key words are in the source (missing: {', '.join(absent[:6])})")
+        return RejectedFact(fact, f"only {coverage:.0%} of its key words are in the source "
+                                  f"(missing: {', '.join(absent[:6])})", "coverage")
     return GroundedFact(fact, _spans(words, numbers(fact), index))
 
 
