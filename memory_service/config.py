@@ -61,6 +61,8 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = "text"
     # one log line per HTTP request (method, path, status, duration, request id); off keeps hot paths lean
     access_log: bool = False
+    # the calendar of saves that give no `occurred_at` offset: "yesterday" counts back from this zone's day
+    timezone: str = "UTC"
 
     LOCAL_TEAM: ClassVar[str] = "local"
 
@@ -68,6 +70,17 @@ class Settings(BaseSettings):
     @classmethod
     def _parse_api_keys(cls, value: Any) -> Any:
         return parse_api_keys(value) if isinstance(value, str) else value
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {value!r}: use an IANA name such as UTC or Europe/Madrid") from None
+        return value
 
     @field_validator("data_dir", "cache_dir", mode="after")
     @classmethod

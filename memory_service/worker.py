@@ -15,9 +15,11 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
+from datetime import date
 from typing import Any, Callable
 
 from .config import Settings
+from .extraction.dates import occurred, resolve_facts
 from .extraction.errors import ContextOverflow, ExtractionError, LlmUnavailable, TooSlow
 from .extraction.extractor import Extractor, Progress
 from .extraction.gate import small_talk_reason
@@ -36,6 +38,11 @@ MAX_RETRY_DELAY_S = 300.0
 # a failed attempt's outcome, by the status `fail_attempt` leaves the job in
 FAIL_OUTCOMES = {QUEUED: "retried", FAILED: "failed", DELETED: "forgotten"}
 IDLE_POLL_S = 1.0
+
+
+def _day_of(job: Memory, zone: str) -> date:
+    """The day the text was said: relative dates in its facts count from it (older journals: the save day)."""
+    return date.fromisoformat(job.occurred_day or occurred(None, job.created_at, zone)[1])
 
 
 async def wait_for(event: asyncio.Event, timeout: float) -> None:
@@ -146,8 +153,9 @@ class ExtractionWorker:
             self.settled(job.id)
             return
         try:
+            facts = resolve_facts(result.facts, _day_of(job, settings.timezone))
             plan = await asyncio.to_thread(
-                store_facts, job, result.facts, journal=journal, embedder=self.embedder, vectors=self.vectors,
+                store_facts, job, facts, journal=journal, embedder=self.embedder, vectors=self.vectors,
                 near_duplicate=settings.dedup_threshold,
             )
             report = {

@@ -38,6 +38,10 @@ class RememberRequest(Strict):
     idempotency_key: IdempotencyKey | None = Field(
         default=None, description="A repeat with the same key (per team) returns the first save, with header "
                                   "`Idempotent-Replayed: true`.")
+    occurred_at: datetime | None = Field(
+        default=None, description="When what the text tells happened (ISO-8601; with an offset it counts in that "
+                                  "offset, without one in MEMORY_TIMEZONE). Relative dates in its facts "
+                                  "('yesterday') count from that day. Default: the save time.")
     wait_s: float = Field(default=0, ge=0, le=120, description="Wait up to this long for extraction to finish before answering.")
 
     @field_validator("text")
@@ -82,6 +86,8 @@ class MemoryHead(BaseModel):
 class MemoryOut(MemoryHead):
     metadata: dict[str, Any]
     created_at: datetime
+    occurred_at: datetime | None = Field(default=None, description="As given to remember; null when not given.")
+    occurred_day: str | None = Field(default=None, description="The day relative dates in its facts count from.")
     attempts: int
     deferrals: int
     next_attempt_at: datetime | None
@@ -188,6 +194,8 @@ class ExportedMemory(BaseModel):
     created_at: float
     status: JobStatus = JobStatus.QUEUED
     idempotency_key: IdempotencyKey | None = None
+    occurred_at: float | None = None
+    occurred_day: str | None = Field(default=None, pattern=r"^\d{4}-\d{2}-\d{2}$")
     facts: list[ExportedFact] = Field(default_factory=list)
 
     @field_validator("text")

@@ -12,6 +12,7 @@ from fastapi import APIRouter, HTTPException, Query, Request, Response
 
 from ..recall import to_epoch
 from ..storage.catalog import ListFilter, list_memories
+from ..extraction.dates import occurred
 from ..storage.journal import DONE, FAILED
 from . import cursor as cursors
 from .auth import Admin, Team, Writer, check_agent
@@ -52,9 +53,11 @@ async def remember(body: RememberRequest, request: Request, team: Writer, servic
         )
     if len(json.dumps(body.metadata)) > MAX_METADATA_BYTES:
         raise HTTPException(413, f"metadata is larger than {MAX_METADATA_BYTES} bytes as JSON")
+    occurred_at, occurred_day = occurred(body.occurred_at, time.time(), settings.timezone)
     memory, created, ahead = await asyncio.to_thread(
         services.remember, team=team, agent_id=body.agent_id, text=body.text, run_id=body.run_id, tags=body.tags,
-        metadata=body.metadata, idempotency_key=body.idempotency_key,
+        metadata=body.metadata, idempotency_key=body.idempotency_key, occurred_at=occurred_at,
+        occurred_day=occurred_day,
     )
     if created:
         services.saved()
@@ -82,7 +85,8 @@ async def get_memory(memory_id: str, team: Team, services: ServicesDep) -> Memor
     report = memory.report or {}
     return MemoryOut(
         id=memory.id, status=memory.status, agent_id=memory.agent_id, run_id=memory.run_id, text=memory.text,
-        tags=memory.tags, metadata=memory.metadata, created_at=_ts(memory.created_at), attempts=memory.attempts,
+        tags=memory.tags, metadata=memory.metadata, created_at=_ts(memory.created_at),
+        occurred_at=_ts(memory.occurred_at), occurred_day=memory.occurred_day, attempts=memory.attempts,
         deferrals=memory.deferrals,
         next_attempt_at=_ts(memory.next_attempt_at) if memory.status == "queued" else None,
         last_error=memory.last_error,

@@ -84,6 +84,7 @@ def _record(journal: Journal, team: str, memory: Memory) -> dict[str, Any]:
         "id": memory.id, "text": memory.text, "agent_id": memory.agent_id, "run_id": memory.run_id,
         "tags": memory.tags, "metadata": memory.metadata, "created_at": memory.created_at,
         "status": memory.status, "idempotency_key": memory.idempotency_key,
+        "occurred_at": memory.occurred_at, "occurred_day": memory.occurred_day,
         "facts": [
             {"id": f.id, "text": f.text, "spans": [s["span"] for s in f.sources], "created_at": f.created_at,
              "superseded_by": f.superseded_by, "superseded_at": f.superseded_at}
@@ -122,10 +123,12 @@ def import_record(journal: Journal, team: str, record: dict[str, Any], *, keep_f
         memory_id = "mem_" + uuid.uuid4().hex
         conn.execute(
             """INSERT INTO memories (id, team, agent_id, run_id, text, tags, metadata, idempotency_key, created_at,
-               status, next_attempt_at, deadline_at, finished_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)""",
+               status, next_attempt_at, deadline_at, finished_at, occurred_at, occurred_day)
+               VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)""",
             (memory_id, team, record["agent_id"], record.get("run_id"), record["text"], tags,
              json.dumps(record.get("metadata") or {}), key, float(record["created_at"]), status, now,
-             now + budget_s, now if status != QUEUED else None),
+             now + budget_s, now if status != QUEUED else None, record.get("occurred_at"),
+             record.get("occurred_day")),
         )
         fresh = [_insert_fact(conn, team, memory_id, record, fact, tags, now) for fact in facts]
         memory = Memory.from_row(conn.execute("SELECT * FROM memories WHERE id = ?", (memory_id,)).fetchone())

@@ -49,7 +49,9 @@ CREATE TABLE IF NOT EXISTS memories (
     timings TEXT,
     report TEXT,
     indexed INTEGER NOT NULL DEFAULT 0,
-    progress TEXT
+    progress TEXT,
+    occurred_at REAL,
+    occurred_day TEXT
 );
 CREATE UNIQUE INDEX IF NOT EXISTS memories_idem ON memories(team, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
@@ -128,6 +130,8 @@ class Memory:
     timings: dict[str, Any] | None
     report: dict[str, Any] | None
     progress: dict[str, Any] | None = None  # chunks already extracted, when a long text is part-way
+    occurred_at: float | None = None  # when what the text tells happened, if the saver said; else created_at
+    occurred_day: str | None = None  # that day (YYYY-MM-DD) where it was said: relative dates count from it
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> "Memory":
@@ -141,6 +145,7 @@ class Memory:
             timings=json.loads(row["timings"]) if row["timings"] else None,
             report=json.loads(row["report"]) if row["report"] else None,
             progress=json.loads(row["progress"]) if row["progress"] else None,
+            occurred_at=row["occurred_at"], occurred_day=row["occurred_day"],
         )
 
 
@@ -215,8 +220,10 @@ class Journal:
             self._conn.execute("PRAGMA synchronous=FULL")  # durable before we ack
             self._conn.executescript(SCHEMA)
             columns = {row[1] for row in self._conn.execute("PRAGMA table_info(memories)")}
-            if "progress" not in columns:  # journals written before chunk progress was kept
-                self._conn.execute("ALTER TABLE memories ADD COLUMN progress TEXT")
+            # journals written before these columns existed: chunk progress, then when a text happened
+            for column, kind in (("progress", "TEXT"), ("occurred_at", "REAL"), ("occurred_day", "TEXT")):
+                if column not in columns:
+                    self._conn.execute(f"ALTER TABLE memories ADD COLUMN {column} {kind}")
         # Reads get their own connection: in WAL mode they see every committed write and never wait
         # for a writer, so recall stays fast while the workers commit.
         self._reader = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
@@ -255,6 +262,8 @@ class Journal:
         idempotency_key: str | None,
         budget_s: float,
         now: float | None = None,
+        occurred_at: float | None = None,
+        occurred_day: str | None = None,
     ) -> tuple[Memory, bool]:
         """Commit a text and its job; returns (memory, created). An idempotency hit returns the first one."""
         now = time.time() if now is None else now
@@ -268,9 +277,10 @@ class Journal:
             memory_id = "mem_" + uuid.uuid4().hex
             conn.execute(
                 """INSERT INTO memories (id, team, agent_id, run_id, text, tags, metadata, idempotency_key,
-                   created_at, next_attempt_at, deadline_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)""",
+                   created_at, next_attempt_at, deadline_at, occurred_at, occurred_day)
+                   VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)""",
                 (memory_id, team, agent_id, run_id, text, json.dumps(tags), json.dumps(metadata),
-                 idempotency_key, now, now, now + budget_s),
+                 idempotency_key, now, now, now + budget_s, occurred_at, occurred_day),
             )
             row = conn.execute("SELECT * FROM memories WHERE id = ?", (memory_id,)).fetchone()
             return Memory.from_row(row), True
