@@ -14,6 +14,16 @@ def _settings(request: Request) -> Settings:
     return request.app.state.services.settings
 
 
+def team_of_key(settings: Settings, token: str) -> str | None:
+    """The team of an API key, or None. Shared by the bearer header and the console's cookie."""
+    team = None
+    for key, key_team in settings.api_keys.items():
+        # compare every key in constant time, so timing does not reveal prefixes
+        if hmac.compare_digest(key.encode(), token.encode()):
+            team = key_team
+    return team
+
+
 async def require_team(request: Request) -> str:
     """Async on purpose: a sync dependency costs a threadpool hop on every request."""
     settings = _settings(request)
@@ -27,12 +37,7 @@ async def require_team(request: Request) -> str:
             detail="missing API key: send 'Authorization: Bearer <key>'",
             headers={"WWW-Authenticate": "Bearer"},
         )
-    token = token.strip()
-    team = None
-    for key, key_team in settings.api_keys.items():
-        # compare every key in constant time, so timing does not reveal prefixes
-        if hmac.compare_digest(key.encode(), token.encode()):
-            team = key_team
+    team = team_of_key(settings, token.strip())
     if team is None:
         raise HTTPException(status_code=401, detail="unknown API key", headers={"WWW-Authenticate": "Bearer"})
     return team

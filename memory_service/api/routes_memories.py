@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import datetime, timezone
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from fastapi import APIRouter, HTTPException, Query, Response
 
@@ -17,6 +17,9 @@ from .auth import Team
 from .deps import ServicesDep
 from .models import (ID_PATTERN, FactOut, ForgetResponse, MemoryOut, MemoryPage, MemorySummary, RememberRequest,
                      RememberResponse)
+
+if TYPE_CHECKING:
+    from ..services import Services
 
 router = APIRouter(tags=["memories"])
 
@@ -66,9 +69,17 @@ async def remember(body: RememberRequest, team: Team, services: ServicesDep, res
 @router.get("/v1/memories/{memory_id}", response_model=MemoryOut)
 async def get_memory(memory_id: str, team: Team, services: ServicesDep) -> MemoryOut:
     """A saved text, its job status, its facts (with spans and history), timings, and the raw reply on failure."""
+    out = await memory_out(services, team, memory_id)
+    if out is None:
+        raise HTTPException(404, f"no memory with id {memory_id!r} in this team")
+    return out
+
+
+async def memory_out(services: "Services", team: str, memory_id: str) -> MemoryOut | None:
+    """The full view of one of the team's memories, or None: the API and the console show the same thing."""
     memory = await asyncio.to_thread(services.journal.get, team, memory_id)
     if memory is None:
-        raise HTTPException(404, f"no memory with id {memory_id!r} in this team")
+        return None
     facts = await asyncio.to_thread(services.journal.facts_of_memory, team, memory_id)
     report = memory.report or {}
     return MemoryOut(
