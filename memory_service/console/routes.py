@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
@@ -125,8 +125,9 @@ async def memories(request: Request, session: SessionDep, agent_id: str = "", st
         if lo is not None and hi is not None and lo > hi:
             raise pages.BadFilter("since is after until: the time window is empty")
         after = cursors.decode(cursor) if cursor else None
-    except (pages.BadFilter, ValueError) as exc:
-        return render(request, "memories.html", session, 422, error=str(exc), items=[], hits=None, **context)
+    except (pages.BadFilter, ValueError, HTTPException) as exc:
+        message = exc.detail if isinstance(exc, HTTPException) else str(exc)
+        return render(request, "memories.html", session, 422, error=message, items=[], hits=None, **context)
     team = session.team
     context["facets"] = await asyncio.to_thread(facets, services.journal, team, 50)
     if q.strip():
