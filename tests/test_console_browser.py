@@ -26,7 +26,7 @@ TEXT = "Ines Ortega approved the Plover launch for May 3. The Plover budget is 4
 
 def chromium_path() -> str:
     found = os.environ.get("MEMORY_TEST_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-    if not found:
+    if not found or not os.access(found, os.X_OK):
         pytest.fail("no Chromium for the console's browser tests: run `scripts/bootstrap.sh --dev` "
                     "(or `apt-get install -y chromium`), or point MEMORY_TEST_CHROMIUM at a Chromium binary")
     return found
@@ -35,10 +35,11 @@ def chromium_path() -> str:
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     try:
-        from playwright.sync_api import sync_playwright
+        from playwright.sync_api import expect, sync_playwright
     except ImportError:
         pytest.fail("playwright is not installed: install the dev extras (`pip install -e '.[dev]'`)")
     executable = chromium_path()
+    expect.set_options(timeout=WAIT_MS)  # waits for an element, never a fixed sleep
     with sync_playwright() as pw:
         # --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start
         launched = pw.chromium.launch(executable_path=executable, args=["--no-sandbox"])
@@ -74,9 +75,9 @@ def api(service: ServiceProcess) -> Iterator[httpx.Client]:
 
 
 @pytest.fixture(scope="module")
-def state() -> dict[str, str]:
-    """What one test leaves for the next (the memory saved first); tests run in file order."""
-    return {}
+def saved(api: httpx.Client) -> str:
+    """The memory the tests look at, saved through the API; not waited for, so a page can watch it finish."""
+    return api.post("/v1/remember", json={"text": TEXT, "agent_id": "planner", "tags": ["launch"]}).json()["id"]
 
 
 def open_page(browser: Any, service: ServiceProcess, key: str, shots: Path) -> Any:
@@ -95,14 +96,13 @@ def open_page(browser: Any, service: ServiceProcess, key: str, shots: Path) -> A
     return page
 
 
-def test_login_save_watch_it_turn_done_and_see_its_facts(browser: Any, service: ServiceProcess, api: httpx.Client,
-                                                         shots: Path, state: dict[str, str]) -> None:
+def test_login_save_watch_it_turn_done_and_see_its_facts(browser: Any, service: ServiceProcess, shots: Path,
+                                                         saved: str) -> None:
     from playwright.sync_api import expect
 
     page = open_page(browser, service, "key-a", shots)
     expect(page.locator("#team")).to_have_text("team-a")
-    memory_id = api.post("/v1/remember", json={"text": TEXT, "agent_id": "planner", "tags": ["launch"]}).json()["id"]
-    state["memory_id"] = memory_id
+    memory_id = saved  # saved through the API just before this page logged in
     page.goto("/ui/memories")
     row = page.locator(f"#mem-{memory_id}")
     expect(row.locator(".status")).to_have_text(re.compile("queued|extracting"))
@@ -117,10 +117,11 @@ def test_login_save_watch_it_turn_done_and_see_its_facts(browser: Any, service: 
     page.screenshot(path=shots / "memory.png", full_page=True)
 
 
-def test_search_runs_recall_and_shows_scores(browser: Any, service: ServiceProcess, shots: Path,
-                                             state: dict[str, str]) -> None:
+def test_search_runs_recall_and_shows_scores(browser: Any, service: ServiceProcess, api: httpx.Client, shots: Path,
+                                             saved: str) -> None:
     from playwright.sync_api import expect
 
+    assert wait_status(api, saved)["status"] == "done"
     page = open_page(browser, service, "key-a", shots)
     page.fill("#q", "Plover budget")
     page.click("#apply")
@@ -128,7 +129,7 @@ def test_search_runs_recall_and_shows_scores(browser: Any, service: ServiceProce
     expect(hits.first).to_be_visible()
     expect(hits.first.locator(".score")).to_have_text(re.compile(r"^\d+\.\d{4}$"))
     expect(page.locator("#hits")).to_contain_text("400 dollars")
-    assert page.locator(f"#hits a[href='/ui/memories/{state['memory_id']}']").count() >= 1
+    assert page.locator(f"#hits a[href='/ui/memories/{saved}']").count() >= 1
     page.screenshot(path=shots / "search.png", full_page=True)
 
 
@@ -184,7 +185,7 @@ def test_a_handled_key_is_found_by_lookup(browser: Any, service: ServiceProcess,
 
 
 def test_a_second_teams_key_sees_none_of_it(browser: Any, service: ServiceProcess, shots: Path,
-                                            state: dict[str, str]) -> None:
+                                            saved: str) -> None:
     from playwright.sync_api import expect
 
     page = open_page(browser, service, "key-b", shots)
@@ -194,7 +195,7 @@ def test_a_second_teams_key_sees_none_of_it(browser: Any, service: ServiceProces
     page.fill("#q", "Plover budget")
     page.click("#apply")
     expect(page.locator("#hits")).to_contain_text("Nothing recalled")
-    answer = page.goto(f"/ui/memories/{state['memory_id']}")
+    answer = page.goto(f"/ui/memories/{saved}")
     assert answer is not None and answer.status == 404
     page.goto("/ui/limits")
     expect(page.locator("#limits")).to_contain_text("no limits")
