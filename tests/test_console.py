@@ -12,6 +12,7 @@ from typing import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
+from memory_service.console.highlight import Segment, segments
 from tests.conftest import InProcessApp
 
 CSRF = re.compile(r'name="csrf" value="([0-9a-f]+)"')
@@ -117,3 +118,11 @@ def test_bad_filters_are_explained_on_the_page(inprocess: InProcessApp) -> None:
                            ("cursor=%%%", "cursor")):
         page = a.get(f"/ui/memories?{query}")
         assert page.status_code == 422 and message in page.text, (query, page.text[-600:])
+
+
+def test_overlapping_spans_cut_the_text_into_marked_segments() -> None:
+    text = "Ines approved the plan on May 3."
+    cut = segments(text, [[[0, 22]], [[14, 31], [0, 0]], [[40, 99]]])  # an empty and an out-of-range span
+    assert "".join(s.text for s in cut) == text
+    assert cut == [Segment("Ines approved ", (1,)), Segment("the plan", (1, 2)), Segment(" on May 3", (2,)),
+                   Segment(".", ())]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
@@ -27,6 +27,9 @@ from ..storage.limits import MAX_AGENT_ID_LEN, MAX_HANDLED_KEY_LEN, InvalidInput
 from . import pages
 from .session import (COOKIE, COOKIE_PATH, CsrfRejected, LoginRequired, Session, checked_form, cookie_secure,
                       login_token, new_secret, read_form, require_session, resolve, safe_next, same_origin)
+
+if TYPE_CHECKING:
+    from ..services import Services
 
 HERE = Path(__file__).parent
 PAGE_SIZE = 50
@@ -56,7 +59,7 @@ def render(request: Request, name: str, session: Session | None, status_code: in
                                       headers=HEADERS)
 
 
-def services_of(request: Request) -> Any:
+def services_of(request: Request) -> "Services":
     return request.app.state.services
 
 
