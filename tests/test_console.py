@@ -13,6 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from memory_service.console.highlight import Segment, segments
+from memory_service.storage.journal import FactPlan, NewFact
 from tests.conftest import InProcessApp
 
 CSRF = re.compile(r'name="csrf" value="([0-9a-f]+)"')
@@ -126,3 +127,22 @@ def test_overlapping_spans_cut_the_text_into_marked_segments() -> None:
     assert "".join(s.text for s in cut) == text
     assert cut == [Segment("Ines approved ", (1,)), Segment("the plan", (1, 2)), Segment(" on May 3", (2,)),
                    Segment(".", ())]
+
+
+def test_a_memory_shows_its_spans_rejected_facts_and_superseded_history(inprocess: InProcessApp) -> None:
+    journal, api = inprocess.services.journal, inprocess.client("key-a")
+    first, second = (api.post("/v1/remember", json={"text": t, "agent_id": "fin"}).json()["id"]
+                     for t in ("The Wren budget is 400 dollars.", "The Wren budget is 500 dollars now."))
+    old, new = (NewFact(id=f"f:{n}", text=t, norm=t.lower(), shape="wren budget", spans=[(0, len(t))])
+                for n, t in (("wren-old", "The Wren budget is 400 dollars"), ("wren-new", "The Wren budget is 500 dollars")))
+    rejected = {"rejected": [{"text": "Wren is <em>great</em>", "reason": "not in the text"}]}
+    journal.complete(journal.get("team-a", first), FactPlan(new=[old]), raw_reply=None,
+                     timings={"prompt_n": 120, "cache_n": 80, "predicted_n": 21}, report=rejected)
+    journal.complete(journal.get("team-a", second), FactPlan(new=[new], superseded=[(old.id, new.id)]),
+                     raw_reply=None, timings=None, report={})
+    page = login(inprocess, "key-a").get(f"/ui/memories/{first}").text
+    assert '<mark data-facts="1" title="fact 1">The Wren budget is 400 dollars<sup>1</sup></mark>.' in page
+    superseded = page.split('id="superseded"', 1)[1].split("</ol>", 1)[0]
+    assert "The Wren budget is 400 dollars" in superseded and "replaced by “The Wren budget is 500 dollars”" in superseded
+    assert "Wren is &lt;em&gt;great&lt;/em&gt;" in page and "not in the text" in page
+    assert "cached prompt tokens</th><td class=\"num\">80" in page
