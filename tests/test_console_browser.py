@@ -41,15 +41,15 @@ def browser() -> Iterator[Any]:
     executable = chromium_path()
     expect.set_options(timeout=WAIT_MS)  # waits for an element, never a fixed sleep
     with sync_playwright() as pw:
-        # --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start
-        launched = pw.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        # --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start; a container's /dev/shm is small
+        launched = pw.chromium.launch(executable_path=executable, args=["--no-sandbox", "--disable-dev-shm-usage"])
         yield launched
         launched.close()
 
 
 @pytest.fixture(scope="module")
 def fake() -> Iterator[FakeLlamaServer]:
-    with FakeLlamaServer("ok", tokens_per_s=8) as server:  # a reply of ~40 tokens takes seconds: watchable
+    with FakeLlamaServer("ok", tokens_per_s=6) as server:  # a reply of ~40 tokens takes seconds: watchable
         yield server
 
 
@@ -165,9 +165,13 @@ def test_a_limits_usage_moves_after_a_consume(browser: Any, service: ServiceProc
     row = page.locator("#limit-emails")
     expect(row.locator(".used")).to_have_text("0")
     expect(row.locator(".resets")).to_contain_text("Europe/Madrid")
+    assert api.put("/v1/limits/calls", json={"daily_limit": 9, "timezone": "Asia/Tokyo", "per": "agent"}).status_code == 201
     assert api.post("/v1/limits/emails/consume", json={"agent_id": "mailer", "amount": 2}).json()["used"] == 2
+    assert api.post("/v1/limits/calls/consume", json={"agent_id": "mailer", "amount": 3}).json()["used"] == 3
     page.reload()
     expect(row.locator(".used")).to_have_text("2")
+    expect(page.locator("tr[data-limit='calls'][data-agent='mailer'] .used")).to_have_text("3")
+    expect(page.locator("#limit-calls .resets")).to_contain_text("+09:00 Asia/Tokyo")
     page.screenshot(path=shots / "limits.png", full_page=True)
 
 

@@ -7,6 +7,7 @@ through the same stores; every POST checks its origin and CSRF token first.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -23,7 +24,8 @@ from ..api.auth import team_of_key
 from ..api.routes_memories import memory_out
 from ..recall import RecallQuery, recall
 from ..storage.catalog import ListFilter, facets, list_memories, status_counts
-from ..storage.limits import MAX_AGENT_ID_LEN, MAX_HANDLED_KEY_LEN, InvalidInput, check_text
+from ..storage.limits import (MAX_AGENT_ID_LEN, MAX_HANDLED_KEY_LEN, InvalidInput, LimitNotFound, LimitStore,
+                              LimitView, check_text)
 from . import pages
 from .session import (COOKIE, COOKIE_PATH, CsrfRejected, LoginRequired, Session, checked_form, cookie_secure,
                       login_token, new_secret, read_form, require_session, resolve, safe_next, same_origin)
@@ -86,7 +88,7 @@ async def login_form(request: Request, next: str = "") -> Response:
 async def login(request: Request) -> Response:
     form = await read_form(request)
     target = safe_next(form.get("next"))
-    if not same_origin(request) or form.get("csrf") != login_token(request):
+    if not same_origin(request) or not hmac.compare_digest(form.get("csrf", ""), login_token(request)):
         raise CsrfRejected("login form from elsewhere")
     settings = services_of(request).settings
     if not settings.auth_enabled:
@@ -199,10 +201,21 @@ async def jobs(request: Request, session: SessionDep) -> Response:
 async def limits(request: Request, session: SessionDep) -> Response:
     services = services_of(request)
     try:
-        views = await asyncio.to_thread(services.limits.list_limits, session.team)
+        views = await asyncio.to_thread(_limit_views, services.limits, session.team)
     except (sqlite3.OperationalError, RuntimeError) as exc:
         return render(request, "limits.html", session, 503, views=[], error=f"limit storage unavailable: {exc}")
     return render(request, "limits.html", session, views=views)
+
+
+def _limit_views(store: LimitStore, team: str) -> list[LimitView]:
+    """Every limit with today's usage; per-agent limits with each agent's counter (the list leaves them out)."""
+    views = []
+    for view in store.list_limits(team):
+        try:
+            views.append(store.get_limit(team, view.name) if view.per == "agent" else view)
+        except LimitNotFound:  # deleted meanwhile
+            continue
+    return views
 
 
 @router.get("/handled")
