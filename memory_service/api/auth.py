@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import hmac
 from dataclasses import dataclass
-from typing import Annotated, Callable
+from typing import TYPE_CHECKING, Annotated, Callable
 
 from fastapi import Depends, HTTPException, Request
 
 from ..config import Settings, is_loopback
 from ..storage.keys import Role, role_allows
+
+if TYPE_CHECKING:
+    from ..services import Services
 
 
 @dataclass(frozen=True)
@@ -31,28 +34,40 @@ def _unauthorized(detail: str) -> HTTPException:
     return HTTPException(status_code=401, detail=detail, headers={"WWW-Authenticate": "Bearer"})
 
 
-def identify(request: Request) -> Caller:
-    """Who is calling: from the bearer key (MEMORY_API_KEYS first, in constant time, then the key store)."""
-    services = request.app.state.services
-    settings: Settings = services.settings
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not token:
-        if not settings.api_keys and is_loopback(settings.host) and not services.keys.has_keys():
-            return Caller(Settings.LOCAL_TEAM, "admin")
-        raise _unauthorized("missing API key: send 'Authorization: Bearer <key>'")
+def open_access(services: "Services") -> bool:
+    """No key anywhere and a loopback address: everything belongs to the local team, no key needed."""
+    settings = services.settings
+    return not settings.api_keys and is_loopback(settings.host) and not services.keys.has_keys()
+
+
+def caller_of_key(services: "Services", token: str) -> Caller | None:
+    """Whose key this is (MEMORY_API_KEYS first, in constant time, then the key store), or None.
+    Shared by the bearer header and the console's cookie."""
     team = None
-    for key, key_team in settings.api_keys.items():
+    for key, key_team in services.settings.api_keys.items():
         # compare every key in constant time, so timing does not reveal prefixes
         if hmac.compare_digest(key.encode(), token.encode()):
             team = key_team
     if team is not None:
         return Caller(team, "admin")
     stored = services.keys.lookup(token)
-    if stored is None:
+    return None if stored is None else Caller(stored.team, stored.role, stored.agent_id, stored.id)
+
+
+def identify(request: Request) -> Caller:
+    """Who is calling, from the bearer key."""
+    services = request.app.state.services
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        if open_access(services):
+            return Caller(Settings.LOCAL_TEAM, "admin")
+        raise _unauthorized("missing API key: send 'Authorization: Bearer <key>'")
+    caller = caller_of_key(services, token)
+    if caller is None:
         raise _unauthorized("unknown or revoked API key")
-    return Caller(stored.team, stored.role, stored.agent_id, stored.id)
+    return caller
 
 
 def requires(role: Role) -> Callable[[Request], object]:

@@ -6,7 +6,7 @@ import asyncio
 import json
 import time
 from datetime import datetime, timezone
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 
@@ -20,6 +20,9 @@ from .deps import ServicesDep
 from .errors import error_responses
 from .models import FactOut, ForgetResponse, MemoryOut, MemoryPage, MemorySummary, RememberRequest, RememberResponse
 from .types import REPLAYED, AgentId, JobStatus, RunId, Tag
+
+if TYPE_CHECKING:
+    from ..services import Services
 
 router = APIRouter(tags=["memories"])
 
@@ -78,9 +81,17 @@ async def remember(body: RememberRequest, request: Request, team: Writer, servic
 @router.get("/v1/memories/{memory_id}", response_model=MemoryOut, responses=error_responses(401, 404, 422))
 async def get_memory(memory_id: str, team: Team, services: ServicesDep) -> MemoryOut:
     """A saved text, its job status, its facts (with spans and history), timings, and the raw reply on failure."""
+    out = await memory_out(services, team, memory_id)
+    if out is None:
+        raise HTTPException(404, f"no memory with id {memory_id!r} in this team")
+    return out
+
+
+async def memory_out(services: "Services", team: str, memory_id: str) -> MemoryOut | None:
+    """The full view of one of the team's memories, or None: the API and the console show the same thing."""
     memory = await asyncio.to_thread(services.journal.get, team, memory_id)
     if memory is None:
-        raise HTTPException(404, f"no memory with id {memory_id!r} in this team")
+        return None
     facts = await asyncio.to_thread(services.journal.facts_of_memory, team, memory_id)
     report = memory.report or {}
     return MemoryOut(

@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 from ..extraction.grounding import shape
 from ..text import normalize
-from .journal import DELETED, DONE, FAILED, QUEUED, Journal, Memory
+from .journal import DELETED, DONE, EXTRACTING, FAILED, QUEUED, Journal, Memory
 
 Cursor = tuple[float, str]  # (created_at, id) of the last item shown
 
@@ -176,3 +176,13 @@ def facets(journal: Journal, team: str, top: int = 50) -> Facets:
             f"SELECT j.value, COUNT(*) FROM memories m, json_each(m.tags) j WHERE {live} GROUP BY j.value "
             "ORDER BY 2 DESC, 1 LIMIT ?", (team, DELETED, top)).fetchall()
     return Facets(int(total), [(a, int(n)) for a, n in agents], [(t, int(n)) for t, n in tags])
+
+
+def status_counts(journal: Journal, team: str) -> dict[str, int]:
+    """How many of the team's jobs are in each state (queued, extracting, done, failed)."""
+    with journal.reading() as conn:
+        rows = conn.execute("SELECT status, COUNT(*) FROM memories WHERE team = ? AND status != ? GROUP BY status",
+                            (team, DELETED)).fetchall()
+    out = {status: 0 for status in (QUEUED, EXTRACTING, DONE, FAILED)}
+    out.update({row[0]: int(row[1]) for row in rows})
+    return out

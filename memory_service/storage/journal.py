@@ -361,6 +361,20 @@ class Journal:
             ).rowcount
         return status if updated else DELETED
 
+    def retry(self, team: str, memory_id: str, *, budget_s: float, now: float | None = None) -> bool:
+        """An operator's retry of a failed job: queued again, due now. False unless the team's job had failed.
+
+        Attempts are kept (the history stays true), so a retry is one more attempt: a job that fails
+        again with a retryable error goes back to failed rather than through the whole back-off again.
+        """
+        now = time.time() if now is None else now
+        with self._tx() as conn:
+            return conn.execute(
+                "UPDATE memories SET status = ?, next_attempt_at = ?, deadline_at = ?, started_at = NULL, "
+                "finished_at = NULL WHERE id = ? AND team = ? AND status = ?",
+                (QUEUED, now, now + budget_s, memory_id, team, FAILED),
+            ).rowcount == 1
+
     def complete(
         self,
         memory: Memory,

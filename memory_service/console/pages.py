@@ -1,0 +1,114 @@
+"""What the pages show, computed from the stores: the routes stay thin and the templates only lay it out."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from ..api.models import MemoryOut
+from ..config import Settings
+from .highlight import Segment, segments
+
+STATUSES = ("queued", "extracting", "done", "failed")
+PENDING = ("queued", "extracting")
+
+
+class BadFilter(ValueError):
+    """A filter the operator typed that cannot be used; shown on the page, nothing else fails."""
+
+
+def parse_time(value: str, what: str) -> float | None:
+    """'2024-05-01', '2024-05-01T10:30' (UTC when no offset is given) or a full ISO-8601 time, as epoch seconds."""
+    value = value.strip()
+    if not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise BadFilter(f"{what}: {value!r} is not a date or time (use YYYY-MM-DD or YYYY-MM-DDTHH:MM)") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.timestamp()
+
+
+def when(value: float | datetime | str | None) -> str:
+    """One way to show a moment everywhere: UTC, to the second."""
+    if value is None or value == "":
+        return "–"
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if isinstance(value, (int, float)):
+        value = datetime.fromtimestamp(value, tz=timezone.utc)
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def local_time(iso: str) -> str:
+    """A moment in the zone its ISO text carries (a limit's reset time), with that offset."""
+    moment = datetime.fromisoformat(iso)
+    return moment.strftime("%Y-%m-%d %H:%M") + " " + moment.strftime("%z")[:3] + ":" + moment.strftime("%z")[3:]
+
+
+@dataclass
+class FactRow:
+    number: int
+    text: str
+    spans: list[list[int]]
+    superseded_by: str | None
+    replaced_by_text: str | None
+
+
+@dataclass
+class MemoryPage:
+    memory: MemoryOut
+    facts: list[FactRow]
+    history: list[FactRow]
+    segments: list[Segment]
+    timing_rows: list[tuple[str, Any]] = field(default_factory=list)
+    attempt_rows: list[tuple[str, Any]] = field(default_factory=list)
+
+
+TIMING_LABELS = {"prompt_n": "prompt tokens", "cache_n": "cached prompt tokens", "predicted_n": "predicted tokens",
+                 "prompt_ms": "prompt time (ms)", "predicted_ms": "generation time (ms)"}
+
+
+def memory_page(memory: MemoryOut, replaced_texts: dict[str, str]) -> MemoryPage:
+    """Facts numbered in one sequence: active ones first, then the superseded history, all marked in the text."""
+    active = [f for f in memory.facts if f.superseded_by is None]
+    old = [f for f in memory.facts if f.superseded_by is not None]
+    rows = [FactRow(n, f.text, f.spans, f.superseded_by, replaced_texts.get(f.superseded_by or ""))
+            for n, f in enumerate(active + old, 1)]
+    timings = memory.timings or {}
+    timing_rows = [(label, timings[key]) for key, label in TIMING_LABELS.items() if key in timings]
+    attempt = timings.get("attempt") or {}
+    attempt_rows = [(key.replace("_", " "), attempt[key]) for key in ("elapsed_s", "calls", "overrun_s")
+                    if key in attempt]
+    return MemoryPage(memory=memory, facts=rows[:len(active)], history=rows[len(active):],
+                      segments=segments(memory.text, [r.spans for r in rows]),
+                      timing_rows=timing_rows, attempt_rows=attempt_rows)
+
+
+@dataclass
+class Speed:
+    """Measured model speed against what the extraction budget needs."""
+
+    prompt_tps: float | None
+    generation_tps: float | None
+    seconds_per_job: float | None
+    source: str
+    budget_s: float
+    max_output_tokens: int
+    needed_generation_tps: float
+    fits: bool | None  # None until a generation speed is known
+
+
+def speed(snapshot: dict[str, Any], settings: Settings) -> Speed:
+    needed = settings.max_output_tokens / settings.extract_budget_s
+    gen = snapshot.get("generation_tokens_per_s")
+    return Speed(
+        prompt_tps=snapshot.get("prompt_tokens_per_s"), generation_tps=gen,
+        seconds_per_job=snapshot.get("seconds_per_job"), source=str(snapshot.get("source", "")),
+        budget_s=settings.extract_budget_s, max_output_tokens=settings.max_output_tokens,
+        needed_generation_tps=math.ceil(needed * 10) / 10, fits=None if gen is None else gen >= needed,
+    )

@@ -1,0 +1,260 @@
+"""The console's pages: memories (list, search, one memory), jobs, limits and handled keys.
+
+Each page resolves its team exactly as the API does (same keys, constant-time compare) and reads
+through the same stores; every POST checks its origin and CSRF token first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import sqlite3
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+from jinja2 import Environment, FileSystemLoader
+
+from ..api import cursor as cursors
+from ..api.auth import caller_of_key, open_access
+from ..storage.keys import role_allows
+from ..api.routes_memories import memory_out
+from ..recall import RecallQuery, recall
+from ..storage.catalog import ListFilter, facets, list_memories, status_counts
+from ..storage.limits import (MAX_AGENT_ID_LEN, MAX_HANDLED_KEY_LEN, InvalidInput, LimitNotFound, LimitStore,
+                              LimitView, check_text)
+from . import pages
+from .session import (COOKIE, COOKIE_PATH, CsrfRejected, LoginRequired, Session, checked_form, cookie_secure,
+                      login_token, new_secret, read_form, require_session, resolve, safe_next, same_origin)
+
+if TYPE_CHECKING:
+    from ..services import Services
+
+HERE = Path(__file__).parent
+PAGE_SIZE = 50
+JOBS_SHOWN = 100
+SEARCH_K = 20
+REFRESH_S = 2
+# the pages load only what the service itself serves, and nothing may frame them
+HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; form-action 'self'; "
+                               "frame-ancestors 'none'; base-uri 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+_env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=True)
+_env.filters.update(when=pages.when, local_time=pages.local_time)
+templates = Jinja2Templates(env=_env)
+
+router = APIRouter(prefix="/ui", include_in_schema=False)
+SessionDep = Annotated[Session, Depends(require_session)]
+
+
+def render(request: Request, name: str, session: Session | None, status_code: int = 200,
+           **context: Any) -> HTMLResponse:
+    return templates.TemplateResponse(request, name, {"session": session, **context}, status_code=status_code,
+                                      headers=HEADERS)
+
+
+def services_of(request: Request) -> "Services":
+    return request.app.state.services
+
+
+def see_other(url: str) -> RedirectResponse:
+    return RedirectResponse(url, status_code=303)
+
+
+# ---------------------------------------------------------------- login
+
+
+@router.get("")
+async def root() -> RedirectResponse:
+    return see_other("/ui/memories")
+
+
+@router.get("/login")
+async def login_form(request: Request, next: str = "") -> Response:
+    if resolve(request) is not None:
+        return see_other(safe_next(next))
+    return render(request, "login.html", None, next=safe_next(next), csrf=login_token(request))
+
+
+@router.post("/login")
+async def login(request: Request) -> Response:
+    form = await read_form(request)
+    target = safe_next(form.get("next"))
+    if not same_origin(request) or not hmac.compare_digest(form.get("csrf", ""), login_token(request)):
+        raise CsrfRejected("login form from elsewhere")
+    services = services_of(request)
+    if open_access(services):
+        return see_other(target)
+    key = form.get("key", "").strip()
+    if not key or caller_of_key(services, key) is None:
+        return render(request, "login.html", None, 401, next=target, csrf=login_token(request),
+                      error="Unknown API key.")
+    response = see_other(target)
+    response.set_cookie(COOKIE, key, path=COOKIE_PATH, httponly=True, samesite="strict",
+                        secure=cookie_secure(request))
+    return response
+
+
+@router.post("/logout")
+async def logout(request: Request, session: SessionDep) -> Response:
+    await checked_form(request, session)
+    response = see_other("/ui/login")
+    response.delete_cookie(COOKIE, path=COOKIE_PATH, httponly=True, samesite="strict", secure=cookie_secure(request))
+    return response
+
+
+# ---------------------------------------------------------------- memories
+
+
+@router.get("/memories")
+async def memories(request: Request, session: SessionDep, agent_id: str = "", status: str = "", tag: str = "",
+                   since: str = "", until: str = "", q: str = "", cursor: str = "") -> Response:
+    """The list, newest first with filters; with `q`, recall's ranked hits and their scores instead."""
+    services = services_of(request)
+    filters = {"agent_id": agent_id.strip(), "status": status, "tag": tag.strip(), "since": since, "until": until}
+    context: dict[str, Any] = {"filters": filters, "q": q, "statuses": pages.STATUSES}
+    try:
+        if status and status not in pages.STATUSES:
+            raise pages.BadFilter(f"status: one of {', '.join(pages.STATUSES)}")
+        if len(filters["agent_id"]) > 128 or len(filters["tag"]) > 64 or len(q) > 4096:
+            raise pages.BadFilter("a filter or the search is too long")
+        lo, hi = pages.parse_time(since, "since"), pages.parse_time(until, "until")
+        if lo is not None and hi is not None and lo > hi:
+            raise pages.BadFilter("since is after until: the time window is empty")
+        after = cursors.decode(cursor) if cursor else None
+    except (pages.BadFilter, ValueError, HTTPException) as exc:
+        message = exc.detail if isinstance(exc, HTTPException) else str(exc)
+        return render(request, "memories.html", session, 422, error=message, items=[], hits=None, **context)
+    team = session.team
+    context["facets"] = await asyncio.to_thread(facets, services.journal, team, 50)
+    if q.strip():
+        query = RecallQuery(team=team, query=q, k=SEARCH_K, agent_id=filters["agent_id"] or None,
+                            tags=(filters["tag"],) if filters["tag"] else (), since=lo, until=hi)
+        hits = await asyncio.to_thread(recall, query, journal=services.journal, vectors=services.vectors,
+                                       embedder=services.embedder)
+        return render(request, "memories.html", session, items=[], hits=hits, **context)
+    flt = ListFilter(agent_id=filters["agent_id"] or None, status=status or None, tag=filters["tag"] or None,
+                     since=lo, until=hi)
+    items, nxt = await asyncio.to_thread(list_memories, services.journal, team, flt, limit=PAGE_SIZE, after=after)
+    kept = {k: v for k, v in filters.items() if v}
+    next_url = f"/ui/memories?{urlencode({**kept, 'cursor': cursors.encode(nxt)})}" if nxt else None
+    pending = any(i.memory.status in pages.PENDING for i in items)
+    return render(request, "memories.html", session, items=items, hits=None, next_url=next_url,
+                  refresh=REFRESH_S if pending else None, **context)
+
+
+@router.get("/memories/{memory_id}")
+async def memory(request: Request, memory_id: str, session: SessionDep) -> Response:
+    services = services_of(request)
+    out = await memory_out(services, session.team, memory_id) if len(memory_id) <= 128 else None
+    if out is None:
+        return render(request, "missing.html", session, 404, what=f"No memory with id {memory_id!r} in this team.")
+    replaced_ids = [f.superseded_by for f in out.facts if f.superseded_by]
+    replaced = await asyncio.to_thread(services.journal.facts_by_ids, session.team, replaced_ids)
+    page = pages.memory_page(out, {i: f.text for i, f in replaced.items()})
+    return render(request, "memory.html", session, page=page, m=out,
+                  refresh=REFRESH_S if out.status in pages.PENDING else None)
+
+
+@router.post("/memories/{memory_id}/retry")
+async def retry(request: Request, memory_id: str, session: SessionDep) -> Response:
+    """Queue a failed job again, due now; only the team's own failed jobs can be retried."""
+    form = await checked_form(request, session)
+    if not role_allows(session.role, "write"):
+        return render(request, "missing.html", session, 403,
+                      what=f"This key has role '{session.role}'; retrying a job needs role 'write' or above.")
+    services = services_of(request)
+    queued = await asyncio.to_thread(services.journal.retry, session.team, memory_id,
+                                     budget_s=services.settings.extract_budget_s)
+    if not queued:
+        return render(request, "missing.html", session, 404, what=f"No failed job {memory_id!r} in this team.")
+    services.saved()
+    return see_other(safe_next(form.get("next") or f"/ui/memories/{memory_id}"))
+
+
+# ---------------------------------------------------------------- jobs, limits, handled keys
+
+
+@router.get("/jobs")
+async def jobs(request: Request, session: SessionDep) -> Response:
+    services = services_of(request)
+    journal, team = services.journal, session.team
+    counts = await asyncio.to_thread(status_counts, journal, team)
+    backlog = await asyncio.to_thread(journal.backlog)
+    lists = {}
+    for status in ("extracting", "queued", "failed"):
+        lists[status], _ = await asyncio.to_thread(list_memories, journal, team, ListFilter(status=status),
+                                                   limit=JOBS_SHOWN)
+    estimate, basis = services.estimate(*backlog)
+    speed = pages.speed(services.model.throughput.snapshot(), services.settings)
+    return render(request, "jobs.html", session, counts=counts, backlog=backlog, lists=lists, estimate=estimate,
+                  basis=basis, speed=speed, model_ready=services.model.ready,
+                  refresh=REFRESH_S if counts["queued"] + counts["extracting"] else None)
+
+
+@router.get("/limits")
+async def limits(request: Request, session: SessionDep) -> Response:
+    services = services_of(request)
+    try:
+        views = await asyncio.to_thread(_limit_views, services.limits, session.team)
+    except (sqlite3.OperationalError, RuntimeError) as exc:
+        return render(request, "limits.html", session, 503, views=[], error=f"limit storage unavailable: {exc}")
+    return render(request, "limits.html", session, views=views)
+
+
+def _limit_views(store: LimitStore, team: str) -> list[LimitView]:
+    """Every limit with today's usage; per-agent limits with each agent's counter (the list leaves them out)."""
+    views = []
+    for view in store.list_limits(team):
+        try:
+            views.append(store.get_limit(team, view.name) if view.per == "agent" else view)
+        except LimitNotFound:  # deleted meanwhile
+            continue
+    return views
+
+
+@router.get("/handled")
+async def handled(request: Request, session: SessionDep, key: str = "", agent_id: str = "") -> Response:
+    """Look a key up in the team's ledger (or an agent's), the way an agent would before acting."""
+    context: dict[str, Any] = {"key": key, "agent_id": agent_id, "record": None, "looked": bool(key)}
+    if not key:
+        return render(request, "handled.html", session, **context)
+    try:
+        if len(key) > MAX_HANDLED_KEY_LEN or "\x00" in key:
+            raise InvalidInput(f"key must be 1-{MAX_HANDLED_KEY_LEN} characters (no NUL)")
+        agent = check_text(agent_id, "agent_id", MAX_AGENT_ID_LEN) if agent_id else None
+        context["record"] = await asyncio.to_thread(services_of(request).limits.get_handled, session.team, key, agent)
+    except InvalidInput as exc:
+        return render(request, "handled.html", session, 422, error=str(exc), **context)
+    return render(request, "handled.html", session, **context)
+
+
+# ---------------------------------------------------------------- mounting
+
+
+def mount(app: FastAPI) -> None:
+    """Add the console to the app: its routes, its static files, its session secret and error pages."""
+    app.state.console_secret = new_secret()
+    app.include_router(router)
+    app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="console-static")
+
+    async def to_login(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, LoginRequired)
+        return see_other("/ui/login?" + urlencode({"next": safe_next(exc.next_path)}))
+
+    async def refused(request: Request, exc: Exception) -> Response:
+        return render(request, "missing.html", None, 403,
+                      what="Refused: the form did not come from this console (missing or stale CSRF token). "
+                           "Reload the page and try again.")
+
+    app.add_exception_handler(LoginRequired, to_login)
+    app.add_exception_handler(CsrfRejected, refused)

@@ -1,0 +1,121 @@
+"""Who is looking at the console: the API key in a cookie, resolved to a team like a bearer key.
+
+The key travels in an HttpOnly, SameSite=Strict cookie scoped to /ui, so page scripts cannot read it
+and other sites cannot send it. Every POST also carries a CSRF token: an HMAC of the key under a
+secret made when the app starts, so a token is worthless without the key and dies with a restart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, urlsplit
+
+from fastapi import Request
+
+from ..api.auth import caller_of_key, open_access
+from ..config import Settings
+
+COOKIE = "memory_console_key"
+COOKIE_PATH = "/ui"
+MAX_FORM_BYTES = 16 * 1024
+LOGIN_PURPOSE = "login"  # the CSRF token of the login form, where there is no key yet
+
+
+class LoginRequired(Exception):
+    """No valid key in the cookie: the handler sends the browser to the login form."""
+
+    def __init__(self, next_path: str) -> None:
+        super().__init__(next_path)
+        self.next_path = next_path
+
+
+class CsrfRejected(Exception):
+    """A POST without the right token or from another origin: refused, nothing changed."""
+
+
+@dataclass(frozen=True)
+class Session:
+    team: str
+    csrf: str
+    role: str = "admin"  # the key's role: a read key browses, retrying a job needs write
+
+
+def new_secret() -> bytes:
+    return secrets.token_bytes(32)
+
+
+def csrf_token(secret: bytes, key: str) -> str:
+    return hmac.new(secret, b"csrf\x00" + key.encode(), hashlib.sha256).hexdigest()
+
+
+def _secret(request: Request) -> bytes:
+    return request.app.state.console_secret
+
+
+def _settings(request: Request) -> Settings:
+    return request.app.state.services.settings
+
+
+def resolve(request: Request) -> tuple[Session, str] | None:
+    """The session and its key from the cookie, or None; without API keys everyone is the local team."""
+    services = request.app.state.services
+    if open_access(services):
+        return Session(Settings.LOCAL_TEAM, csrf_token(_secret(request), "")), ""
+    key = request.cookies.get(COOKIE, "")
+    caller = caller_of_key(services, key) if key else None
+    if caller is None:
+        return None
+    return Session(caller.team, csrf_token(_secret(request), key), caller.role), key
+
+
+async def require_session(request: Request) -> Session:
+    """Dependency of every console page: the caller's team, or a redirect to the login form."""
+    found = resolve(request)
+    if found is None:
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        raise LoginRequired(target)
+    return found[0]
+
+
+def login_token(request: Request) -> str:
+    return csrf_token(_secret(request), LOGIN_PURPOSE)
+
+
+def safe_next(path: str | None) -> str:
+    """Only a path inside the console: a login link cannot send the browser elsewhere."""
+    if path and path.startswith("/ui") and not path.startswith("//") and "\\" not in path:
+        return path
+    return "/ui/memories"
+
+
+def same_origin(request: Request) -> bool:
+    """A browser's Origin (or Sec-Fetch-Site) says where a POST came from; refuse any other site."""
+    if request.headers.get("sec-fetch-site") in ("cross-site", "same-site"):
+        return False
+    origin = request.headers.get("origin")
+    if origin is None or origin == "null":
+        return origin is None
+    return urlsplit(origin).netloc == request.headers.get("host", "")
+
+
+async def read_form(request: Request) -> dict[str, str]:
+    """A small urlencoded form (the console's only kind); last value wins."""
+    body = await request.body()
+    if len(body) > MAX_FORM_BYTES:
+        raise CsrfRejected("form too large")
+    return dict(parse_qsl(body.decode("utf-8", errors="replace"), keep_blank_values=True))
+
+
+async def checked_form(request: Request, session: Session) -> dict[str, str]:
+    """The POSTed form, after its origin and CSRF token are verified."""
+    form = await read_form(request)
+    if not same_origin(request) or not hmac.compare_digest(form.get("csrf", ""), session.csrf):
+        raise CsrfRejected("missing or wrong CSRF token")
+    return form
+
+
+def cookie_secure(request: Request) -> bool:
+    return request.url.scheme == "https"
