@@ -57,6 +57,10 @@ class Settings(BaseSettings):
     embedder: Literal["onnx", "torch"] = "onnx"
     chroma_url: str | None = None
     skip_small_talk: bool = True
+    # earlier saves of the same run (or agent) shown to the model as context, so "it", "that" and "yes"
+    # resolve: at most this many characters of them (0: none), from saves at most this old (no run_id)
+    extract_context_chars: int = Field(320, ge=0, le=4000)
+    extract_context_window_s: float = Field(1800.0, ge=0)
     # `serve`'s log lines: text for a terminal, json (one object a line, with the request id) for a pipeline
     log_format: Literal["text", "json"] = "text"
     # one log line per HTTP request (method, path, status, duration, request id); off keeps hot paths lean

@@ -72,6 +72,11 @@ class FactStoreResult:
     superseded: int
 
 
+def _borrowed(plan: FactPlan, fact_id: str, fact: GroundedFact) -> None:
+    """The earlier saves (given as context) a fact also rests on become its sources too."""
+    plan.context_sources += [(fact_id, memory_id, (start, end)) for memory_id, start, end in fact.context]
+
+
 def store_facts(
     memory: Memory,
     facts: list[GroundedFact],
@@ -93,6 +98,7 @@ def store_facts(
         exact = journal.active_facts_by_norm(memory.team, norm)
         if exact:
             plan.merged.append((exact[0].id, fact.spans))
+            _borrowed(plan, exact[0].id, fact)
             continue
         candidates.append((fact, norm, shape(norm)))
     if not candidates:
@@ -116,6 +122,7 @@ def store_facts(
             if existing is not None and existing.superseded_by is None:
                 if sorted(numbers(existing.text)) == sorted(numbers(fact.text)):
                     plan.merged.append((existing.id, fact.spans))
+                    _borrowed(plan, existing.id, fact)
                     continue
                 # the same statement with a changed number is an update, not a duplicate to fold away
                 changed = [existing]
@@ -127,8 +134,10 @@ def store_facts(
             if newer:  # a replayed or late job: this value is already out of date
                 plan.born_superseded.append((new_id, newer[0].id))
                 plan.new.append(NewFact(new_id, fact.text, norm, fact_shape, fact.spans))
+                _borrowed(plan, new_id, fact)
                 continue
         plan.new.append(NewFact(new_id, fact.text, norm, fact_shape, fact.spans))
+        _borrowed(plan, new_id, fact)
         new_items.append(
             VectorItem(id=new_id, text=fact.text, embedding=np.asarray(vec),
                        metadata={**base_metadata(memory), "kind": "fact"})

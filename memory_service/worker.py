@@ -21,7 +21,7 @@ from typing import Any, Callable
 from .config import Settings
 from .extraction.dates import occurred, resolve_facts
 from .extraction.errors import ContextOverflow, ExtractionError, LlmUnavailable, TooSlow
-from .extraction.extractor import Extractor, Progress
+from .extraction.extractor import Earlier, Extractor, Progress, earlier_context
 from .extraction.gate import small_talk_reason
 from .extraction.prompt import PROMPT_VERSION
 from .forgetting import passage_ids
@@ -38,6 +38,7 @@ MAX_RETRY_DELAY_S = 300.0
 # a failed attempt's outcome, by the status `fail_attempt` leaves the job in
 FAIL_OUTCOMES = {QUEUED: "retried", FAILED: "failed", DELETED: "forgotten"}
 IDLE_POLL_S = 1.0
+CONTEXT_SAVES = 2  # earlier saves of the conversation shown to the model (within extract_context_chars)
 
 
 def _day_of(job: Memory, zone: str) -> date:
@@ -109,9 +110,14 @@ class ExtractionWorker:
         async def keep(progress: Progress) -> None:
             await asyncio.to_thread(journal.save_progress, job.id, progress.to_dict())
 
+        context: list[Earlier] = []
+        if settings.extract_context_chars:
+            earlier = await asyncio.to_thread(journal.context_for, job, limit=CONTEXT_SAVES,
+                                              window_s=settings.extract_context_window_s)
+            context = earlier_context([(m.id, m.text) for m in earlier], settings.extract_context_chars)
         try:
             result = await extractor.extract(job.text, budget_s=settings.extract_budget_s, progress=progress,
-                                             on_chunk=keep)
+                                             on_chunk=keep, context=context)
         except TooSlow as exc:
             # Not an error: the machine is slower than measured. Resume at once with smaller chunks, in
             # the job's place in the queue, without spending an attempt.

@@ -57,6 +57,33 @@ class ExtractionResult:
     report: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Earlier:
+    """Part of an earlier save shown as context: its tail, from `offset` in that save's text."""
+
+    memory_id: str
+    text: str
+    offset: int
+
+
+def earlier_context(saves: list[tuple[str, str]], max_chars: int) -> list[Earlier]:
+    """The most recent `max_chars` of the earlier saves (oldest first): each cut at its head, not its tail,
+    since what was said last is what a reply refers to."""
+    out: list[Earlier] = []
+    left = max_chars
+    for memory_id, text in reversed(saves):
+        if left <= 0:
+            break
+        part = text[-left:]
+        out.append(Earlier(memory_id, part, len(text) - len(part)))
+        left -= len(part) + 1
+    return list(reversed(out))
+
+
+def render_context(context: list[Earlier]) -> str | None:
+    return "\n".join(e.text for e in context) if context else None
+
+
 @dataclass
 class Extractor:
     client: LlamaClient
@@ -100,13 +127,24 @@ class Extractor:
             return by_context, by_context, None
         return max(MIN_CHUNK_TOKENS, min(by_context, by_time)), by_context, by_time
 
+    async def _context_that_fits(self, context: list[Earlier] | None, chunks: list[Any],
+                                 budget: int) -> list[Earlier]:
+        """The context, if the text is one chunk and both fit one call's token budget; else none."""
+        if not context or len(chunks) != 1:
+            return []
+        tokens = await self.client.count_tokens(render_context(context) or "")
+        return context if chunks[0].tokens + tokens <= budget else []
+
     async def extract(self, text: str, *, budget_s: float, progress: Progress | None = None,
-                      on_chunk: Callable[[Progress], Awaitable[None]] | None = None) -> ExtractionResult:
+                      on_chunk: Callable[[Progress], Awaitable[None]] | None = None,
+                      context: list[Earlier] | None = None) -> ExtractionResult:
         """Extract facts from `text`, chunk by chunk; every model call gets its own `budget_s` window.
 
         Chunks are sized so that each call fits the context and, at the measured speed, the budget.
         `progress` resumes a text part-way (after a deferral, a retry or a restart); `on_chunk`
-        is awaited after each chunk so the caller can persist it.
+        is awaited after each chunk so the caller can persist it. `context` (earlier saves of the same
+        conversation) is shown before a text that fits one call with it, so pronouns resolve; facts may
+        borrow from it and keep it as a source.
         """
         progress = progress or Progress()
         schema = facts_schema(self.max_facts, self.max_fact_chars)
@@ -118,6 +156,7 @@ class Extractor:
         except ValueError as exc:
             raise ContextOverflow(str(exc)) from exc
         seen = {normalize(f["text"]) for f in progress.facts}
+        shown = await self._context_that_fits(context if base == 0 else None, chunks, budget)
 
         def report() -> dict[str, Any]:
             totals = progress.totals
@@ -146,10 +185,13 @@ class Extractor:
                 "tokens": chunk.tokens, "max_tokens": cap, "timeout_s": round(budget_s, 3),
                 "deadline_at": round(started + budget_s, 3),
             }
+            if shown:
+                call["context"] = {"memories": [e.memory_id for e in shown], "chars": sum(len(e.text) for e in shown)}
             progress.calls.append(call)
             try:
                 completion = await self.client.complete_json(
-                    build_messages(chunk.text), schema=schema, max_tokens=cap, timeout_s=budget_s
+                    build_messages(chunk.text, render_context(shown)), schema=schema, max_tokens=cap,
+                    timeout_s=budget_s,
                 )
             except ExtractionError as exc:
                 call["error"] = type(exc).__name__
@@ -195,18 +237,21 @@ class Extractor:
                 raise
             facts, split = split_echoes(facts, chunk.text)
             progress.split_echoes += split
-            result = ground(facts, chunk.text, offset=base + chunk.start)
+            result = ground(facts, chunk.text, offset=base + chunk.start,
+                            context=[(e.memory_id, e.text, e.offset) for e in shown])
             call.update(facts=len(result.kept), rejected=len(result.rejected))
             for fact in result.kept:
                 norm = normalize(fact.text)
                 if norm not in seen:  # the overlap between chunks yields the same fact twice
                     seen.add(norm)
-                    progress.facts.append({"text": fact.text, "spans": [list(s) for s in fact.spans]})
+                    progress.facts.append({"text": fact.text, "spans": [list(s) for s in fact.spans],
+                                           "context": [list(c) for c in fact.context]})
             progress.rejected.extend({"text": r.text, "reason": r.reason, "code": r.code} for r in result.rejected)
             progress.chunks += 1
             progress.offset = base + chunks[index + 1].start if index + 1 < len(chunks) else len(text)
             if on_chunk is not None and index + 1 < len(chunks):
                 await on_chunk(progress)
-        kept = [GroundedFact(f["text"], [tuple(s) for s in f["spans"]]) for f in progress.facts]
+        kept = [GroundedFact(f["text"], [tuple(s) for s in f["spans"]], [tuple(c) for c in f.get("context", [])])
+                for f in progress.facts]
         rejected = [RejectedFact(r["text"], r["reason"], r.get("code", "other")) for r in progress.rejected]
         return ExtractionResult(kept, rejected, progress.raws, dict(progress.totals), report())

@@ -84,6 +84,8 @@ def content_words(norm_text: str) -> list[str]:
 class GroundedFact:
     text: str
     spans: list[tuple[int, int]]
+    # earlier saves given as context that the fact also rests on: (memory id, start, end) in that save
+    context: list[tuple[str, int, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -95,7 +97,11 @@ class RejectedFact:
     code: str = "other"
 
 
-REJECT_CODES = ("question", "address", "small_talk", "numbers", "names", "coverage", "other")
+REJECT_CODES = ("question", "address", "small_talk", "numbers", "names", "coverage", "context", "other")
+# A fact helped by context must still rest on the text: this many of its key words (or all, if fewer);
+# and, since borrowed names make a made-up claim look grounded, more of its words must be found at all.
+MIN_OWN_WORDS = 2
+BORROWING_MIN_COVERAGE = 0.75
 
 
 @dataclass
@@ -220,8 +226,14 @@ def split_echoes(facts: list[str], source: str) -> tuple[list[str], int]:
     return out, split
 
 
-def ground(facts: list[str], source: str, offset: int = 0) -> GroundingResult:
+def ground(facts: list[str], source: str, offset: int = 0,
+           context: list[tuple[str, str, int]] | None = None) -> GroundingResult:
+    """Keep the facts grounded in `source`; with `context` (earlier saves: (memory id, the part shown, its
+    offset in that save)), names, numbers and words may also come from it, but each fact must still rest
+    on the source itself."""
     index = SourceIndex(source, offset)
+    earlier = [(memory_id, SourceIndex(text, start)) for memory_id, text, start in context or []]
+    reach = SourceIndex("\n".join([source, *(text for _, text, _ in context or [])])) if earlier else index
     result = GroundingResult()
     seen: set[str] = set()
     for fact in facts:
@@ -229,6 +241,32 @@ def ground(facts: list[str], source: str, offset: int = 0) -> GroundingResult:
         if norm in seen:
             continue
         seen.add(norm)
-        verdict = check_fact(fact, index)
+        verdict = check_fact(fact, reach)
+        if isinstance(verdict, GroundedFact) and earlier:
+            verdict = _with_context(fact, index, reach, earlier)
         (result.kept if isinstance(verdict, GroundedFact) else result.rejected).append(verdict)  # type: ignore[arg-type]
     return result
+
+
+def _with_context(fact: str, index: SourceIndex, reach: SourceIndex,
+                  earlier: list[tuple[str, SourceIndex]]) -> GroundedFact | RejectedFact:
+    """A fact grounded in text + context: spans in the text, and the earlier saves it borrowed from."""
+    words, nums = content_words(normalize(fact)), numbers(fact)
+    own = [w for w in words if index.has(w)] + [n for n in nums if n in index.numbers]
+    if len(own) < min(MIN_OWN_WORDS, len(words) + len(nums)):
+        return RejectedFact(fact, "rests on the context only, not on this text", "context")
+    borrowed = [w for w in words if not index.has(w)]
+    borrowed_nums = [n for n in nums if n not in index.numbers]
+    if borrowed and words:
+        coverage = sum(1 for w in words if reach.has(w)) / len(words)
+        if coverage < BORROWING_MIN_COVERAGE:
+            absent = [w for w in words if not reach.has(w)]
+            return RejectedFact(fact, f"borrows from the context, and only {coverage:.0%} of its key words are in "
+                                      f"the text or context (missing: {', '.join(absent[:6])})", "coverage")
+    sources = []
+    for memory_id, other in earlier:
+        mine = [w for w in borrowed if other.has(w)]
+        mine_nums = [n for n in borrowed_nums if n in other.numbers]
+        if mine or mine_nums:
+            sources += [(memory_id, start, end) for start, end in _spans(mine, mine_nums, other)]
+    return GroundedFact(fact, _spans(words, nums, index), sources)

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-PROMPT_VERSION = "facts-v2"
+PROMPT_VERSION = "facts-v3"
 
 SYSTEM_PROMPT = (
     "You extract facts worth remembering from a text saved by an AI agent.\n"
@@ -23,7 +23,9 @@ SYSTEM_PROMPT = (
     "speaker).\n"
     "- Copy numbers, names, dates, emails and URLs exactly as written.\n"
     "- State only what the text says. Never guess or add anything.\n"
-    "- Skip greetings, thanks, jokes and small talk. If nothing is worth keeping, reply {\"facts\": []}."
+    "- Skip greetings, thanks, jokes and small talk. If nothing is worth keeping, reply {\"facts\": []}.\n"
+    "- Context, when given, is what was said just before. Use it only to tell who or what the text means "
+    "(I, it, that, yes); take facts from the text, never from the context alone."
 )
 
 
@@ -51,8 +53,10 @@ def facts_schema(max_facts: int, max_fact_chars: int) -> dict[str, Any]:
     }
 
 
-def build_messages(text: str) -> list[dict[str, str]]:
+def build_messages(text: str, context: str | None = None) -> list[dict[str, str]]:
+    """The system prompt first (a stable prefix the server caches), then any context, then the text."""
+    user = f"Context:\n{context}\n\nText:\n{text}" if context else "Text:\n" + text
     return [
         {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": "Text:\n" + text},
+        {"role": "user", "content": user},
     ]

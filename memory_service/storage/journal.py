@@ -184,6 +184,8 @@ class FactPlan:
     merged: list[tuple[str, list[tuple[int, int]]]] = field(default_factory=list)  # (existing fact id, spans)
     superseded: list[tuple[str, str]] = field(default_factory=list)  # (old fact id, new fact id)
     born_superseded: list[tuple[str, str]] = field(default_factory=list)  # (new fact id, newer existing id)
+    # (fact id, earlier memory id, span): a fact that also rests on an earlier save given as context
+    context_sources: list[tuple[str, str, tuple[int, int]]] = field(default_factory=list)
 
 
 @dataclass
@@ -307,6 +309,23 @@ class Journal:
             memory.status, memory.started_at = EXTRACTING, now
             return memory
 
+    def context_for(self, memory: Memory, *, limit: int, window_s: float) -> list[Memory]:
+        """The saves just before `memory` in the same conversation, oldest first: the same run, or without
+        a run the same agent's saves (also without a run) from the `window_s` before it."""
+        where = "team = ? AND status != ? AND created_at < ? AND id != ?"
+        args: list[Any] = [memory.team, DELETED, memory.created_at, memory.id]
+        if memory.run_id is not None:
+            where += " AND run_id = ?"
+            args.append(memory.run_id)
+        else:
+            where += " AND agent_id = ? AND run_id IS NULL AND created_at >= ?"
+            args += [memory.agent_id, memory.created_at - window_s]
+        with self._read_lock:
+            rows = self._reader.execute(
+                f"SELECT * FROM memories WHERE {where} ORDER BY created_at DESC, id DESC LIMIT ?", (*args, limit)
+            ).fetchall()
+        return [Memory.from_row(row) for row in reversed(rows)]
+
     def next_due_in(self, now: float | None = None) -> float | None:
         """Seconds until the earliest queued job is due (0 if one is due now), None if the queue is empty."""
         now = time.time() if now is None else now
@@ -406,6 +425,12 @@ class Journal:
                 self._add_sources(conn, fact.id, memory.id, fact.spans, now)
             for fact_id, spans in plan.merged:
                 self._add_sources(conn, fact_id, memory.id, spans, now)
+            for fact_id, context_id, (start, end) in plan.context_sources:
+                # only while that earlier save is live: a source must never point at a forgotten text
+                conn.execute(
+                    "INSERT OR IGNORE INTO fact_sources (fact_id, memory_id, span_start, span_end, added_at) "
+                    "SELECT ?, id, ?, ?, ? FROM memories WHERE id = ? AND team = ? AND status != ?",
+                    (fact_id, start, end, now, context_id, memory.team, DELETED))
             for old_id, new_id in plan.superseded + plan.born_superseded:
                 conn.execute(
                     "UPDATE facts SET superseded_by = ?, superseded_at = ? WHERE id = ? AND team = ?",
