@@ -398,14 +398,14 @@ def plot(result: dict[str, Any], path: Path) -> None:
     """Per-page list latency by variant, and the wall time of each bulk operation."""
     plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    pages = {f"all, {k}": v["per_page"] for k, v in result["list"].items()}
-    pages.update({f"{RARE_AGENT}, {k}": v["per_page"] for k, v in result["list_filtered"].items()
+    pages = {f"all\n{k}": v["per_page"] for k, v in result["list"].items()}
+    pages.update({f"{RARE_AGENT}\n{k}": v["per_page"] for k, v in result["list_filtered"].items()
                   if k.startswith("limit_")})
     names = list(pages)
     xs = range(len(names))
     left.bar([x - 0.2 for x in xs], [pages[n]["p50_ms"] or 0 for n in names], 0.4, label="p50")
     left.bar([x + 0.2 for x in xs], [pages[n]["p95_ms"] or 0 for n in names], 0.4, label="p95")
-    left.set_xticks(list(xs), names, fontsize=7)
+    left.set_xticks(list(xs), names, fontsize=8)
     left.set_ylabel("ms per page")
     left.set_title("GET /v1/memories")
     left.legend(fontsize=8)
