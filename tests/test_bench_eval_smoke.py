@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from memory_service.bench import common, limits
+from memory_service.bench import common, limits, transfer
 from memory_service.bench.common import goal, percentile
 from memory_service.evals import locomo
 from memory_service.evals import personaext as persona
@@ -139,6 +139,24 @@ def test_limits_client_fails_sniffio_imports_fast_only_when_run(monkeypatch: pyt
     assert "sniffio" in sys.modules and sys.modules["sniffio"] is None
     with pytest.raises(ImportError):
         import sniffio  # noqa: F401
+
+
+def test_transfer_benchmark_quick_mode(tmp_path: Path) -> None:
+    """List, export and forget on 500 imported memories, end to end: each section measured, nothing forgotten back."""
+    shares = {agent: sum(transfer.agent_of(i) == agent for i in range(1000))
+              for agent in (transfer.BULK_AGENT, transfer.RARE_AGENT)}
+    assert shares == {transfer.BULK_AGENT: 300, transfer.RARE_AGENT: 20}
+    result = transfer.run(quick=True, workdir=tmp_path)
+    assert result["forgotten_never_returned"] is True and result["failed_checks"] == []
+    assert result["memories"] == 500 and 500 <= result["facts"] <= 1500 and result["import"]["failed"] == 0
+    assert result["list"]["limit_100"]["pages"] == 5 and result["list"]["limit_500"]["items"] == 500
+    assert result["list_filtered"]["limit_100"]["items"] == 10
+    assert result["export"]["lines"] == 500 and result["baseline_same_run"]["sqlite_direct_export"]["lines"] == 500
+    assert result["forget_one"]["n"] == 20 and result["forget_bulk"]["deleted"] == 150
+    after = result["after_forget"]
+    assert after["forgotten"] == 170 and after["list_count"] == after["export_count"] == 330
+    assert after["recall_control_found"] > 0  # recall works at all, so finding no forgotten id means something
+    common.save_plot(transfer.plot, result, tmp_path / "transfer.png")
 
 
 SYNTHETIC = [{

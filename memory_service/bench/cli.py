@@ -1,12 +1,12 @@
 """`memory-service bench`: the benchmark suite, each figure printed beside its goal.
 
-Runs the benchmarks of this package (extraction, remember, recall, limits, rss;
+Runs the benchmarks of this package (extraction, remember, recall, limits, transfer, rss;
 each also runnable alone as `python -m memory_service.bench.<name>`) in one
 process tree with one shared llama-server (default model), so every benchmark
 on a noisy shared machine is compared with a baseline measured in the same run.
 Writes one JSON and one PNG per benchmark into --out (PNGs need the `bench`
 extra), plus summary.json with every goal and its verdict.
---quick shrinks sizes (1k/10k facts, fewer requests) for a smoke run.
+--quick shrinks sizes (1k/10k facts, 500 memories to list/export/forget, fewer requests) for a smoke run.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from . import common, extraction, recall, remember, rss
+from . import common, extraction, recall, remember, rss, transfer
 from .options import add_bench_arguments
 
 LIMITS_CONCURRENCY = 32
@@ -94,7 +94,7 @@ def plot_limits(result: dict[str, Any], path: Path) -> None:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    """Every benchmark in turn; exit code 1 when one of them failed (its error is in its JSON)."""
+    """Every benchmark in turn; exit code 1 when one of them failed (its error or failed checks are in its JSON)."""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     quick = bool(getattr(args, "quick", False))
@@ -112,6 +112,7 @@ def run_bench(args: argparse.Namespace) -> int:
                  remember.plot),
                 ("recall", lambda: recall.run(quick=quick, workdir=workdir), recall.plot),
                 ("limits", lambda: run_limits(llama.url, quick, workdir), plot_limits),
+                ("transfer", lambda: transfer.run(quick=quick, workdir=workdir), transfer.plot),
                 ("rss", lambda: rss.run(llm_url=llama.url, quick=quick, workdir=workdir,
                                         observed_elsewhere=_rss_seen(results)), rss.plot),
             ]
@@ -142,7 +143,7 @@ def run_bench(args: argparse.Namespace) -> int:
     }
     common.write_json(out / "summary.json", summary)
     print(json.dumps({"summary": summary}, indent=2, default=str))
-    return 1 if any("error" in r for r in results.values()) else 0
+    return 1 if any("error" in r or r.get("failed_checks") for r in results.values()) else 0
 
 
 def _rss_seen(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -154,6 +155,8 @@ def _rss_seen(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
         seen[f"recall {level} facts"] = data.get("service_rss")
     if (results.get("limits") or {}).get("service_rss_after"):
         seen["limits after"] = results["limits"]["service_rss_after"]
+    if (results.get("transfer") or {}).get("service_rss_end"):
+        seen["transfer end"] = results["transfer"]["service_rss_end"]
     return seen
 
 
