@@ -21,6 +21,7 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -90,6 +91,16 @@ def turn_text(turn: Turn) -> str:
     if turn.caption:
         text += f" (shared a photo: {turn.caption})"
     return text
+
+
+def session_time(value: str) -> str | None:
+    """LoCoMo's session date ("1:56 pm on 8 May, 2023") as ISO-8601, or None when it reads otherwise."""
+    for layout in ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y"):
+        try:
+            return datetime.strptime(value.strip(), layout).isoformat()
+        except ValueError:
+            continue
+    return None
 
 
 def agent_id_for(sample_id: str) -> str:
@@ -248,9 +259,14 @@ def ingest(client: httpx.Client, conv: Conversation, isolation: str) -> dict[str
     for n, turn in enumerate(conv.turns, start=1):
         body = {
             "text": turn_text(turn), "agent_id": agent,
+            # one chat session is one run: extraction sees the turns just before in the same session
+            "run_id": f"{conv.sample_id}-s{turn.session}",
             "metadata": {"dia_id": turn.dia_id, "sample_id": conv.sample_id, "session": turn.session},
             "idempotency_key": f"locomo:{conv.sample_id}:{turn.dia_id}:{isolation}",
         }
+        said = session_time(turn.date)
+        if said is not None:
+            body["occurred_at"] = said
         memory_to_dia[_post(client, "/v1/remember", body)["id"]] = turn.dia_id
         if n % 100 == 0:
             _log(f"{conv.sample_id}: saved {n}/{len(conv.turns)} turns")
