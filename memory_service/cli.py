@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Callable
 
 from .bench.options import add_bench_arguments
 from .config import ConfigError, Settings
@@ -157,28 +158,30 @@ def _data_settings(args: argparse.Namespace) -> Settings:
     return Settings.from_env().with_overrides(data_dir=Path(args.data_dir) if args.data_dir else None)
 
 
-def cmd_backup(args: argparse.Namespace) -> int:
-    from .backup import BackupError, backup
+def _summarised(what: str, action: Callable[[], dict]) -> int:
+    """Run a backup or restore: its one-line JSON summary, or `<what> failed: <why>` and exit 1."""
+    from .backup import BackupError
 
     try:
-        summary = backup(_data_settings(args).data_dir, Path(args.dir))
+        summary = action()
     except BackupError as exc:
-        print(f"backup failed: {exc}", file=sys.stderr)
+        print(f"{what} failed: {exc}", file=sys.stderr)
         return 1
     print(json.dumps(summary))
     return 0
+
+
+def cmd_backup(args: argparse.Namespace) -> int:
+    from .backup import backup
+
+    return _summarised("backup", lambda: backup(_data_settings(args).data_dir, Path(args.dir)))
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    from .backup import BackupError, restore
+    from .backup import restore
 
-    try:
-        summary = restore(Path(args.dir), _data_settings(args), force=args.force, rebuild_vectors=args.rebuild_vectors)
-    except BackupError as exc:
-        print(f"restore failed: {exc}", file=sys.stderr)
-        return 1
-    print(json.dumps(summary))
-    return 0
+    return _summarised("restore", lambda: restore(Path(args.dir), _data_settings(args), force=args.force,
+                                                  rebuild_vectors=args.rebuild_vectors))
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
