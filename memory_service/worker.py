@@ -38,7 +38,6 @@ MAX_RETRY_DELAY_S = 300.0
 # a failed attempt's outcome, by the status `fail_attempt` leaves the job in
 FAIL_OUTCOMES = {QUEUED: "retried", FAILED: "failed", DELETED: "forgotten"}
 IDLE_POLL_S = 1.0
-CONTEXT_SAVES = 2  # earlier saves of the conversation shown to the model (within extract_context_chars)
 
 
 def _day_of(job: Memory, zone: str) -> date:
@@ -111,10 +110,10 @@ class ExtractionWorker:
             await asyncio.to_thread(journal.save_progress, job.id, progress.to_dict())
 
         context: list[Earlier] = []
-        if settings.extract_context_chars:
-            earlier = await asyncio.to_thread(journal.context_for, job, limit=CONTEXT_SAVES,
+        if settings.extract_context_saves and settings.extract_context_chars:
+            earlier = await asyncio.to_thread(journal.context_for, job, block=settings.extract_context_saves,
                                               window_s=settings.extract_context_window_s)
-            context = earlier_context([(m.id, m.text) for m in earlier], settings.extract_context_chars)
+            context = earlier_context([(m.id, m.text, m.raw_reply) for m in earlier], settings.extract_context_chars)
         try:
             result = await extractor.extract(job.text, budget_s=settings.extract_budget_s, progress=progress,
                                              on_chunk=keep, context=context)

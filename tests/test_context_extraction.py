@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from conftest import ServiceProcess, wait_status
-from memory_service.extraction.extractor import earlier_context
+from memory_service.extraction.extractor import NO_FACTS, earlier_context, history_of
+from memory_service.extraction.prompt import build_messages
 from memory_service.extraction.grounding import ground
 from memory_service.storage.journal import Journal
 from tests.fakes.fake_llama_server import FakeLlamaServer
@@ -15,13 +16,17 @@ QUESTION = "Melanie: Did you go to the LGBTQ support group you told me about, Ca
 ANSWER = "Caroline: Yes! I finally did it last week, it was so powerful."
 
 
-def test_context_is_the_tail_of_the_latest_saves_with_offsets_into_them() -> None:
-    shown = earlier_context([("m1", "a" * 50), ("m2", "first part. " + "b" * 30)], max_chars=40)
-    assert [e.memory_id for e in shown] == ["m2"] and shown[0].text == ("first part. " + "b" * 30)[-40:]
-    assert shown[0].offset == len("first part. " + "b" * 30) - 40
-    both = earlier_context([("m1", "one"), ("m2", "two")], max_chars=100)
-    assert [(e.memory_id, e.text, e.offset) for e in both] == [("m1", "one", 0), ("m2", "two", 0)]
-    assert earlier_context([("m1", "x")], max_chars=0) == []
+def test_earlier_saves_become_past_turns_cut_at_their_head_with_clean_answers_only() -> None:
+    long = "first part. " + "b" * 30
+    shown = earlier_context([("m1", "short", '{"facts": ["A fact."]}'), ("m2", long, "The facts are: none"),
+                             ("m3", "x", None)], max_chars=20)
+    assert [(e.memory_id, e.text, e.offset) for e in shown] == [("m1", "short", 0), ("m2", long[-20:], len(long) - 20),
+                                                                 ("m3", "x", 0)]
+    assert [e.answer for e in shown] == ['{"facts": ["A fact."]}', NO_FACTS, NO_FACTS]
+    messages = build_messages("now", history_of(shown))
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user", "assistant", "user",
+                                             "assistant", "user"]
+    assert messages[-1]["content"] == "Text:\nnow"
 
 
 def test_a_fact_may_borrow_names_from_context_but_must_rest_on_the_text() -> None:
@@ -41,24 +46,31 @@ def test_a_fact_may_borrow_names_from_context_but_must_rest_on_the_text() -> Non
     assert not ground(["Caroline went to the LGBTQ support group last week."], ANSWER).kept
 
 
-def test_context_is_the_same_run_or_the_same_agents_recent_saves(tmp_path: Path) -> None:
+def test_context_is_a_block_aligned_window_of_the_run_or_the_agents_recent_saves(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "journal.sqlite3")
 
     def save(text: str, agent: str = "chat", run: str | None = None, team: str = "t", at: float = 0.0):
         return journal.insert(team=team, agent_id=agent, text=text, run_id=run, tags=[], metadata={},
                               idempotency_key=None, budget_s=20, now=1000.0 + at)[0]
 
-    old = save("long ago", at=-7200)
-    first, other_agent, other_team = save("first", at=1), save("elsewhere", "mailer", at=2), save("x", team="u", at=3)
-    second, in_run = save("second", at=4), save("run start", run="r1", at=5)
-    third = save("third", at=6)
-    run_next = save("run next", run="r1", at=7)
     texts = lambda ms: [m.text for m in ms]  # noqa: E731
-    assert texts(journal.context_for(third, limit=2, window_s=1800)) == ["first", "second"]
-    assert texts(journal.context_for(first, limit=2, window_s=1800)) == []  # "long ago" is outside the window
-    assert texts(journal.context_for(first, limit=2, window_s=99999)) == ["long ago"]
-    assert texts(journal.context_for(run_next, limit=2, window_s=1800)) == ["run start"]
-    assert other_agent.id and other_team.id and old.id and in_run.id and second.id
+    run = [save(f"r{n}", run="r1", at=n) for n in range(7)]
+    save("other run", run="r2", at=3.5)
+    save("other team", run="r1", team="u", at=3.6)
+    windows = [texts(journal.context_for(m, block=2, window_s=1800)) for m in run]
+    assert windows == [[], ["r0"], ["r0", "r1"], ["r0", "r1", "r2"], ["r2", "r3"], ["r2", "r3", "r4"],
+                       ["r4", "r5"]]
+    # each window but the first of a block extends the one before: the prompt grows, its prefix stays
+    assert windows[3][:2] == windows[2] and windows[5][:2] == windows[4]
+
+    old = save("long ago", at=-7200)
+    first, second = save("first", at=10), save("second", at=11)
+    save("elsewhere", "mailer", at=12)
+    third = save("third", at=13)
+    assert texts(journal.context_for(third, block=2, window_s=1800)) == ["first", "second"]
+    assert texts(journal.context_for(first, block=2, window_s=1800)) == []  # "long ago" is outside the window
+    assert texts(journal.context_for(first, block=2, window_s=99999)) == ["long ago"]
+    assert old.id and second.id
     journal.close()
 
 
@@ -76,8 +88,9 @@ def test_the_model_sees_the_previous_turn_and_the_fact_keeps_it_as_a_source(tmp_
                 answered = http.post("/v1/remember", json={"text": ANSWER, "agent_id": "chat",
                                                            "occurred_at": "2023-05-08T13:56:00"}).json()["id"]
                 done = wait_status(http, answered)
-                prompt = fake.recorded()[-1]["messages"][-1]["content"]
-                assert prompt.startswith("Context:\n" + QUESTION) and prompt.endswith("Text:\n" + ANSWER)
+                messages = fake.recorded()[-1]["messages"]
+                assert [(m["role"], m["content"]) for m in messages[1:]] == [
+                    ("user", "Text:\n" + QUESTION), ("assistant", '{"facts": []}'), ("user", "Text:\n" + ANSWER)]
                 assert [f["text"] for f in done["facts"]] == [
                     "Caroline went to the LGBTQ support group last week (the week of 1 May 2023)."]
                 assert [r["code"] for r in done["rejected_facts"]] == ["context"]

@@ -195,8 +195,13 @@ def test_hung_or_slow_model_is_cut_at_the_deadline_and_the_save_is_kept(
 
 def test_recall_answers_while_the_model_hangs(fake: FakeLlamaServer, client: httpx.Client) -> None:
     set_fake(fake, "hang")
+    fake.clear_requests()
     memory_id = save(client, "The albatross runbook says to page the storage team first.")
     wait_until(client, memory_id, lambda m: m["status"] == "extracting")
+    deadline = time.monotonic() + 30
+    while not any("albatross" in json.dumps(r) for r in fake.recorded()):  # the model has the call: it hangs
+        assert time.monotonic() < deadline, "the worker never called the model"
+        time.sleep(0.05)
     items = recall(client, "albatross runbook")
     assert items and items[0]["memory_id"] == memory_id and items[0]["kind"] == "passage"
     # recall came back while extraction was still stuck on the model

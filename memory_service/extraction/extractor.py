@@ -8,6 +8,7 @@ that the measured generation rate can produce within it.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Awaitable, Callable
@@ -59,29 +60,37 @@ class ExtractionResult:
 
 @dataclass(frozen=True)
 class Earlier:
-    """Part of an earlier save shown as context: its tail, from `offset` in that save's text."""
+    """An earlier save shown as a past turn: its text (cut at its head to a maximum, from `offset` in that
+    save's text) and the model's answer to it."""
 
     memory_id: str
     text: str
     offset: int
+    answer: str
 
 
-def earlier_context(saves: list[tuple[str, str]], max_chars: int) -> list[Earlier]:
-    """The most recent `max_chars` of the earlier saves (oldest first): each cut at its head, not its tail,
-    since what was said last is what a reply refers to."""
-    out: list[Earlier] = []
-    left = max_chars
-    for memory_id, text in reversed(saves):
-        if left <= 0:
-            break
-        part = text[-left:]
-        out.append(Earlier(memory_id, part, len(text) - len(part)))
-        left -= len(part) + 1
-    return list(reversed(out))
+NO_FACTS = '{"facts": []}'
 
 
-def render_context(context: list[Earlier]) -> str | None:
-    return "\n".join(e.text for e in context) if context else None
+def earlier_context(saves: list[tuple[str, str, str | None]], max_chars: int) -> list[Earlier]:
+    """Earlier saves (id, text, raw reply) as past turns. A reply that is not a clean facts answer (a
+    failure, a skip, several chunks) is shown as no facts: a past turn must never teach a bad answer."""
+    out = []
+    for memory_id, text, reply in saves:
+        part = text[-max_chars:]
+        out.append(Earlier(memory_id, part, len(text) - len(part), reply if _clean(reply) else NO_FACTS))
+    return out
+
+
+def _clean(reply: str | None) -> bool:
+    try:
+        return reply is not None and isinstance(json.loads(reply).get("facts"), list)
+    except (ValueError, AttributeError):
+        return False
+
+
+def history_of(context: list[Earlier]) -> list[tuple[str, str]]:
+    return [(e.text, e.answer) for e in context]
 
 
 @dataclass
@@ -132,7 +141,7 @@ class Extractor:
         """The context, if the text is one chunk and both fit one call's token budget; else none."""
         if not context or len(chunks) != 1:
             return []
-        tokens = await self.client.count_tokens(render_context(context) or "")
+        tokens = await self.client.count_tokens("\n".join(f"{e.text}\n{e.answer}" for e in context))
         return context if chunks[0].tokens + tokens <= budget else []
 
     async def extract(self, text: str, *, budget_s: float, progress: Progress | None = None,
@@ -143,8 +152,8 @@ class Extractor:
         Chunks are sized so that each call fits the context and, at the measured speed, the budget.
         `progress` resumes a text part-way (after a deferral, a retry or a restart); `on_chunk`
         is awaited after each chunk so the caller can persist it. `context` (earlier saves of the same
-        conversation) is shown before a text that fits one call with it, so pronouns resolve; facts may
-        borrow from it and keep it as a source.
+        conversation, as past turns) is shown before a text that fits one call with it, so pronouns
+        resolve; facts may borrow from it and keep it as a source.
         """
         progress = progress or Progress()
         schema = facts_schema(self.max_facts, self.max_fact_chars)
@@ -190,7 +199,7 @@ class Extractor:
             progress.calls.append(call)
             try:
                 completion = await self.client.complete_json(
-                    build_messages(chunk.text, render_context(shown)), schema=schema, max_tokens=cap,
+                    build_messages(chunk.text, history_of(shown)), schema=schema, max_tokens=cap,
                     timeout_s=budget_s,
                 )
             except ExtractionError as exc:

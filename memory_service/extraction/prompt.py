@@ -24,8 +24,8 @@ SYSTEM_PROMPT = (
     "- Copy numbers, names, dates, emails and URLs exactly as written.\n"
     "- State only what the text says. Never guess or add anything.\n"
     "- Skip greetings, thanks, jokes and small talk. If nothing is worth keeping, reply {\"facts\": []}.\n"
-    "- Context, when given, is what was said just before. Use it only to tell who or what the text means "
-    "(I, it, that, yes); take facts from the text, never from the context alone."
+    "- Earlier texts of the same conversation may come first, each with its answer. Use them only to tell "
+    "who or what the last text means (I, it, that, yes); take facts from the last text only."
 )
 
 
@@ -53,10 +53,11 @@ def facts_schema(max_facts: int, max_fact_chars: int) -> dict[str, Any]:
     }
 
 
-def build_messages(text: str, context: str | None = None) -> list[dict[str, str]]:
-    """The system prompt first (a stable prefix the server caches), then any context, then the text."""
-    user = f"Context:\n{context}\n\nText:\n{text}" if context else "Text:\n" + text
-    return [
-        {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": user},
-    ]
+def build_messages(text: str, history: list[tuple[str, str]] | None = None) -> list[dict[str, str]]:
+    """The system prompt, then earlier texts of the conversation with their answers as past turns, then the
+    text. Everything before the text is the previous call's prompt and answer, so the server's prompt cache
+    covers it: the context costs almost no prompt reading."""
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}]
+    for earlier, answer in history or []:
+        messages += [{"role": "user", "content": "Text:\n" + earlier}, {"role": "assistant", "content": answer}]
+    return messages + [{"role": "user", "content": "Text:\n" + text}]

@@ -309,20 +309,31 @@ class Journal:
             memory.status, memory.started_at = EXTRACTING, now
             return memory
 
-    def context_for(self, memory: Memory, *, limit: int, window_s: float) -> list[Memory]:
-        """The saves just before `memory` in the same conversation, oldest first: the same run, or without
-        a run the same agent's saves (also without a run) from the `window_s` before it."""
+    def context_for(self, memory: Memory, *, block: int, window_s: float) -> list[Memory]:
+        """The saves just before `memory` in its conversation, oldest first.
+
+        In a run, the window starts at a multiple of `block` (the block before the current one), so it
+        holds `block` to `2*block - 1` saves and keeps its start for `block` saves in a row: each prompt
+        then extends the last one and llama.cpp reuses its cache. Without a run: the same agent's last
+        `block` saves (also without a run) from the `window_s` before it.
+        """
         where = "team = ? AND status != ? AND created_at < ? AND id != ?"
         args: list[Any] = [memory.team, DELETED, memory.created_at, memory.id]
         if memory.run_id is not None:
             where += " AND run_id = ?"
             args.append(memory.run_id)
-        else:
-            where += " AND agent_id = ? AND run_id IS NULL AND created_at >= ?"
-            args += [memory.agent_id, memory.created_at - window_s]
+            with self._read_lock:
+                before = self._reader.execute(f"SELECT COUNT(*) FROM memories WHERE {where}", args).fetchone()[0]
+                start = (before // block - 1) * block if before >= block else 0
+                rows = self._reader.execute(
+                    f"SELECT * FROM memories WHERE {where} ORDER BY created_at, id LIMIT ? OFFSET ?",
+                    (*args, before - start, start)).fetchall()
+            return [Memory.from_row(row) for row in rows]
+        where += " AND agent_id = ? AND run_id IS NULL AND created_at >= ?"
+        args += [memory.agent_id, memory.created_at - window_s]
         with self._read_lock:
             rows = self._reader.execute(
-                f"SELECT * FROM memories WHERE {where} ORDER BY created_at DESC, id DESC LIMIT ?", (*args, limit)
+                f"SELECT * FROM memories WHERE {where} ORDER BY created_at DESC, id DESC LIMIT ?", (*args, block)
             ).fetchall()
         return [Memory.from_row(row) for row in reversed(rows)]
 

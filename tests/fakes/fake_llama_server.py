@@ -210,13 +210,11 @@ class _Reply:
 
 
 def _facts_for(settings: Settings, messages: list[dict[str, Any]]) -> list[str]:
-    """Configured facts, else the sentences of the last user message's text, after any context (at most 5,
-    each <= 200 chars)."""
+    """Configured facts, else the last user message's sentences (at most 5, each <= 200 chars)."""
     if settings.facts is not None:
         return list(settings.facts)
     last = next((m for m in reversed(messages) if m.get("role") == "user"), None)
     text = _text_of(last.get("content")) if last else ""
-    text = text.rpartition("\n\nText:\n")[2] if "\n\nText:\n" in text else text
     sentences = [s.strip() for s in _SENTENCE_SPLIT_RE.split(text) if s and s.strip()]
     return [s[:200] for s in sentences[:5]]
 
