@@ -44,6 +44,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from .api.app import check_exposure, create_app
+    from .api.http_guard import guarded_protocol
     from .llm_runtime.models import resolve_model
     from .llm_runtime import proven
     from .llm_runtime.server import LlamaServerError, launch
@@ -74,7 +75,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         uvicorn.run(create_app(settings, speed_prior=speed_prior), host=settings.host, port=settings.port, workers=1,
-                    log_level=os.environ.get("MEMORY_LOG_LEVEL", "info").lower(), access_log=False)
+                    log_level=os.environ.get("MEMORY_LOG_LEVEL", "info").lower(), access_log=False,
+                    http=guarded_protocol(settings.header_timeout_s, settings.body_timeout_s))
     finally:
         if llama is not None:
             llama.stop()
