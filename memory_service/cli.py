@@ -46,10 +46,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from .api.app import check_exposure, create_app
-    from .logs import configure as configure_logging
-    from .llm_runtime.models import resolve_model
+    from .api.http_guard import guarded_protocol
     from .llm_runtime import proven
+    from .llm_runtime.models import resolve_model
     from .llm_runtime.server import LlamaServerError, launch
+    from .logs import configure as configure_logging
 
     settings = Settings.from_env().with_overrides(
         host=args.host, port=args.port, data_dir=Path(args.data_dir) if args.data_dir else None,
@@ -80,7 +81,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     log_config = {"log_config": None} if settings.log_format == "json" else {}
     try:
         uvicorn.run(create_app(settings, speed_prior=speed_prior), host=settings.host, port=settings.port, workers=1,
-                    log_level=os.environ.get("MEMORY_LOG_LEVEL", "info").lower(), access_log=False, **log_config)
+                    log_level=os.environ.get("MEMORY_LOG_LEVEL", "info").lower(), access_log=False, **log_config,
+                    http=guarded_protocol(settings.header_timeout_s, settings.body_timeout_s))
     finally:
         if llama is not None:
             llama.stop()

@@ -50,6 +50,10 @@ class Settings(BaseSettings):
     max_attempts: int = Field(4, ge=1, le=100)
     retry_base_s: float = Field(2.0, ge=0.0, le=3600)
     max_text_bytes: int = Field(64 * 1024, ge=1, le=16 * 1024 * 1024)
+    # a client must finish its request headers this long after starting them, and may not stall a body longer
+    # than this between bytes: a slow or stuck client cannot hold a connection for ever (slowloris)
+    header_timeout_s: float = Field(10.0, gt=0, le=3600)
+    body_timeout_s: float = Field(60.0, gt=0, le=3600)
     max_facts: int = 12
     max_fact_chars: int = 300
     dedup_threshold: float = Field(0.92, ge=0.5, le=1.0)

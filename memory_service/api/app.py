@@ -5,9 +5,9 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
-from fastapi import FastAPI
+from fastapi import FastAPI, HTTPException
 from fastapi.responses import JSONResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import console
 from ..config import ConfigError, Settings, is_loopback
@@ -44,26 +44,40 @@ def check_exposure(settings: Settings) -> None:
 
 
 class BodySizeLimit:
-    """Refuse an oversized body from its Content-Length, before reading it (plain ASGI: costs nothing)."""
+    """Refuse an oversized body from its Content-Length before reading it, and a chunked one (no length) as soon
+    as it passes the limit: neither is ever held in memory whole. Plain ASGI: costs nothing."""
 
     STREAMED = frozenset({"/v1/import"})  # read line by line, with its own limit
 
     def __init__(self, app: ASGIApp, *, max_body: int, max_text: int) -> None:
         self.app, self.max_body, self.max_text = app, max_body, max_text
 
+    def _limit(self, size: str) -> str:
+        return (f"request body is {size} bytes; the limit is {self.max_body} bytes "
+                f"(texts up to {self.max_text} bytes, MEMORY_MAX_TEXT_BYTES)")
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope.get("path") not in self.STREAMED:
-            for name, value in scope.get("headers", ()):
-                if name == b"content-length" and value.isdigit() and int(value) > self.max_body:
-                    response = JSONResponse(
-                        {"error": "too_large",
-                         "detail": f"request body is {int(value)} bytes; the limit is {self.max_body} bytes "
-                                   f"(texts up to {self.max_text} bytes, MEMORY_MAX_TEXT_BYTES)"},
-                        status_code=413,
-                    )
-                    await response(scope, receive, send)
-                    return
-        await self.app(scope, receive, send)
+        if scope["type"] != "http" or scope.get("path") in self.STREAMED:
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length" and value.isdigit() and int(value) > self.max_body:
+                response = JSONResponse({"error": "too_large", "detail": self._limit(str(int(value)))},
+                                        status_code=413)
+                await response(scope, receive, send)
+                return
+        received = 0
+
+        async def counted() -> Message:
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > self.max_body:
+                # the route's body read raises it; the error handler answers 413 before the rest is read
+                raise HTTPException(413, self._limit("more than " + str(self.max_body)))
+            return message
+
+        await self.app(scope, counted, send)
 
 
 def create_app(settings: Settings, *, speed_prior: tuple[float, float] | None = None,

@@ -9,6 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from .models import ErrorOut
 
@@ -72,10 +73,35 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> JS
     )
 
 
+def _unparsable(cause: BaseException | None) -> str | None:
+    """What was wrong with a body FastAPI could not parse (it says only "There was an error parsing the body")."""
+    if isinstance(cause, UnicodeError):
+        return "request body is not valid UTF-8: send JSON encoded as UTF-8"
+    if isinstance(cause, RecursionError):
+        return ("request body nests JSON objects or arrays too deeply to parse; no request needs more than a few "
+                "levels (metadata: at most 32)")
+    return None
+
+
+def _allowed_methods(request: Request) -> str:
+    """Every method some route serves at this path: the router's 405 names only the first route that matched.
+    Asks each route whether it would fully match the request with another method (public route API, so it
+    holds however the framework nests included routers)."""
+    routes = request.app.router.routes
+    return ", ".join(method for method in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+                     if any(route.matches({**request.scope, "method": method})[0] is Match.FULL for route in routes))
+
+
 async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
     body = exc.detail if isinstance(exc.detail, dict) else {"detail": exc.detail}
+    headers = dict(getattr(exc, "headers", None) or {})
+    if exc.status_code == 400 and (reason := _unparsable(exc.__cause__)):
+        body["detail"] = reason
+    if exc.status_code == 405:
+        headers["Allow"] = _allowed_methods(request)
+        body["detail"] = f"{request.method} is not allowed on {request.url.path}; allowed: {headers['Allow']}"
     body.setdefault("error", _STATUS_NAMES.get(exc.status_code, "error"))
-    return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
+    return JSONResponse(body, status_code=exc.status_code, headers=headers or None)
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -7,7 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .types import AgentId, IdempotencyKey, JobStatus, RunId, Tags
+from .types import (AgentId, ExportId, FreeText, IdempotencyKey, JobStatus, JsonFloat, JsonInt, Metadata, RunId,
+                    Tags)
 
 
 class Strict(BaseModel):
@@ -22,19 +23,21 @@ class FieldError(BaseModel):
 class ErrorOut(BaseModel):
     """Every error body, whatever the route: a code for programs, a message for people."""
 
-    error: str = Field(description="bad_request, unauthorized, not_found, conflict, too_large, invalid_request, "
-                                   "limit_reached, unavailable or internal.", examples=["invalid_request"])
+    error: str = Field(description="bad_request, unauthorized, forbidden, not_found, method_not_allowed, conflict, "
+                                   "request_timeout, too_large, invalid_request, limit_reached, unavailable or "
+                                   "internal.", examples=["invalid_request"])
     detail: str = Field(description="What was wrong and what is allowed.")
     errors: list[FieldError] | None = Field(default=None, description="On a refused request body or parameter: "
                                                                       "each field and its problem.")
 
 
 class RememberRequest(Strict):
-    text: str = Field(description="What the agent did, read or was told. Limit: MEMORY_MAX_TEXT_BYTES (64 KiB).")
+    text: FreeText = Field(min_length=1, description="What the agent did, read or was told, without NUL "
+                                                     "characters. Limit: MEMORY_MAX_TEXT_BYTES (64 KiB).")
     agent_id: AgentId
     run_id: RunId | None = None
     tags: Tags = Field(default_factory=list)
-    metadata: dict[str, Any] = Field(default_factory=dict, description="Kept with the text, returned as given (≤ 8 KiB as JSON).")
+    metadata: Metadata = Field(default_factory=dict)
     idempotency_key: IdempotencyKey | None = Field(
         default=None, description="A repeat with the same key (per team) returns the first save, with header "
                                   "`Idempotent-Replayed: true`.")
@@ -42,7 +45,7 @@ class RememberRequest(Strict):
         default=None, description="When what the text tells happened (ISO-8601; with an offset it counts in that "
                                   "offset, without one in MEMORY_TIMEZONE). Relative dates in its facts "
                                   "('yesterday') count from that day. Default: the save time.")
-    wait_s: float = Field(default=0, ge=0, le=120, description="Wait up to this long for extraction to finish before answering.")
+    wait_s: JsonFloat = Field(default=0, ge=0, le=120, description="Wait up to this long for extraction to finish before answering.")
 
     @field_validator("text")
     @classmethod
@@ -102,15 +105,15 @@ class MemoryOut(MemoryHead):
 
 
 class RecallRequest(Strict):
-    query: str = Field(min_length=1, max_length=4096)
+    query: FreeText = Field(min_length=1, max_length=4096)
     agent_id: AgentId | None = None
     scope: Literal["team", "agent"] = "team"
-    k: int = Field(default=10, ge=1, le=100)
+    k: JsonInt = Field(default=10, ge=1, le=100)
     kinds: list[Literal["fact", "passage"]] = Field(default_factory=lambda: ["fact", "passage"], min_length=1)
     tags: Tags = Field(default_factory=list, description="Items must carry all of these.")
     since: datetime | None = None
     until: datetime | None = None
-    min_score: float | None = Field(default=None, ge=-1, le=1, description="Minimum cosine similarity of an item to the query.")
+    min_score: JsonFloat | None = Field(default=None, ge=-1, le=1, description="Minimum cosine similarity of an item to the query.")
 
     @field_validator("query")
     @classmethod
@@ -174,8 +177,8 @@ class ForgetResponse(BaseModel):
 class ExportedFact(BaseModel):
     """A fact as `/v1/export` writes it and `/v1/import` reads it."""
 
-    id: str = Field(min_length=1, max_length=256)
-    text: str = Field(min_length=1, max_length=4096)
+    id: ExportId
+    text: FreeText = Field(min_length=1, max_length=4096)
     spans: list[tuple[int, int]] = Field(default_factory=list)
     created_at: float | None = None
     superseded_by: str | None = None
@@ -185,12 +188,12 @@ class ExportedFact(BaseModel):
 class ExportedMemory(BaseModel):
     """One line of `/v1/export`: a memory with its facts. Unknown fields are ignored (newer exports)."""
 
-    id: str = Field(min_length=1, max_length=256)
-    text: str
+    id: ExportId
+    text: FreeText
     agent_id: AgentId
     run_id: RunId | None = None
     tags: Tags = Field(default_factory=list)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: Metadata = Field(default_factory=dict)
     created_at: float
     status: JobStatus = JobStatus.QUEUED
     idempotency_key: IdempotencyKey | None = None

@@ -15,7 +15,7 @@ from ..storage.keys import KeyInfo, KeyNotFound, Role
 from .auth import Admin, Caller
 from .deps import ServicesDep
 from .errors import error_responses
-from .types import AgentId
+from .types import AgentId, Label
 
 router = APIRouter(tags=["keys"])
 
@@ -27,7 +27,7 @@ class KeyCreate(BaseModel):
                                    "import; admin: also forget, define limits, manage keys")
     agent_id: AgentId | None = Field(default=None,
                                      description="Pin the key to this agent: it can write only as this agent_id")
-    label: str | None = Field(default=None, max_length=200, description="A note for people, e.g. 'mailer on host-3'")
+    label: Label | None = None
 
 
 class KeyOut(BaseModel):
@@ -51,7 +51,7 @@ def _out(info: KeyInfo) -> dict:
 
 
 @router.post("/v1/keys", status_code=201, response_model=NewKeyOut, summary="Create a key for this team",
-             responses=error_responses(400, 401, 403, 422))
+             responses=error_responses(400, 401, 403, 413, 422))
 async def create_key(body: KeyCreate, request: Request, team: Admin, services: ServicesDep) -> NewKeyOut:
     """Admins create keys for their own team only. A pinned admin key cannot create unpinned keys."""
     caller: Caller = request.state.caller

@@ -19,7 +19,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from ..storage.limits import (
     MAX_DAILY_LIMIT,
@@ -34,7 +34,7 @@ from ..storage.limits import (
 from .auth import Admin, Team, Writer, check_agent
 from .deps import ServicesDep
 from .errors import error_responses
-from .types import REPLAYED, AgentId, HandledKey, IdempotencyKey, LimitName, Timezone
+from .types import REPLAYED, AgentId, HandledKey, IdempotencyKey, JsonInt, LimitName, Timezone, whole_float_as_int
 
 router = APIRouter(tags=["limits"])
 
@@ -42,13 +42,14 @@ router = APIRouter(tags=["limits"])
 # ---------------------------------------------------------------- input types
 
 AgentQuery = Annotated[AgentId | None, Query(description="Show this agent's counter (per=agent limits)")]
+TtlDays = Annotated[int, Field(strict=True, ge=1, le=MAX_TTL_DAYS), BeforeValidator(whole_float_as_int)]
 
 
 class LimitSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    daily_limit: int = Field(
-        strict=True, ge=0, le=MAX_DAILY_LIMIT, description=f"Units allowed per local day, 0-{MAX_DAILY_LIMIT}"
+    daily_limit: JsonInt = Field(
+        ge=0, le=MAX_DAILY_LIMIT, description=f"Units allowed per local day, 0-{MAX_DAILY_LIMIT}"
     )
     timezone: Timezone = Field(description="IANA timezone whose calendar day the limit counts (DST aware)")
     per: Literal["team", "agent"] = Field(
@@ -60,7 +61,7 @@ class ConsumeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     agent_id: AgentId
-    amount: int = Field(default=1, strict=True, ge=1, le=MAX_DAILY_LIMIT, description=f"1-{MAX_DAILY_LIMIT}")
+    amount: JsonInt = Field(default=1, ge=1, le=MAX_DAILY_LIMIT, description=f"1-{MAX_DAILY_LIMIT}")
     idempotency_key: IdempotencyKey | None = Field(
         default=None, description="Repeats on the same local day replay the first allowed answer"
     )
@@ -71,11 +72,8 @@ class HandledRequest(BaseModel):
 
     key: HandledKey
     agent_id: AgentId | None = Field(default=None, description="Per-agent ledger; omit for the team-wide one")
-    ttl_days: int | None = Field(
+    ttl_days: TtlDays | None = Field(
         default=None,
-        strict=True,
-        ge=1,
-        le=MAX_TTL_DAYS,
         description=f"Forget the key this many days after it was first seen (1-{MAX_TTL_DAYS}); omit = forever",
     )
 

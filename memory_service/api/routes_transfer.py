@@ -22,6 +22,10 @@ from .routes_memories import MAX_METADATA_BYTES
 router = APIRouter(tags=["transfer"])
 
 IMPORT_MAX_BYTES = 512 * 1024 * 1024
+# One exported memory is its text (≤ MEMORY_MAX_TEXT_BYTES, at most 6x that JSON-escaped), ≤ 8 KiB of metadata
+# and its facts: 8x the text limit, and never under 4 MiB, is far above any real line and bounds the memory a
+# line without a newline can take.
+IMPORT_MIN_LINE_BYTES = 4 * 1024 * 1024
 IMPORT_BATCH = 64
 EXPORT_CHUNK = 100  # lines per body chunk: each chunk is one hop to a worker thread, so not one per line
 MAX_REPORTED_ERRORS = 100
@@ -69,26 +73,35 @@ def export_chunks(records: Iterable[dict], size: int = EXPORT_CHUNK) -> Iterator
         yield "".join(lines).encode()
 
 
-async def _lines(request: Request) -> AsyncIterator[tuple[int, bytes]]:
-    buffer, number, total = b"", 0, 0
+async def _lines(request: Request, max_line: int) -> AsyncIterator[tuple[int, bytes | None]]:
+    """The body's lines, numbered; None for a line longer than `max_line`, whose bytes are dropped as they
+    arrive. Each chunk is split once, so a long line costs linear time, not a rescan per chunk."""
+    parts: list[bytes] = []
+    size, number, total, too_long = 0, 0, 0, False
     async for chunk in request.stream():
         total += len(chunk)
         if total > IMPORT_MAX_BYTES:
             raise HTTPException(413, f"import body is larger than {IMPORT_MAX_BYTES} bytes: split the file")
-        buffer += chunk
-        *complete, buffer = buffer.split(b"\n")
-        for line in complete:
+        *complete, rest = chunk.split(b"\n")
+        for piece in complete:
             number += 1
-            yield number, line
-    if buffer:
-        yield number + 1, buffer
+            yield number, None if too_long or size + len(piece) > max_line else b"".join(parts) + piece
+            parts, size, too_long = [], 0, False
+        if too_long or size + len(rest) > max_line:
+            parts, size, too_long = [], 0, True
+        elif rest:
+            parts.append(rest)
+            size += len(rest)
+    if parts or too_long:
+        yield number + 1, None if too_long else b"".join(parts)
 
 
 @router.post("/v1/import", response_model=ImportResponse, responses=error_responses(401, 403, 413, 422),
-             openapi_extra={"requestBody": {"required": True, "content": LINES}})
+             openapi_extra={"requestBody": {"required": False, "content": LINES}})
 async def import_route(request: Request, team: Writer, services: ServicesDep, re_extract: bool = False) -> ImportResponse:
     """JSON Lines as `/v1/export` writes them. Facts are kept as they are, or with `re_extract=true`
-    dropped and extracted again. Idempotent per line: a line imported before is skipped."""
+    dropped and extracted again. Idempotent per line: a line imported before is skipped. An empty body imports
+    nothing."""
     caller: Caller = request.state.caller
     if caller.agent_id is not None:
         raise HTTPException(403, f"this key is pinned to agent_id '{caller.agent_id}'; importing writes as any "
@@ -106,10 +119,13 @@ async def import_route(request: Request, team: Writer, services: ServicesDep, re
             tally.skipped += done.skipped
             batch.clear()
 
-    async for number, raw in _lines(request):
-        if not raw.strip():
+    max_line = max(IMPORT_MIN_LINE_BYTES, 8 * settings.max_text_bytes)
+    async for number, raw in _lines(request, max_line):
+        if raw is not None and not raw.strip():
             continue
         try:
+            if raw is None:
+                raise ValueError(f"line is longer than {max_line} bytes, far more than an exported memory takes")
             record = ExportedMemory.model_validate_json(raw)
             if len(record.text.encode()) > settings.max_text_bytes:
                 raise ValueError(f"text is larger than {settings.max_text_bytes} bytes (MEMORY_MAX_TEXT_BYTES)")
