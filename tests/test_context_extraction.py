@@ -58,19 +58,19 @@ def test_context_is_a_block_aligned_window_of_the_run_or_the_agents_recent_saves
     save("other run", run="r2", at=3.5)
     save("other team", run="r1", team="u", at=3.6)
     windows = [texts(journal.context_for(m, block=2, window_s=1800)) for m in run]
-    assert windows == [[], ["r0"], ["r0", "r1"], ["r0", "r1", "r2"], ["r2", "r3"], ["r2", "r3", "r4"],
-                       ["r4", "r5"]]
+    assert windows == [[], ["r0"], ["r1"], ["r1", "r2"], ["r3"], ["r3", "r4"], ["r5"]]
     # each window but the first of a block extends the one before: the prompt grows, its prefix stays
-    assert windows[3][:2] == windows[2] and windows[5][:2] == windows[4]
+    assert windows[3][:1] == windows[2] and windows[5][:1] == windows[4]
 
     old = save("long ago", at=-7200)
     first, second = save("first", at=10), save("second", at=11)
     save("elsewhere", "mailer", at=12)
     third = save("third", at=13)
-    assert texts(journal.context_for(third, block=2, window_s=1800)) == ["first", "second"]
+    assert texts(journal.context_for(second, block=2, window_s=1800)) == ["first"]
+    assert texts(journal.context_for(third, block=2, window_s=1800)) == ["second"]  # a new block
     assert texts(journal.context_for(first, block=2, window_s=1800)) == []  # "long ago" is outside the window
     assert texts(journal.context_for(first, block=2, window_s=99999)) == ["long ago"]
-    assert old.id and second.id
+    assert old.id
     journal.close()
 
 

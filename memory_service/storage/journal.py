@@ -58,6 +58,8 @@ CREATE UNIQUE INDEX IF NOT EXISTS memories_idem ON memories(team, idempotency_ke
 CREATE INDEX IF NOT EXISTS memories_queue ON memories(status, next_attempt_at);
 CREATE INDEX IF NOT EXISTS memories_unindexed ON memories(indexed) WHERE indexed = 0;
 CREATE INDEX IF NOT EXISTS memories_team_time ON memories(team, created_at, id);
+-- a conversation's earlier saves (extraction context): a run, or an agent's saves without a run
+CREATE INDEX IF NOT EXISTS memories_conversation ON memories(team, run_id, agent_id, created_at);
 
 CREATE TABLE IF NOT EXISTS facts (
     id TEXT PRIMARY KEY,
@@ -312,30 +314,27 @@ class Journal:
     def context_for(self, memory: Memory, *, block: int, window_s: float) -> list[Memory]:
         """The saves just before `memory` in its conversation, oldest first.
 
-        In a run, the window starts at a multiple of `block` (the block before the current one), so it
-        holds `block` to `2*block - 1` saves and keeps its start for `block` saves in a row: each prompt
-        then extends the last one and llama.cpp reuses its cache. Without a run: the same agent's last
-        `block` saves (also without a run) from the `window_s` before it.
+        In a run the window keeps its start for `block` saves in a row, so each prompt extends the last
+        one and llama.cpp's cache covers the context: it starts at the save before a multiple of `block`
+        and holds 1 to `block` saves (fewer at the run's start). Only the first save of each block pays
+        for one earlier save again. Without a run, the conversation is the same agent's saves (also
+        without a run) from the `window_s` before it, windowed the same way.
         """
         where = "team = ? AND status != ? AND created_at < ? AND id != ?"
         args: list[Any] = [memory.team, DELETED, memory.created_at, memory.id]
         if memory.run_id is not None:
             where += " AND run_id = ?"
             args.append(memory.run_id)
-            with self._read_lock:
-                before = self._reader.execute(f"SELECT COUNT(*) FROM memories WHERE {where}", args).fetchone()[0]
-                start = (before // block - 1) * block if before >= block else 0
-                rows = self._reader.execute(
-                    f"SELECT * FROM memories WHERE {where} ORDER BY created_at, id LIMIT ? OFFSET ?",
-                    (*args, before - start, start)).fetchall()
-            return [Memory.from_row(row) for row in rows]
-        where += " AND agent_id = ? AND run_id IS NULL AND created_at >= ?"
-        args += [memory.agent_id, memory.created_at - window_s]
+        else:
+            where += " AND agent_id = ? AND run_id IS NULL AND created_at >= ?"
+            args += [memory.agent_id, memory.created_at - window_s]
         with self._read_lock:
+            before = self._reader.execute(f"SELECT COUNT(*) FROM memories WHERE {where}", args).fetchone()[0]
+            start = max(0, before // block * block - 1)
             rows = self._reader.execute(
-                f"SELECT * FROM memories WHERE {where} ORDER BY created_at DESC, id DESC LIMIT ?", (*args, block)
-            ).fetchall()
-        return [Memory.from_row(row) for row in reversed(rows)]
+                f"SELECT * FROM memories WHERE {where} ORDER BY created_at, id LIMIT ? OFFSET ?",
+                (*args, before - start, start)).fetchall()
+        return [Memory.from_row(row) for row in rows]
 
     def next_due_in(self, now: float | None = None) -> float | None:
         """Seconds until the earliest queued job is due (0 if one is due now), None if the queue is empty."""
