@@ -19,6 +19,7 @@ from .storage.embedder import Embedder, load_embedder
 from .storage.journal import DONE, FAILED, Journal, Memory
 from .storage.limits import LimitStore
 from .storage.vectors import VectorStore
+from .vector_search import filtered_vectors
 from .worker import ExtractionWorker, PassageIndexer
 
 log = logging.getLogger("memory_service")
@@ -39,6 +40,8 @@ class Services:
         self.extraction = ExtractionWorker(self.settings, self.journal, self.model, self.embedder, self.vectors,
                                            settled=self._settled)
         self.passages = PassageIndexer(self.journal, self.embedder, self.vectors)
+        # created before any write, so it sees them all (it listens to the vector store)
+        self.search = filtered_vectors(self.journal, self.vectors)
 
     @classmethod
     def open(cls, settings: Settings, *, speed_prior: tuple[float, float] | None = None) -> "Services":

@@ -19,6 +19,8 @@ from memory_service.storage.forget import mark_forgotten
 from memory_service.storage.journal import Journal
 from memory_service.storage.vectors import VectorStore
 from memory_service.text import normalize
+from memory_service import vector_search
+from memory_service.vector_search import filtered_vectors
 
 TEAM = "team-filters"
 
@@ -128,3 +130,27 @@ def test_a_forget_cut_off_before_its_vectors_went_still_hides_the_item(stores):
     mark_forgotten(stores.journal, TEAM, memory_ids=[gone.id])  # the crash: vectors still there
     for kw in ({}, {"agent_id": "small"}):
         assert gone.id not in {h.memory_id for h in stores.recall("launch code heron 5512", k=3, **kw)}
+
+
+@pytest.mark.parametrize("exact_max, overfetch_max, plan", [(5000, 1000, "exact"), (5, 1000, "overfetch"),
+                                                            (5, 1, "where")])
+def test_every_vector_plan_keeps_only_the_filtered_items(stores, monkeypatch, exact_max, overfetch_max, plan):
+    monkeypatch.setattr(vector_search, "EXACT_MAX_ROWS", exact_max)
+    monkeypatch.setattr(vector_search, "OVERFETCH_MAX", overfetch_max)
+    for i in range(30):
+        stores.save(f"shipment {i} left the harbour with spare crane parts", "big" if i % 4 else "small",
+                    ["cargo"] if i % 2 else [])
+    items = stores.recall("crane parts shipment", k=5, kinds=("passage",), agent_id="big", tags=("cargo",))
+    assert filtered_vectors(stores.journal, stores.vectors).last_plan == plan
+    assert items and all(h.agent_id == "big" and "cargo" in h.tags for h in items)
+    assert all(h.similarity is not None for h in items)  # found by the vector leg too
+
+
+def test_directory_follows_writes_and_forgets_after_it_is_loaded(stores):
+    first = stores.save("the boiler room key hangs by the door", "small")
+    assert stores.recall("boiler room key", k=3, agent_id="small")[0].memory_id == first.id  # loads, caches
+    later = stores.save("the boiler room key moved to the locker", "small")
+    assert later.id in {h.memory_id for h in stores.recall("boiler room key locker", k=3, agent_id="small")
+                        if h.similarity is not None}
+    forget(stores.journal, stores.vectors, TEAM, agent_id="small")
+    assert stores.recall("boiler room key", k=3, agent_id="small") == []

@@ -21,6 +21,7 @@ import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -190,6 +191,10 @@ class KeywordHit:
     rank: float
 
 
+# Keyword leg bounds: rows matched by the rarest words before the rest must co-occur, and rows ranked at most.
+KEYWORD_RARE_ROWS = 1000
+KEYWORD_MAX_RANKED = 2000
+
 _FTS_TOKEN = re.compile(r"[\w]+", re.UNICODE)
 
 
@@ -198,10 +203,56 @@ def fts_query(text: str) -> str | None:
 
     Stopwords are left out: they match most rows, and BM25 must rank every row that matches.
     """
-    words = [w for w in _FTS_TOKEN.findall(text.lower()) if len(w) > 1 and w not in STOPWORDS]
+    words = fts_words(text)
     if not words:
         return None
-    return " OR ".join(f'"{w}"' for w in dict.fromkeys(words))
+    return " OR ".join(f'"{w}"' for w in words)
+
+
+def fts_words(text: str) -> list[str]:
+    """The query's content words, once each, in order."""
+    return list(dict.fromkeys(w for w in _FTS_TOKEN.findall(text.lower()) if len(w) > 1 and w not in STOPWORDS))
+
+
+_STEMMER = sqlite3.connect(":memory:", check_same_thread=False)
+_STEMMER.executescript("CREATE VIRTUAL TABLE t USING fts5(x, tokenize='porter unicode61');"
+                       "CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance');")
+_STEMMER_LOCK = threading.Lock()
+
+
+@lru_cache(maxsize=8192)
+def _stems(word: str) -> tuple[str, ...]:
+    """The index terms the FTS tokenizer makes of a word (its porter stems), to look them up in fts5vocab."""
+    with _STEMMER_LOCK:
+        _STEMMER.execute("INSERT INTO t(rowid, x) VALUES (1, ?)", (word,))
+        terms = tuple(row[0] for row in _STEMMER.execute("SELECT term FROM v ORDER BY offset"))
+        _STEMMER.execute("DELETE FROM t")
+    return terms
+
+
+def _item_filter(kind: str, agent_id: str | None, tags: tuple[str, ...], since: float | None,
+                 until: float | None) -> tuple[str, list[Any]]:
+    """SQL conditions (on alias `t`) for recall's filters; a passage must also not be forgotten."""
+    where: list[str] = []
+    args: list[Any] = []
+    if kind == "passage":
+        where.append("t.status != ?")
+        args.append(DELETED)
+    else:
+        where.append("t.superseded_by IS NULL")
+    if agent_id is not None:
+        where.append("t.agent_id = ?")
+        args.append(agent_id)
+    for tag in tags:
+        where.append("EXISTS (SELECT 1 FROM json_each(t.tags) WHERE json_each.value = ?)")
+        args.append(tag)
+    if since is not None:
+        where.append("t.created_at >= ?")
+        args.append(since)
+    if until is not None:
+        where.append("t.created_at <= ?")
+        args.append(until)
+    return "".join(" AND " + w for w in where), args
 
 
 class Journal:
@@ -221,6 +272,8 @@ class Journal:
         # for a writer, so recall stays fast while the workers commit.
         self._reader = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
         self._reader.row_factory = sqlite3.Row
+        for fts in ("memories_fts", "facts_fts"):  # document frequencies, for the bounded keyword search
+            self._reader.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{fts}_vocab USING fts5vocab(main, {fts}, 'row')")
         self._read_lock = threading.Lock()
 
     def close(self) -> None:
@@ -428,6 +481,18 @@ class Journal:
             ).fetchall()
         return {row["id"]: Memory.from_row(row) for row in rows}
 
+    def recall_rows(self, team: str, memory_ids: list[str]) -> dict[str, tuple[str, float, list[str], str]]:
+        """(agent_id, created_at, tags, text) of the team's live memories among these ids: what recall shows."""
+        if not memory_ids:
+            return {}
+        marks = ",".join("?" * len(memory_ids))
+        with self._read_lock:
+            rows = self._reader.execute(
+                f"SELECT id, agent_id, created_at, tags, text FROM memories WHERE id IN ({marks}) AND +team = ? "
+                "AND status != ?", (*memory_ids, team, DELETED)
+            ).fetchall()
+        return {r[0]: (r[1], float(r[2]), json.loads(r[3]), r[4]) for r in rows}
+
     def live(self, memory_ids: list[str]) -> set[str]:
         """Which of these ids still exist and are not forgotten (any team: for workers, never for routes)."""
         if not memory_ids:
@@ -507,30 +572,64 @@ class Journal:
             ).fetchall()
         return {r["id"]: _fact_from_row(r) for r in rows}
 
-    def keyword_search(self, team: str, query: str, *, kinds: set[str], limit: int) -> list[KeywordHit]:
-        """BM25 over passages and active facts of one team."""
-        match = fts_query(query)
-        if match is None:
+    def keyword_search(self, team: str, query: str, *, kinds: set[str], limit: int, agent_id: str | None = None,
+                       tags: tuple[str, ...] = (), since: float | None = None,
+                       until: float | None = None) -> list[KeywordHit]:
+        """BM25 over passages and active facts of one team, filters applied before the limit.
+
+        Bounded: only rows holding one of the rarest query words, or every query word, are ranked (see
+        `_bounded_match`), and at most `KEYWORD_MAX_RANKED` of them; ranking every row that shares one
+        common word with the query was the slowest part of recall at 100k facts.
+        """
+        words = fts_words(query)
+        if not words:
             return []
         hits: list[KeywordHit] = []
         with self._read_lock:
-            if "passage" in kinds:
-                for row in self._reader.execute(
-                    "SELECT m.id, m.text, bm25(memories_fts) AS r FROM memories_fts "
-                    "JOIN memories m ON m.rowid = memories_fts.rowid "
-                    "WHERE memories_fts MATCH ? AND m.team = ? AND m.status != ? ORDER BY r LIMIT ?",
-                    (match, team, DELETED, limit),
-                ):
-                    hits.append(KeywordHit("passage", row[0], row[0], row[1], row[2]))
-            if "fact" in kinds:
-                for row in self._reader.execute(
-                    "SELECT f.id, f.memory_id, f.text, bm25(facts_fts) AS r FROM facts_fts "
-                    "JOIN facts f ON f.rowid = facts_fts.rowid "
-                    "WHERE facts_fts MATCH ? AND f.team = ? AND f.superseded_by IS NULL ORDER BY r LIMIT ?",
-                    (match, team, limit),
-                ):
-                    hits.append(KeywordHit("fact", row[0], row[1], row[2], row[3]))
+            for kind, fts, table, cols in (("passage", "memories_fts", "memories", "t.id, t.id, t.text"),
+                                           ("fact", "facts_fts", "facts", "t.id, t.memory_id, t.text")):
+                if kind not in kinds:
+                    continue
+                match = self._bounded_match(fts, words)
+                where, args = _item_filter(kind, agent_id, tags, since, until)
+                sql = (f"SELECT * FROM (SELECT {cols}, bm25({fts}) AS r FROM {fts} JOIN {table} t "
+                       f"ON t.rowid = {fts}.rowid WHERE {fts} MATCH ? AND t.team = ? {where} "
+                       f"ORDER BY {fts}.rowid DESC LIMIT ?) ORDER BY r LIMIT ?")
+                for row in self._reader.execute(sql, (match, team, *args, KEYWORD_MAX_RANKED, limit)):
+                    hits.append(KeywordHit(kind, row[0], row[1], row[2], row[3]))
         return hits
+
+    def _bounded_match(self, fts: str, words: list[str]) -> str:
+        """The FTS5 expression that bounds how many rows get ranked.
+
+        Words are taken rarest first (document frequencies from `fts5vocab`) while together they match at
+        most `KEYWORD_RARE_ROWS` rows; if that is every word, the plain OR of all words. Otherwise rows with
+        one of those rare words OR with all the words: an id, a number or a name (rare) is never dropped,
+        the common words still count in BM25 (they are phrases of the expression), and a query of common
+        words ranks the rows that hold them all.
+        """
+        df = {w: self._doc_freq(fts, w) for w in words}
+        ordered = sorted(words, key=lambda w: df[w])
+        rare: list[str] = []
+        total = 0
+        for word in ordered:
+            if total + df[word] > KEYWORD_RARE_ROWS:
+                break
+            rare.append(word)
+            total += df[word]
+        quoted = [f'"{w}"' for w in words]
+        if len(rare) == len(words):
+            return " OR ".join(quoted)
+        parts = [" OR ".join(f'"{w}"' for w in rare)] if rare else []
+        if len(words) > 1:
+            parts.append("(" + " AND ".join(quoted) + ")")
+        return " OR ".join(parts) if parts else quoted[0]
+
+    def _doc_freq(self, fts: str, word: str) -> int:
+        """Rows of `fts` (all teams) holding `word`: a bound for one team. A phrase counts its rarest token."""
+        counts = [self._reader.execute(f"SELECT doc FROM temp.{fts}_vocab WHERE term = ?", (term,)).fetchone()
+                  for term in _stems(word)]
+        return min((int(c[0]) if c else 0 for c in counts), default=0)
 
     def backlog(self, created_at: float | None = None) -> tuple[int, int]:
         """(jobs, characters) waiting or running, optionally only those saved by `created_at`: the work ahead."""
