@@ -115,22 +115,33 @@ class _Directory:
         for key in [k for k in self.matrices if (k[0] is None or k[0] == agent) and set(k[1]) <= set(tags)]:
             del self.matrices[key]
 
-    def select(self, flt: VectorFilter) -> np.ndarray:
-        """Rows that pass the agent and tag filters (time is applied by the caller), sorted."""
+    def select(self, flt: VectorFilter) -> set[int] | None:
+        """Rows that pass the agent and tag filters (None: no such filter, every row); time is separate."""
         sets = ([self.by_agent.get(flt.agent_id, set())] if flt.agent_id else []) + \
             [self.by_tag.get(tag, set()) for tag in flt.tags]
         if not sets:
-            return np.flatnonzero(self.alive[:len(self.ids)])
+            return None
         sets.sort(key=len)
-        rows = set(sets[0]).intersection(*sets[1:]) if len(sets) > 1 else sets[0]
-        return np.fromiter(sorted(rows), dtype=np.int64, count=len(rows))
+        return sets[0].intersection(*sets[1:]) if len(sets) > 1 else sets[0]
 
-    def in_time(self, rows: np.ndarray, flt: VectorFilter) -> np.ndarray:
+    def rows(self, base: set[int] | None, flt: VectorFilter) -> np.ndarray:
+        """The rows of `base` (or all live rows) inside the filter's time window."""
+        if base is None:
+            rows = np.flatnonzero(self.alive[:len(self.ids)])
+        else:
+            rows = np.fromiter(base, dtype=np.int64, count=len(base))
         if flt.since is not None:
             rows = rows[self.created[rows] >= flt.since]
         if flt.until is not None:
             rows = rows[self.created[rows] <= flt.until]
         return rows
+
+    def passes(self, item_id: str, base: set[int] | None, flt: VectorFilter) -> bool:
+        r = self.row.get(item_id)
+        if r is None or (base is not None and r not in base):
+            return False
+        created = self.created[r]
+        return not ((flt.since is not None and created < flt.since) or (flt.until is not None and created > flt.until))
 
 
 _BY_STORE: "weakref.WeakKeyDictionary[VectorStore, FilteredVectors]" = weakref.WeakKeyDictionary()
@@ -193,19 +204,21 @@ class FilteredVectors:
         with self._lock:
             d = self._directory(team, kind)
             base = d.select(flt)
-            rows = d.in_time(base, flt)
-            kept, total = len(rows), d.live
+            timed = flt.since is not None or flt.until is not None
+            rows = d.rows(base, flt) if timed or base is None or len(base) <= EXACT_MAX_ROWS else None
+            kept, total = (len(rows) if rows is not None else len(base or ())), d.live
             if kept == 0:
                 self.last_plan = "empty"
                 return []
             if kept <= EXACT_MAX_ROWS:
                 self.last_plan = "exact"
+                assert rows is not None
                 return self._exact(team, kind, d, flt, base, rows, embedding, k)
-            allowed = set(d.ids[r] for r in rows) if kept < total else None
         want = min(total, math.ceil(k * total / kept * OVERFETCH_FACTOR))
         if want <= OVERFETCH_MAX:
             hits = self.vectors.query(team, embedding, want, kind=kind, payload=False)
-            passed = [(h.id, h.similarity) for h in hits if allowed is None or h.id in allowed]
+            with self._lock:
+                passed = [(h.id, h.similarity) for h in hits if d.passes(h.id, base, flt)]
             if len(passed) >= k or want >= total:
                 self.last_plan = "overfetch"
                 return passed[:k]
@@ -213,26 +226,31 @@ class FilteredVectors:
         return [(h.id, h.similarity)
                 for h in self.vectors.query(team, embedding, k, where=flt.where(), kind=kind, payload=False)]
 
-    def _exact(self, team: str, kind: str, d: _Directory, flt: VectorFilter, base: np.ndarray, rows: np.ndarray,
-               embedding: np.ndarray, k: int) -> list[tuple[str, float]]:
-        """Cosine by matrix product over the filter's rows (unit vectors), with their vectors cached."""
+    def _exact(self, team: str, kind: str, d: _Directory, flt: VectorFilter, base: set[int] | None,
+               rows: np.ndarray, embedding: np.ndarray, k: int) -> list[tuple[str, float]]:
+        """Cosine by matrix product over the filter's rows (unit vectors), with their vectors cached.
+
+        The matrix of an agent/tag filter is kept until a write touches one of its rows; a time window
+        only masks it.
+        """
         key = (flt.agent_id, tuple(sorted(flt.tags)))
-        cached = d.matrices.get(key) if key != (None, ()) else None
+        keyed = base is not None and len(base) <= EXACT_MAX_ROWS
+        cached = d.matrices.get(key) if keyed else None
         if cached is None:
-            use = base if key != (None, ()) and len(base) <= EXACT_MAX_ROWS else rows
+            use = np.fromiter(base, dtype=np.int64, count=len(base)) if keyed and base is not None else rows
             self._fetch(team, kind, d, use)
             have = np.fromiter((r for r in use if r in d.vectors), dtype=np.int64)
             matrix = np.stack([d.vectors[r] for r in have]) if len(have) else np.zeros((0, len(embedding)), np.float32)
             cached = (have, matrix)
-            if use is base and key != (None, ()):
+            if keyed:
                 d.matrices[key] = cached
         have, matrix = cached
-        if not len(have):
-            return []
         sims = matrix @ np.asarray(embedding, dtype=np.float32)
         if len(have) != len(rows):  # the time window keeps part of the cached rows
             keep = np.isin(have, rows)
             have, sims = have[keep], sims[keep]
+        if not len(have):
+            return []
         top = np.argpartition(-sims, k - 1)[:k] if len(sims) > k else np.arange(len(sims))
         top = top[np.argsort(-sims[top], kind="stable")]
         return [(d.ids[have[i]], float(sims[i])) for i in top]

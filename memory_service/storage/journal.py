@@ -592,7 +592,9 @@ class Journal:
                     continue
                 match = self._bounded_match(fts, words)
                 where, args = _item_filter(kind, agent_id, tags, since, until)
-                sql = (f"SELECT * FROM (SELECT {cols}, bm25({fts}) AS r FROM {fts} JOIN {table} t "
+                # CROSS JOIN keeps the FTS match as the outer loop: the planner may otherwise scan the
+                # team's rows and probe the index per row (seconds); newest rows first when capped
+                sql = (f"SELECT * FROM (SELECT {cols}, bm25({fts}) AS r FROM {fts} CROSS JOIN {table} t "
                        f"ON t.rowid = {fts}.rowid WHERE {fts} MATCH ? AND t.team = ? {where} "
                        f"ORDER BY {fts}.rowid DESC LIMIT ?) ORDER BY r LIMIT ?")
                 for row in self._reader.execute(sql, (match, team, *args, KEYWORD_MAX_RANKED, limit)):
