@@ -34,8 +34,45 @@ from .storage.vectors import KINDS, VectorItem, VectorStore, kind_of_id, tag_key
 EXACT_MAX_ROWS = 5000  # exact search up to here: 5000 x 384 floats is well under a millisecond to score
 OVERFETCH_MAX = 1000  # the most HNSW results asked for when post-filtering
 OVERFETCH_FACTOR = 2.0  # margin on k / share
-CACHED_VECTORS_MAX = 50_000  # per team and kind (~75 MB at 384 dims); beyond it the cache starts over
+CACHE_BYTES_MAX = 64 << 20  # vectors kept for exact search, all teams; least recently used go first
+SCORE_CHUNK_ROWS = 2048  # matrix-vector products in blocks this size stay on one BLAS thread
 REPLAY_EVENTS = 4096  # writes remembered for a team whose directory is not loaded yet
+
+FilterKey = tuple[str, str, str | None, tuple[str, ...]]  # team, kind, agent, tags
+
+
+@dataclass
+class _Matrix:
+    """The vectors of one agent/tag filter's rows; writes queue here until the next search folds them in."""
+
+    rows: np.ndarray
+    vectors: np.ndarray
+    added: dict[int, np.ndarray] = field(default_factory=dict)
+    dropped: set[int] = field(default_factory=set)
+
+    def current(self) -> "_Matrix":
+        if self.added or self.dropped:
+            gone = list(self.dropped | set(self.added))
+            keep = ~np.isin(self.rows, gone)
+            rows, vectors = [self.rows[keep]], [self.vectors[keep]] if len(self.rows) else []
+            if self.added:
+                rows.append(np.fromiter(self.added, dtype=np.int64, count=len(self.added)))
+                vectors.append(np.stack(list(self.added.values())))
+            self.rows = np.concatenate(rows)
+            self.vectors = np.concatenate(vectors) if vectors else np.zeros((0, 0), np.float32)
+            self.added, self.dropped = {}, set()
+        return self
+
+    @property
+    def nbytes(self) -> int:
+        return self.vectors.nbytes
+
+
+def _scores(matrix: np.ndarray, vector: np.ndarray) -> np.ndarray:
+    """matrix @ vector in blocks: a large product fans out to BLAS threads, which stall on a busy machine."""
+    if len(matrix) <= SCORE_CHUNK_ROWS:
+        return matrix @ vector
+    return np.concatenate([matrix[i:i + SCORE_CHUNK_ROWS] @ vector for i in range(0, len(matrix), SCORE_CHUNK_ROWS)])
 
 
 @dataclass(frozen=True)
@@ -75,8 +112,6 @@ class _Directory:
     alive: np.ndarray = field(default_factory=lambda: np.zeros(1024, dtype=bool))
     by_agent: dict[str, set[int]] = field(default_factory=dict)
     by_tag: dict[str, set[int]] = field(default_factory=dict)
-    vectors: dict[int, np.ndarray] = field(default_factory=dict)  # fetched or written, by row
-    matrices: dict[tuple[str | None, tuple[str, ...]], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     live: int = 0
 
     def add(self, item_id: str, agent: str, tags: tuple[str, ...], created_at: float) -> int:
@@ -95,7 +130,6 @@ class _Directory:
         for tag in tags:
             self.by_tag.setdefault(tag, set()).add(r)
         self.live += 1
-        self._touch(agent, tags)
         return r
 
     def remove(self, item_id: str) -> None:
@@ -106,14 +140,7 @@ class _Directory:
         self.by_agent[self.agent[r]].discard(r)
         for tag in self.tags[r]:
             self.by_tag[tag].discard(r)
-        self.vectors.pop(r, None)
         self.live -= 1
-        self._touch(self.agent[r], self.tags[r])
-
-    def _touch(self, agent: str, tags: tuple[str, ...]) -> None:
-        """Drop the cached matrices this row belongs to."""
-        for key in [k for k in self.matrices if (k[0] is None or k[0] == agent) and set(k[1]) <= set(tags)]:
-            del self.matrices[key]
 
     def select(self, flt: VectorFilter) -> set[int] | None:
         """Rows that pass the agent and tag filters (None: no such filter, every row); time is separate."""
@@ -165,6 +192,7 @@ class FilteredVectors:
         self.vectors = vectors
         self._dirs: dict[tuple[str, str], _Directory] = {}
         self._unloaded: dict[str, collections.deque] = {}
+        self._matrices: collections.OrderedDict[FilterKey, _Matrix] = collections.OrderedDict()
         self._lock = threading.RLock()
         self.last_plan = ""  # for benchmarks and tests: which path the last search took
         vectors.add_listener(self)
@@ -179,7 +207,14 @@ class FilteredVectors:
                 if d is None:
                     self._remember(team, ("upsert", item.id, _meta_of(item.metadata)))
                     continue
-                d.add(item.id, *_meta_of(item.metadata))  # its vector is fetched when a search needs it
+                old = d.row.get(item.id)
+                agent, tags, created_at = _meta_of(item.metadata)
+                r = d.add(item.id, agent, tags, created_at)
+                for key, matrix in self._matrices_of(team, kind):
+                    if old is not None:
+                        matrix.dropped.add(old)
+                    if _key_matches(key, agent, tags):
+                        matrix.added[r] = np.asarray(item.embedding, dtype=np.float32)
 
     def deleted(self, team: str, ids: list[str]) -> None:
         with self._lock:
@@ -188,7 +223,15 @@ class FilteredVectors:
                 if d is None:
                     self._remember(team, ("delete", item_id, None))
                 else:
+                    r = d.row.get(item_id)
                     d.remove(item_id)
+                    for _, matrix in self._matrices_of(team, kind_of_id(item_id)):
+                        if r is not None:
+                            matrix.added.pop(r, None)
+                            matrix.dropped.add(r)
+
+    def _matrices_of(self, team: str, kind: str) -> list[tuple[FilterKey, _Matrix]]:
+        return [(key, m) for key, m in self._matrices.items() if key[0] == team and key[1] == kind]
 
     def _remember(self, team: str, event: tuple) -> None:
         """A write to a team not loaded yet: replayed on load, in case the journal did not show it then."""
@@ -214,12 +257,16 @@ class FilteredVectors:
                 self.last_plan = "exact"
                 assert rows is not None
                 return self._exact(team, kind, d, flt, base, rows, embedding, k)
+        # items of one agent or tag often sit together in vector space, so one over-fetch can come up
+        # short: a second, larger one, and only then Chroma's `where`
         want = min(total, math.ceil(k * total / kept * OVERFETCH_FACTOR))
-        if want <= OVERFETCH_MAX:
-            hits = self.vectors.query(team, embedding, want, kind=kind, payload=False)
+        for attempt, need in ((want, max(1, k // 2)), (min(total, max(want * 4, OVERFETCH_MAX)), 1)):
+            if attempt > OVERFETCH_MAX:
+                break
+            hits = self.vectors.query(team, embedding, attempt, kind=kind, payload=False)
             with self._lock:
                 passed = [(h.id, h.similarity) for h in hits if d.passes(h.id, base, flt)]
-            if len(passed) >= k or want >= total:
+            if len(passed) >= min(need, kept) or attempt >= total:
                 self.last_plan = "overfetch"
                 return passed[:k]
         self.last_plan = "where"
@@ -228,24 +275,24 @@ class FilteredVectors:
 
     def _exact(self, team: str, kind: str, d: _Directory, flt: VectorFilter, base: set[int] | None,
                rows: np.ndarray, embedding: np.ndarray, k: int) -> list[tuple[str, float]]:
-        """Cosine by matrix product over the filter's rows (unit vectors), with their vectors cached.
+        """Cosine by matrix product over the filter's rows (unit vectors).
 
-        The matrix of an agent/tag filter is kept until a write touches one of its rows; a time window
-        only masks it.
+        An agent/tag filter's vectors are cached (kept current by writes and forgets; a time window only
+        masks them); a time window alone fetches its rows' vectors each time.
         """
-        key = (flt.agent_id, tuple(sorted(flt.tags)))
-        keyed = base is not None and len(base) <= EXACT_MAX_ROWS
-        cached = d.matrices.get(key) if keyed else None
-        if cached is None:
-            use = np.fromiter(base, dtype=np.int64, count=len(base)) if keyed and base is not None else rows
-            self._fetch(team, kind, d, use)
-            have = np.fromiter((r for r in use if r in d.vectors), dtype=np.int64)
-            matrix = np.stack([d.vectors[r] for r in have]) if len(have) else np.zeros((0, len(embedding)), np.float32)
-            cached = (have, matrix)
-            if keyed:
-                d.matrices[key] = cached
-        have, matrix = cached
-        sims = matrix @ np.asarray(embedding, dtype=np.float32)
+        key: FilterKey = (team, kind, flt.agent_id, tuple(sorted(flt.tags)))
+        if base is not None and len(base) <= EXACT_MAX_ROWS:
+            matrix = self._matrices.get(key)
+            if matrix is None:
+                matrix = self._matrices[key] = self._fetch(team, kind, d, np.fromiter(base, np.int64, len(base)))
+                self._evict()
+            self._matrices.move_to_end(key)
+            matrix = matrix.current()
+        else:
+            matrix = self._fetch(team, kind, d, rows)
+        if not len(matrix.rows):
+            return []
+        have, sims = matrix.rows, _scores(matrix.vectors, np.asarray(embedding, dtype=np.float32))
         if len(have) != len(rows):  # the time window keeps part of the cached rows
             keep = np.isin(have, rows)
             have, sims = have[keep], sims[keep]
@@ -255,17 +302,16 @@ class FilteredVectors:
         top = top[np.argsort(-sims[top], kind="stable")]
         return [(d.ids[have[i]], float(sims[i])) for i in top]
 
-    def _fetch(self, team: str, kind: str, d: _Directory, rows: np.ndarray) -> None:
-        missing = [d.ids[r] for r in rows if r not in d.vectors]
-        if not missing:
-            return
-        if len(d.vectors) + len(missing) > CACHED_VECTORS_MAX:
-            d.vectors.clear()
-            d.matrices.clear()
-        for item_id, vec in self.vectors.embeddings(team, kind, missing).items():
-            r = d.row.get(item_id)
-            if r is not None:
-                d.vectors[r] = vec
+    def _fetch(self, team: str, kind: str, d: _Directory, rows: np.ndarray) -> _Matrix:
+        """These rows' vectors from Chroma (rows whose vector is not written yet are left out)."""
+        got = self.vectors.embeddings(team, kind, [d.ids[r] for r in rows])
+        have = [r for r in rows.tolist() if d.ids[r] in got]
+        vectors = np.stack([got[d.ids[r]] for r in have]) if have else np.zeros((0, 0), np.float32)
+        return _Matrix(np.asarray(have, dtype=np.int64), vectors)
+
+    def _evict(self) -> None:
+        while len(self._matrices) > 1 and sum(m.nbytes for m in self._matrices.values()) > CACHE_BYTES_MAX:
+            self._matrices.popitem(last=False)
 
     def _directory(self, team: str, kind: str) -> _Directory:
         d = self._dirs.get((team, kind))
@@ -283,6 +329,10 @@ class FilteredVectors:
             else:
                 target.remove(item_id)
         return self._dirs[(team, kind)]
+
+
+def _key_matches(key: FilterKey, agent: str, tags: tuple[str, ...]) -> bool:
+    return (key[2] is None or key[2] == agent) and all(tag in tags for tag in key[3])
 
 
 def _meta_of(meta: dict[str, Any]) -> tuple[str, tuple[str, ...], float]:

@@ -57,6 +57,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS memories_idem ON memories(team, idempotency_ke
 CREATE INDEX IF NOT EXISTS memories_queue ON memories(status, next_attempt_at);
 CREATE INDEX IF NOT EXISTS memories_unindexed ON memories(indexed) WHERE indexed = 0;
 CREATE INDEX IF NOT EXISTS memories_team_time ON memories(team, created_at, id);
+CREATE INDEX IF NOT EXISTS memories_team_agent ON memories(team, agent_id);
 
 CREATE TABLE IF NOT EXISTS facts (
     id TEXT PRIMARY KEY,
@@ -73,6 +74,7 @@ CREATE TABLE IF NOT EXISTS facts (
 );
 CREATE INDEX IF NOT EXISTS facts_norm ON facts(team, norm);
 CREATE INDEX IF NOT EXISTS facts_shape ON facts(team, shape);
+CREATE INDEX IF NOT EXISTS facts_team_agent ON facts(team, agent_id);
 
 CREATE TABLE IF NOT EXISTS fact_sources (
     fact_id TEXT NOT NULL,
@@ -191,9 +193,12 @@ class KeywordHit:
     rank: float
 
 
-# Keyword leg bounds: rows matched by the rarest words before the rest must co-occur, and rows ranked at most.
-KEYWORD_RARE_ROWS = 1000
-KEYWORD_MAX_RANKED = 2000
+# Keyword leg bounds (BM25 costs ~5-10 us a row, the join to the item as much): rows the rarest words may
+# match before the rest must co-occur, rows ranked at most, and rows looked at when a filter skips some.
+KEYWORD_RARE_ROWS = 250
+KEYWORD_MAX_RANKED = 200
+KEYWORD_MAX_SCANNED = 2000
+DOC_FREQ_TTL_S = 30.0  # document frequencies only bound the work: a slightly old count is fine
 
 _FTS_TOKEN = re.compile(r"[\w]+", re.UNICODE)
 
@@ -275,6 +280,7 @@ class Journal:
         for fts in ("memories_fts", "facts_fts"):  # document frequencies, for the bounded keyword search
             self._reader.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{fts}_vocab USING fts5vocab(main, {fts}, 'row')")
         self._read_lock = threading.Lock()
+        self._df_cache: dict[tuple[str, str], tuple[int, float]] = {}
 
     def close(self) -> None:
         with self._lock, self._read_lock:
@@ -577,10 +583,12 @@ class Journal:
                        until: float | None = None) -> list[KeywordHit]:
         """BM25 over passages and active facts of one team, filters applied before the limit.
 
-        Bounded: only rows holding one of the rarest query words, or every query word, are ranked (see
-        `_bounded_match`), and at most `KEYWORD_MAX_RANKED` of them; ranking every row that shares one
-        common word with the query was the slowest part of recall at 100k facts.
+        Bounded: only rows holding one of the rarest query words, or every query word, are candidates
+        (see `_bounded_match`); of those the newest `KEYWORD_MAX_RANKED` that pass the filters are ranked,
+        looking at no more than the newest `KEYWORD_MAX_SCANNED`. Ranking every row that shares one common
+        word with the query was the slowest part of recall at 100k facts.
         """
+        filtered = agent_id is not None or bool(tags) or since is not None or until is not None
         words = fts_words(query)
         if not words:
             return []
@@ -594,6 +602,15 @@ class Journal:
                 where, args = _item_filter(kind, agent_id, tags, since, until)
                 # CROSS JOIN keeps the FTS match as the outer loop: the planner may otherwise scan the
                 # team's rows and probe the index per row (seconds); newest rows first when capped
+                if agent_id is not None:
+                    # the agent's rows as a set, probed per match before any join: a minority agent costs
+                    # a set look-up per match, not a row read
+                    where += f" AND +{fts}.rowid IN (SELECT rowid FROM {table} WHERE team = ? AND agent_id = ?)"
+                    args += [team, agent_id]
+                floor = self._scan_floor(fts, match) if filtered else None
+                if floor is not None:
+                    where += f" AND {fts}.rowid >= ?"
+                    args.append(floor)
                 sql = (f"SELECT * FROM (SELECT {cols}, bm25({fts}) AS r FROM {fts} CROSS JOIN {table} t "
                        f"ON t.rowid = {fts}.rowid WHERE {fts} MATCH ? AND t.team = ? {where} "
                        f"ORDER BY {fts}.rowid DESC LIMIT ?) ORDER BY r LIMIT ?")
@@ -627,11 +644,28 @@ class Journal:
             parts.append("(" + " AND ".join(quoted) + ")")
         return " OR ".join(parts) if parts else quoted[0]
 
+    def _scan_floor(self, fts: str, match: str) -> int | None:
+        """The rowid of the `KEYWORD_MAX_SCANNED`-th newest match (None if fewer): a filter that keeps few
+        rows must not make the search walk every match. Walking the index alone is cheap."""
+        row = self._reader.execute(f"SELECT rowid FROM {fts} WHERE {fts} MATCH ? ORDER BY rowid DESC "
+                                   "LIMIT 1 OFFSET ?", (match, KEYWORD_MAX_SCANNED - 1)).fetchone()
+        return None if row is None else int(row[0])
+
     def _doc_freq(self, fts: str, word: str) -> int:
-        """Rows of `fts` (all teams) holding `word`: a bound for one team. A phrase counts its rarest token."""
+        """Rows of `fts` (all teams) holding `word`: a bound for one team. A phrase counts its rarest token.
+
+        Cached for `DOC_FREQ_TTL_S`: a look-up walks every index segment (~0.5 ms at 100k rows)."""
+        now = time.monotonic()
+        cached = self._df_cache.get((fts, word))
+        if cached is not None and now - cached[1] < DOC_FREQ_TTL_S:
+            return cached[0]
         counts = [self._reader.execute(f"SELECT doc FROM temp.{fts}_vocab WHERE term = ?", (term,)).fetchone()
                   for term in _stems(word)]
-        return min((int(c[0]) if c else 0 for c in counts), default=0)
+        df = min((int(c[0]) if c else 0 for c in counts), default=0)
+        if len(self._df_cache) > 20_000:
+            self._df_cache.clear()
+        self._df_cache[(fts, word)] = (df, now)
+        return df
 
     def backlog(self, created_at: float | None = None) -> tuple[int, int]:
         """(jobs, characters) waiting or running, optionally only those saved by `created_at`: the work ahead."""
