@@ -34,7 +34,9 @@ from .storage.vectors import KINDS, VectorItem, VectorStore, kind_of_id, tag_key
 EXACT_MAX_ROWS = 5000  # exact search up to here: 5000 x 384 floats is well under a millisecond to score
 OVERFETCH_MAX = 1000  # the most HNSW results asked for when post-filtering
 OVERFETCH_FACTOR = 2.0  # margin on k / share
-CACHE_BYTES_MAX = 64 << 20  # vectors kept for exact search, all teams; least recently used go first
+CACHE_BYTES_MAX = 96 << 20  # vectors kept for exact search, all teams; least recently used go first
+TIME_ONLY_EXACT_MAX_ROWS = 256  # a time window alone is not cached: its vectors are fetched per search
+EXACT_FALLBACK_ROWS = 50_000  # a bigger filter whose over-fetch came up short: exact too, and cached
 SCORE_CHUNK_ROWS = 2048  # matrix-vector products in blocks this size stay on one BLAS thread
 REPLAY_EVENTS = 4096  # writes remembered for a team whose directory is not loaded yet
 
@@ -195,6 +197,7 @@ class FilteredVectors:
         self._matrices: collections.OrderedDict[FilterKey, _Matrix] = collections.OrderedDict()
         self._lock = threading.RLock()
         self.last_plan = ""  # for benchmarks and tests: which path the last search took
+        self.plans: collections.Counter[str] = collections.Counter()
         vectors.add_listener(self)
 
     # -- kept current by the vector store --------------------------------------------------------------
@@ -242,7 +245,7 @@ class FilteredVectors:
     def search(self, team: str, kind: str, embedding: np.ndarray, k: int, flt: VectorFilter) -> list[tuple[str, float]]:
         """The k nearest (id, similarity) of one kind that pass the filter, best first."""
         if not flt:
-            self.last_plan = "hnsw"
+            self._plan("hnsw")
             return [(h.id, h.similarity) for h in self.vectors.query(team, embedding, k, kind=kind, payload=False)]
         with self._lock:
             d = self._directory(team, kind)
@@ -251,37 +254,48 @@ class FilteredVectors:
             rows = d.rows(base, flt) if timed or base is None or len(base) <= EXACT_MAX_ROWS else None
             kept, total = (len(rows) if rows is not None else len(base or ())), d.live
             if kept == 0:
-                self.last_plan = "empty"
+                self._plan("empty")
                 return []
-            if kept <= EXACT_MAX_ROWS:
-                self.last_plan = "exact"
-                assert rows is not None
-                return self._exact(team, kind, d, flt, base, rows, embedding, k)
-        # items of one agent or tag often sit together in vector space, so one over-fetch can come up
-        # short: a second, larger one, and only then Chroma's `where`
+            key: FilterKey = (team, kind, flt.agent_id, tuple(sorted(flt.tags)))
+            if kept <= (EXACT_MAX_ROWS if base is not None else TIME_ONLY_EXACT_MAX_ROWS):
+                self._plan("exact")
+                return self._exact(key, d, base, rows, embedding, k)
+        # items of one agent or tag often sit together in vector space, so an over-fetch can come up short:
+        # then exact search over the filter's vectors (cached from then on) if they fit, else a larger
+        # over-fetch, then Chroma's `where`
+        fits = base is not None and len(base) <= EXACT_FALLBACK_ROWS
         want = min(total, math.ceil(k * total / kept * OVERFETCH_FACTOR))
-        for attempt, need in ((want, max(1, k // 2)), (min(total, max(want * 4, OVERFETCH_MAX)), 1)):
+        attempts = [(want, max(1, k // 2))] + ([] if fits else [(min(total, max(want * 4, OVERFETCH_MAX)), 1)])
+        for attempt, need in attempts:
             if attempt > OVERFETCH_MAX:
                 break
             hits = self.vectors.query(team, embedding, attempt, kind=kind, payload=False)
             with self._lock:
                 passed = [(h.id, h.similarity) for h in hits if d.passes(h.id, base, flt)]
             if len(passed) >= min(need, kept) or attempt >= total:
-                self.last_plan = "overfetch"
+                self._plan("overfetch")
                 return passed[:k]
-        self.last_plan = "where"
+        if fits:
+            with self._lock:
+                self._plan("exact")
+                return self._exact(key, d, base, rows, embedding, k)
+        self._plan("where")
         return [(h.id, h.similarity)
                 for h in self.vectors.query(team, embedding, k, where=flt.where(), kind=kind, payload=False)]
 
-    def _exact(self, team: str, kind: str, d: _Directory, flt: VectorFilter, base: set[int] | None,
-               rows: np.ndarray, embedding: np.ndarray, k: int) -> list[tuple[str, float]]:
-        """Cosine by matrix product over the filter's rows (unit vectors).
+    def _plan(self, name: str) -> None:
+        self.last_plan = name
+        self.plans[name] += 1
+
+    def _exact(self, key: FilterKey, d: _Directory, base: set[int] | None, rows: np.ndarray | None,
+               embedding: np.ndarray, k: int) -> list[tuple[str, float]]:
+        """Cosine by matrix product over the filter's rows (unit vectors); `rows` None means all of `base`.
 
         An agent/tag filter's vectors are cached (kept current by writes and forgets; a time window only
-        masks them); a time window alone fetches its rows' vectors each time.
+        masks them); a small time window alone fetches its rows' vectors each time.
         """
-        key: FilterKey = (team, kind, flt.agent_id, tuple(sorted(flt.tags)))
-        if base is not None and len(base) <= EXACT_MAX_ROWS:
+        team, kind = key[0], key[1]
+        if base is not None and len(base) <= EXACT_FALLBACK_ROWS:
             matrix = self._matrices.get(key)
             if matrix is None:
                 matrix = self._matrices[key] = self._fetch(team, kind, d, np.fromiter(base, np.int64, len(base)))
@@ -289,11 +303,12 @@ class FilteredVectors:
             self._matrices.move_to_end(key)
             matrix = matrix.current()
         else:
+            assert rows is not None
             matrix = self._fetch(team, kind, d, rows)
         if not len(matrix.rows):
             return []
         have, sims = matrix.rows, _scores(matrix.vectors, np.asarray(embedding, dtype=np.float32))
-        if len(have) != len(rows):  # the time window keeps part of the cached rows
+        if rows is not None and len(have) != len(rows):  # the time window keeps part of the cached rows
             keep = np.isin(have, rows)
             have, sims = have[keep], sims[keep]
         if not len(have):

@@ -132,11 +132,14 @@ def test_a_forget_cut_off_before_its_vectors_went_still_hides_the_item(stores):
         assert gone.id not in {h.memory_id for h in stores.recall("launch code heron 5512", k=3, **kw)}
 
 
-@pytest.mark.parametrize("exact_max, overfetch_max, plan", [(5000, 1000, "exact"), (5, 1000, "overfetch"),
-                                                            (5, 1, "where")])
-def test_every_vector_plan_keeps_only_the_filtered_items(stores, monkeypatch, exact_max, overfetch_max, plan):
+@pytest.mark.parametrize("exact_max, overfetch_max, fallback_max, plan", [
+    (5000, 1000, 50_000, "exact"), (5, 1000, 50_000, "overfetch"), (5, 1, 50_000, "exact"), (5, 1, 5, "where"),
+])
+def test_every_vector_plan_keeps_only_the_filtered_items(stores, monkeypatch, exact_max, overfetch_max,
+                                                         fallback_max, plan):
     monkeypatch.setattr(vector_search, "EXACT_MAX_ROWS", exact_max)
     monkeypatch.setattr(vector_search, "OVERFETCH_MAX", overfetch_max)
+    monkeypatch.setattr(vector_search, "EXACT_FALLBACK_ROWS", fallback_max)
     for i in range(30):
         stores.save(f"shipment {i} left the harbour with spare crane parts", "big" if i % 4 else "small",
                     ["cargo"] if i % 2 else [])

@@ -197,7 +197,8 @@ class KeywordHit:
 # match before the rest must co-occur, rows ranked at most, and rows looked at when a filter skips some.
 KEYWORD_RARE_ROWS = 250
 KEYWORD_MAX_RANKED = 200
-KEYWORD_MAX_SCANNED = 2000
+KEYWORD_MAX_SCANNED = 1000
+KEYWORD_AGENT_SET_ROWS = 5000  # an agent with at most this many rows is filtered as a set of rowids
 DOC_FREQ_TTL_S = 30.0  # document frequencies only bound the work: a slightly old count is fine
 
 _FTS_TOKEN = re.compile(r"[\w]+", re.UNICODE)
@@ -602,9 +603,9 @@ class Journal:
                 where, args = _item_filter(kind, agent_id, tags, since, until)
                 # CROSS JOIN keeps the FTS match as the outer loop: the planner may otherwise scan the
                 # team's rows and probe the index per row (seconds); newest rows first when capped
-                if agent_id is not None:
-                    # the agent's rows as a set, probed per match before any join: a minority agent costs
-                    # a set look-up per match, not a row read
+                if agent_id is not None and self._agent_rows(table, team, agent_id) <= KEYWORD_AGENT_SET_ROWS:
+                    # a minority agent's rows as a set, probed per match before any join: a set look-up per
+                    # match instead of a row read (a large agent's set would cost more to build than it saves)
                     where += f" AND +{fts}.rowid IN (SELECT rowid FROM {table} WHERE team = ? AND agent_id = ?)"
                     args += [team, agent_id]
                 floor = self._scan_floor(fts, match) if filtered else None
@@ -650,6 +651,17 @@ class Journal:
         row = self._reader.execute(f"SELECT rowid FROM {fts} WHERE {fts} MATCH ? ORDER BY rowid DESC "
                                    "LIMIT 1 OFFSET ?", (match, KEYWORD_MAX_SCANNED - 1)).fetchone()
         return None if row is None else int(row[0])
+
+    def _agent_rows(self, table: str, team: str, agent_id: str) -> int:
+        """How many rows of `table` the agent has (cached like document frequencies: it only picks a plan)."""
+        now = time.monotonic()
+        cached = self._df_cache.get((table, f"{team}\x00{agent_id}"))
+        if cached is not None and now - cached[1] < DOC_FREQ_TTL_S:
+            return cached[0]
+        count = int(self._reader.execute(f"SELECT COUNT(*) FROM {table} WHERE team = ? AND agent_id = ?",
+                                         (team, agent_id)).fetchone()[0])
+        self._df_cache[(table, f"{team}\x00{agent_id}")] = (count, now)
+        return count
 
     def _doc_freq(self, fts: str, word: str) -> int:
         """Rows of `fts` (all teams) holding `word`: a bound for one team. A phrase counts its rarest token.
