@@ -13,6 +13,7 @@ import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import lru_cache
 
 import numpy as np
 
@@ -34,8 +35,16 @@ _QUERY_CACHE: "weakref.WeakKeyDictionary[Embedder, OrderedDict[str, np.ndarray]]
 _QUERY_CACHE_LOCK = threading.Lock()
 
 
-def _terms(text: str) -> set[str]:
-    return {w[:5] for w in normalize(text).split() if len(w) > 1 and w not in STOPWORDS}
+def _terms(text: str) -> frozenset[str]:
+    """Word stems (first five letters) of a text; short texts cached, as the same items come back often."""
+    return _short_terms(text) if len(text) <= 2000 else _word_stems(text)
+
+
+def _word_stems(text: str) -> frozenset[str]:
+    return frozenset(w[:5] for w in normalize(text).split() if len(w) > 1 and w not in STOPWORDS)
+
+
+_short_terms = lru_cache(maxsize=8192)(_word_stems)
 
 
 @dataclass
