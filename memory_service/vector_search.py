@@ -37,6 +37,7 @@ OVERFETCH_FACTOR = 2.0  # margin on k / share
 CACHE_BYTES_MAX = 96 << 20  # vectors kept for exact search, all teams; least recently used go first
 TIME_ONLY_EXACT_MAX_ROWS = 256  # a time window alone is not cached: its vectors are fetched per search
 EXACT_FALLBACK_ROWS = 50_000  # a bigger filter whose over-fetch came up short: exact too, and cached
+EXACT_CACHED_MAX_ROWS = 15_000  # once cached, exact beats a large over-fetch up to about here
 SCORE_CHUNK_ROWS = 2048  # matrix-vector products in blocks this size stay on one BLAS thread
 REPLAY_EVENTS = 4096  # writes remembered for a team whose directory is not loaded yet
 
@@ -257,7 +258,8 @@ class FilteredVectors:
                 self._plan("empty")
                 return []
             key: FilterKey = (team, kind, flt.agent_id, tuple(sorted(flt.tags)))
-            if kept <= (EXACT_MAX_ROWS if base is not None else TIME_ONLY_EXACT_MAX_ROWS):
+            cached = key in self._matrices and len(base or ()) <= EXACT_CACHED_MAX_ROWS
+            if kept <= (EXACT_MAX_ROWS if base is not None else TIME_ONLY_EXACT_MAX_ROWS) or cached:
                 self._plan("exact")
                 return self._exact(key, d, base, rows, embedding, k)
         # items of one agent or tag often sit together in vector space, so an over-fetch can come up short:
