@@ -8,8 +8,11 @@ counted, not guessed:
 - no filter: the HNSW index, k nearest;
 - the filter keeps few rows (one agent's items): exact search, a matrix product over just their
   vectors, fetched from Chroma once and cached (a write or forget updates the cache);
-- it keeps many: over-fetch from HNSW and keep the matching ids;
-- only when that comes up short: Chroma's `where` query, as before.
+- it keeps many: over-fetch from HNSW and keep the matching ids; when that comes up short (one agent's
+  items often sit together in vector space), exact search too, its vectors cached from then on;
+- a filter too big to cache whose over-fetches come up short: Chroma's `where` query, as before.
+
+The cached vectors are bounded (`CACHE_BYTES_MAX`, least recently used filters go first).
 
 Forgotten items are dropped by recall against the journal whatever path found them; the directory and
 cache also drop them when their vectors are deleted.
