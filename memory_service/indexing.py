@@ -36,11 +36,15 @@ def base_metadata(memory: Memory) -> dict:
     return item_metadata(memory.id, memory.agent_id, memory.run_id, memory.created_at, memory.tags)
 
 
+def window_starts(length: int) -> list[int]:
+    """Where the passage windows of a text of `length` characters start (their vector ids name them)."""
+    if length <= PASSAGE_WINDOW_CHARS:
+        return [0]
+    return list(range(0, length - PASSAGE_OVERLAP_CHARS, PASSAGE_WINDOW_CHARS - PASSAGE_OVERLAP_CHARS))
+
+
 def passage_windows(text: str) -> list[tuple[int, str]]:
-    if len(text) <= PASSAGE_WINDOW_CHARS:
-        return [(0, text)]
-    step = PASSAGE_WINDOW_CHARS - PASSAGE_OVERLAP_CHARS
-    return [(start, text[start:start + PASSAGE_WINDOW_CHARS]) for start in range(0, len(text) - PASSAGE_OVERLAP_CHARS, step)]
+    return [(start, text[start:start + PASSAGE_WINDOW_CHARS]) for start in window_starts(len(text))]
 
 
 def index_passages(memories: list[Memory], embedder: Embedder, vectors: VectorStore) -> None:

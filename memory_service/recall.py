@@ -8,14 +8,21 @@ merges both without having to calibrate their scores against each other.
 
 from __future__ import annotations
 
+import threading
+import weakref
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from functools import lru_cache
 
+import numpy as np
+
+from .indexing import PASSAGE_WINDOW_CHARS
 from .text import STOPWORDS, normalize
 from .storage.embedder import Embedder
 from .storage.journal import Journal
-from .storage.vectors import VectorStore, tag_key
+from .storage.vectors import VectorStore
+from .vector_search import FilteredVectors, VectorFilter
 
 RRF_K = 60.0
 # A keyword hit weighs 0.5 plus the share of the query's words it contains: an item holding every
@@ -23,10 +30,21 @@ RRF_K = 60.0
 KEYWORD_BASE_WEIGHT = 0.5
 SIBLING_SUPPORT = 0.5  # share of the scores of items from the same saved text added to an item
 REPEAT_DECAY = 0.5  # each further item from an already-shown saved text keeps this share of its score
+QUERY_CACHE_SIZE = 1024
+_QUERY_CACHE: "weakref.WeakKeyDictionary[Embedder, OrderedDict[str, np.ndarray]]" = weakref.WeakKeyDictionary()
+_QUERY_CACHE_LOCK = threading.Lock()
 
 
-def _terms(text: str) -> set[str]:
-    return {w[:5] for w in normalize(text).split() if len(w) > 1 and w not in STOPWORDS}
+def _terms(text: str) -> frozenset[str]:
+    """Word stems (first five letters) of a text; short texts cached, as the same items come back often."""
+    return _short_terms(text) if len(text) <= 2000 else _word_stems(text)
+
+
+def _word_stems(text: str) -> frozenset[str]:
+    return frozenset(w[:5] for w in normalize(text).split() if len(w) > 1 and w not in STOPWORDS)
+
+
+_short_terms = lru_cache(maxsize=8192)(_word_stems)
 
 
 @dataclass
@@ -57,85 +75,111 @@ class Hit:
     source_memory_ids: list[str] = field(default_factory=list)
 
 
-def _where(q: RecallQuery) -> dict[str, Any] | None:
-    clauses: list[dict[str, Any]] = []
-    if q.agent_id:
-        clauses.append({"agent_id": q.agent_id})
-    for tag in q.tags:
-        clauses.append({tag_key(tag): True})
-    if q.since is not None:
-        clauses.append({"created_at": {"$gte": q.since}})
-    if q.until is not None:
-        clauses.append({"created_at": {"$lte": q.until}})
-    if not clauses:
-        return None
-    return clauses[0] if len(clauses) == 1 else {"$and": clauses}
+def _embed_query(embedder: Embedder, text: str) -> np.ndarray:
+    """The query's vector, from a small LRU by text: agents repeat queries, and embedding is ~5 ms."""
+    with _QUERY_CACHE_LOCK:
+        cache = _QUERY_CACHE.get(embedder)
+        if cache is None:
+            cache = _QUERY_CACHE[embedder] = OrderedDict()
+        vector = cache.get(text)
+        if vector is not None:
+            cache.move_to_end(text)
+            return vector
+    vector = embedder.embed_one(text)
+    vector.flags.writeable = False  # shared by every recall of the same text
+    with _QUERY_CACHE_LOCK:
+        cache[text] = vector
+        while len(cache) > QUERY_CACHE_SIZE:
+            cache.popitem(last=False)
+    return vector
 
 
-def _tags_of(meta: dict[str, Any]) -> list[str]:
-    return sorted(key[4:] for key, value in meta.items() if key.startswith("tag:") and value)
+@dataclass
+class _Row:
+    """What recall shows of a fact or a saved text, read from the journal in one batch per kind."""
+
+    memory_id: str
+    agent_id: str
+    created_at: float
+    tags: list[str]
+    text: str
 
 
-def recall(q: RecallQuery, *, journal: Journal, vectors: VectorStore, embedder: Embedder) -> list[Hit]:
+def _passes(row: _Row, q: RecallQuery) -> bool:
+    """The filters again on the journal's row: a stale cache can never widen what a filter lets through."""
+    if q.agent_id and row.agent_id != q.agent_id:
+        return False
+    if any(t not in row.tags for t in q.tags):
+        return False
+    return not ((q.since is not None and row.created_at < q.since) or (q.until is not None and row.created_at > q.until))
+
+
+def recall(q: RecallQuery, *, journal: Journal, vectors: VectorStore, embedder: Embedder,
+           search: FilteredVectors) -> list[Hit]:
+    """Vector and keyword search with the filters inside each, fused by rank; blocking (one thread hop)."""
     pool = max(q.k * 3, 30)
-    hits: dict[str, Hit] = {}
+    flt = VectorFilter(q.agent_id, q.tags, q.since, q.until)
+    vector = _embed_query(embedder, q.query)
+    found = {kind: search.search(q.team, kind, vector, pool, flt) for kind in q.kinds}
+    keyword = journal.keyword_search(q.team, q.query, kinds=set(q.kinds), limit=pool, agent_id=q.agent_id,
+                                     tags=q.tags, since=q.since, until=q.until)
 
-    vector = embedder.embed_one(q.query)
-    where = _where(q)
-    for kind in q.kinds:  # one ranked list per kind: facts and passages don't crowd each other out
+    # every item either leg found, from the journal in one query per kind: a forgotten text or fact
+    # (its vector not removed yet: a forget cut off by a crash, a job that raced it) is simply not there
+    fact_ids = {i for i, _ in found.get("fact", [])} | {h.item_id for h in keyword if h.kind == "fact"}
+    memory_ids = {_passage_memory(i) for i, _ in found.get("passage", [])} | \
+        {h.memory_id for h in keyword if h.kind == "passage"}
+    facts = {f.id: f for f in journal.facts_by_ids(q.team, list(fact_ids)).values() if f.superseded_by is None}
+    texts = journal.recall_rows(q.team, list(memory_ids))
+    rows: dict[str, _Row] = {
+        fid: _Row(f.memory_id, f.agent_id, f.created_at, f.tags, f.text) for fid, f in facts.items()
+    }
+    for mid, (agent_id, created_at, tags, text) in texts.items():
+        rows["p:" + mid] = _Row(mid, agent_id, created_at, tags, text)
+
+    hits: dict[str, Hit] = {}
+    for kind, ranked in found.items():  # one ranked list per kind: facts and passages don't crowd each other out
         rank = 0
-        for vh in vectors.query(q.team, vector, pool, where=where, kind=kind):
-            meta = vh.metadata
-            memory_id = meta.get("memory_id", "")
-            key = vh.id if kind == "fact" else "p:" + memory_id
+        for item_id, similarity in ranked:
+            key = item_id if kind == "fact" else "p:" + _passage_memory(item_id)
+            row = rows.get(key)
+            if row is None or not _passes(row, q):
+                continue
             hit = hits.get(key)
             if hit is None:
+                text = row.text
+                if kind == "passage":
+                    start = _window_start(item_id)
+                    text = text[start:start + PASSAGE_WINDOW_CHARS]
                 hit = hits[key] = Hit(
-                    key=key, kind=kind, text=vh.text, memory_id=memory_id, fact_id=vh.id if kind == "fact" else None,
-                    agent_id=meta.get("agent_id", ""), created_at=float(meta.get("created_at", 0.0)),
-                    tags=_tags_of(meta), similarity=vh.similarity,
+                    key=key, kind=kind, text=text, memory_id=row.memory_id,
+                    fact_id=item_id if kind == "fact" else None, agent_id=row.agent_id,
+                    created_at=row.created_at, tags=list(row.tags), similarity=similarity,
                 )
-            elif hit.similarity is not None and hit.similarity >= vh.similarity:
+            elif hit.similarity is not None and hit.similarity >= similarity:
                 continue  # another window of a passage already ranked
-            hit.similarity = max(hit.similarity or -1.0, vh.similarity)
+            hit.similarity = max(hit.similarity or -1.0, similarity)
             hit.score += 1.0 / (RRF_K + rank + 1)
             rank += 1
 
-    _drop_forgotten(hits, q.team, journal)
     query_terms = _terms(q.query)
-    keyword = journal.keyword_search(q.team, q.query, kinds=set(q.kinds), limit=pool)
-    memories = journal.get_many(q.team, list({h.memory_id for h in keyword if h.kind == "passage"}))
-    facts = journal.facts_by_ids(q.team, [h.item_id for h in keyword if h.kind == "fact"])
     ranks = {"passage": 0, "fact": 0}
     for kh in keyword:
-        if kh.kind == "passage":
-            m = memories.get(kh.memory_id)
-            if m is None:
-                continue
-            agent_id, created_at, tags, text = m.agent_id, m.created_at, m.tags, m.text
-            key = "p:" + kh.memory_id
-        else:
-            f = facts.get(kh.item_id)
-            if f is None:
-                continue
-            agent_id, created_at, tags, text = f.agent_id, f.created_at, f.tags, f.text
-            key = kh.item_id
-        if q.agent_id and agent_id != q.agent_id:
-            continue
-        if any(t not in tags for t in q.tags):
-            continue
-        if (q.since is not None and created_at < q.since) or (q.until is not None and created_at > q.until):
+        key = "p:" + kh.memory_id if kh.kind == "passage" else kh.item_id
+        row = rows.get(key)
+        if row is None or not _passes(row, q):
             continue
         rank = ranks[kh.kind]
         ranks[kh.kind] += 1
         hit = hits.get(key)
+        text = row.text
         if hit is None:
-            if kh.kind == "passage" and len(text) > 1000:
-                text = text[:1000]
+            if kh.kind == "passage":
+                text = text[:PASSAGE_WINDOW_CHARS]
             hit = hits[key] = Hit(
-                key=key, kind=kh.kind, text=text, memory_id=kh.memory_id,
-                fact_id=kh.item_id if kh.kind == "fact" else None, agent_id=agent_id, created_at=created_at,
-                tags=list(tags),
+                key=key, kind=kh.kind, text=text, memory_id=row.memory_id,
+                fact_id=kh.item_id if kh.kind == "fact" else None, agent_id=row.agent_id,
+                created_at=row.created_at, tags=list(row.tags),
             )
         coverage = len(query_terms & _terms(text)) / len(query_terms) if query_terms else 0.0
         hit.score += (KEYWORD_BASE_WEIGHT + coverage) / (RRF_K + rank + 1)
@@ -153,21 +197,16 @@ def recall(q: RecallQuery, *, journal: Journal, vectors: VectorStore, embedder: 
     return ranked
 
 
-def _drop_forgotten(hits: dict[str, Hit], team: str, journal: Journal) -> None:
-    """Vector hits are checked against the journal: a forgotten text or fact whose vector is not
-    removed yet (a forget cut off by a crash, a job that raced it) is never returned. A surviving
-    fact is named after a source that still exists."""
-    passages = journal.get_many(team, list({h.memory_id for h in hits.values() if h.kind == "passage"}))
-    facts = journal.facts_by_ids(team, [h.fact_id for h in hits.values() if h.fact_id])
-    for key, hit in list(hits.items()):
-        if hit.fact_id:
-            fact = facts.get(hit.fact_id)
-            if fact is None or fact.superseded_by is not None:
-                del hits[key]
-            else:
-                hit.memory_id = fact.memory_id
-        elif hit.memory_id not in passages:
-            del hits[key]
+def _passage_memory(vector_id: str) -> str:
+    """`p:<memory id>:<window start>` -> the memory id."""
+    return vector_id[2:].rsplit(":", 1)[0]
+
+
+def _window_start(vector_id: str) -> int:
+    try:
+        return int(vector_id.rsplit(":", 1)[1])
+    except (IndexError, ValueError):
+        return 0
 
 
 def diversify(hits: list[Hit], k: int) -> list[Hit]:

@@ -22,6 +22,7 @@ from .storage.journal import DONE, FAILED, Journal, Memory
 from .storage.keys import KeyStore
 from .storage.limits import LimitStore
 from .storage.vectors import VectorStore
+from .vector_search import FilteredVectors
 from .worker import ExtractionWorker, PassageIndexer
 
 log = logging.getLogger("memory_service")
@@ -49,6 +50,8 @@ class Services:
         self.metrics.watch(self)
         self.model.on_timings = self.metrics.llm_timings  # before start(): every extractor counts its tokens
         self.passages = PassageIndexer(self.journal, self.embedder, self.vectors)
+        # created before any write, so it sees them all (it listens to the vector store)
+        self.search = FilteredVectors(self.journal, self.vectors)
 
     @classmethod
     def open(cls, settings: Settings, *, speed_prior: tuple[float, float] | None = None) -> "Services":

@@ -32,7 +32,8 @@ async def recall_route(body: RecallRequest, team: Team, services: ServicesDep) -
         since=since, until=until, min_score=body.min_score,
     )
     hits = await asyncio.to_thread(
-        recall, query, journal=services.journal, vectors=services.vectors, embedder=services.embedder
+        recall, query, journal=services.journal, vectors=services.vectors, embedder=services.embedder,
+        search=services.search,
     )
     answer = RecallResponse(items=[
         RecallItem(

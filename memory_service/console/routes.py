@@ -140,7 +140,7 @@ async def memories(request: Request, session: SessionDep, agent_id: str = "", st
         query = RecallQuery(team=team, query=q, k=SEARCH_K, agent_id=filters["agent_id"] or None,
                             tags=(filters["tag"],) if filters["tag"] else (), since=lo, until=hi)
         hits = await asyncio.to_thread(recall, query, journal=services.journal, vectors=services.vectors,
-                                       embedder=services.embedder)
+                                       embedder=services.embedder, search=services.search)
         return render(request, "memories.html", session, items=[], hits=hits, **context)
     flt = ListFilter(agent_id=filters["agent_id"] or None, status=status or None, tag=filters["tag"] or None,
                      since=lo, until=hi)

@@ -21,6 +21,7 @@ import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -58,6 +59,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS memories_idem ON memories(team, idempotency_ke
 CREATE INDEX IF NOT EXISTS memories_queue ON memories(status, next_attempt_at);
 CREATE INDEX IF NOT EXISTS memories_unindexed ON memories(indexed) WHERE indexed = 0;
 CREATE INDEX IF NOT EXISTS memories_team_time ON memories(team, created_at, id);
+CREATE INDEX IF NOT EXISTS memories_team_agent ON memories(team, agent_id);
 -- a conversation's earlier saves (extraction context): a run, or an agent's saves without a run
 CREATE INDEX IF NOT EXISTS memories_conversation ON memories(team, run_id, agent_id, created_at);
 
@@ -76,6 +78,7 @@ CREATE TABLE IF NOT EXISTS facts (
 );
 CREATE INDEX IF NOT EXISTS facts_norm ON facts(team, norm);
 CREATE INDEX IF NOT EXISTS facts_shape ON facts(team, shape);
+CREATE INDEX IF NOT EXISTS facts_team_agent ON facts(team, agent_id);
 
 CREATE TABLE IF NOT EXISTS fact_sources (
     fact_id TEXT NOT NULL,
@@ -199,6 +202,14 @@ class KeywordHit:
     rank: float
 
 
+# Keyword leg bounds (BM25 costs ~5-10 us a row, the join to the item as much): rows the rarest words may
+# match before the rest must co-occur, rows ranked at most, and rows looked at when a filter skips some.
+KEYWORD_RARE_ROWS = 250
+KEYWORD_MAX_RANKED = 200
+KEYWORD_MAX_SCANNED = 1000
+KEYWORD_AGENT_SET_ROWS = 5000  # an agent with at most this many rows is filtered as a set of rowids
+DOC_FREQ_TTL_S = 30.0  # document frequencies only bound the work: a slightly old count is fine
+
 _FTS_TOKEN = re.compile(r"[\w]+", re.UNICODE)
 
 
@@ -207,10 +218,56 @@ def fts_query(text: str) -> str | None:
 
     Stopwords are left out: they match most rows, and BM25 must rank every row that matches.
     """
-    words = [w for w in _FTS_TOKEN.findall(text.lower()) if len(w) > 1 and w not in STOPWORDS]
+    words = fts_words(text)
     if not words:
         return None
-    return " OR ".join(f'"{w}"' for w in dict.fromkeys(words))
+    return " OR ".join(f'"{w}"' for w in words)
+
+
+def fts_words(text: str) -> list[str]:
+    """The query's content words, once each, in order."""
+    return list(dict.fromkeys(w for w in _FTS_TOKEN.findall(text.lower()) if len(w) > 1 and w not in STOPWORDS))
+
+
+_STEMMER = sqlite3.connect(":memory:", check_same_thread=False)
+_STEMMER.executescript("CREATE VIRTUAL TABLE t USING fts5(x, tokenize='porter unicode61');"
+                       "CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance');")
+_STEMMER_LOCK = threading.Lock()
+
+
+@lru_cache(maxsize=8192)
+def _stems(word: str) -> tuple[str, ...]:
+    """The index terms the FTS tokenizer makes of a word (its porter stems), to look them up in fts5vocab."""
+    with _STEMMER_LOCK:
+        _STEMMER.execute("INSERT INTO t(rowid, x) VALUES (1, ?)", (word,))
+        terms = tuple(row[0] for row in _STEMMER.execute("SELECT term FROM v ORDER BY offset"))
+        _STEMMER.execute("DELETE FROM t")
+    return terms
+
+
+def _item_filter(kind: str, agent_id: str | None, tags: tuple[str, ...], since: float | None,
+                 until: float | None) -> tuple[str, list[Any]]:
+    """SQL conditions (on alias `t`) for recall's filters; a passage must also not be forgotten."""
+    where: list[str] = []
+    args: list[Any] = []
+    if kind == "passage":
+        where.append("t.status != ?")
+        args.append(DELETED)
+    else:
+        where.append("t.superseded_by IS NULL")
+    if agent_id is not None:
+        where.append("t.agent_id = ?")
+        args.append(agent_id)
+    for tag in tags:
+        where.append("EXISTS (SELECT 1 FROM json_each(t.tags) WHERE json_each.value = ?)")
+        args.append(tag)
+    if since is not None:
+        where.append("t.created_at >= ?")
+        args.append(since)
+    if until is not None:
+        where.append("t.created_at <= ?")
+        args.append(until)
+    return "".join(" AND " + w for w in where), args
 
 
 class Journal:
@@ -232,7 +289,10 @@ class Journal:
         # for a writer, so recall stays fast while the workers commit.
         self._reader = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
         self._reader.row_factory = sqlite3.Row
+        for fts in ("memories_fts", "facts_fts"):  # document frequencies, for the bounded keyword search
+            self._reader.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{fts}_vocab USING fts5vocab(main, {fts}, 'row')")
         self._read_lock = threading.Lock()
+        self._df_cache: dict[tuple[str, str], tuple[int, float]] = {}
 
     def close(self) -> None:
         with self._lock, self._read_lock:
@@ -487,6 +547,18 @@ class Journal:
             ).fetchall()
         return {row["id"]: Memory.from_row(row) for row in rows}
 
+    def recall_rows(self, team: str, memory_ids: list[str]) -> dict[str, tuple[str, float, list[str], str]]:
+        """(agent_id, created_at, tags, text) of the team's live memories among these ids: what recall shows."""
+        if not memory_ids:
+            return {}
+        marks = ",".join("?" * len(memory_ids))
+        with self._read_lock:
+            rows = self._reader.execute(
+                f"SELECT id, agent_id, created_at, tags, text FROM memories WHERE id IN ({marks}) AND +team = ? "
+                "AND status != ?", (*memory_ids, team, DELETED)
+            ).fetchall()
+        return {r[0]: (r[1], float(r[2]), json.loads(r[3]), r[4]) for r in rows}
+
     def live(self, memory_ids: list[str]) -> set[str]:
         """Which of these ids still exist and are not forgotten (any team: for workers, never for routes)."""
         if not memory_ids:
@@ -566,30 +638,105 @@ class Journal:
             ).fetchall()
         return {r["id"]: _fact_from_row(r) for r in rows}
 
-    def keyword_search(self, team: str, query: str, *, kinds: set[str], limit: int) -> list[KeywordHit]:
-        """BM25 over passages and active facts of one team."""
-        match = fts_query(query)
-        if match is None:
+    def keyword_search(self, team: str, query: str, *, kinds: set[str], limit: int, agent_id: str | None = None,
+                       tags: tuple[str, ...] = (), since: float | None = None,
+                       until: float | None = None) -> list[KeywordHit]:
+        """BM25 over passages and active facts of one team, filters applied before the limit.
+
+        Bounded: only rows holding one of the rarest query words, or every query word, are candidates
+        (see `_bounded_match`); of those the newest `KEYWORD_MAX_RANKED` that pass the filters are ranked,
+        looking at no more than the newest `KEYWORD_MAX_SCANNED`. Ranking every row that shares one common
+        word with the query was the slowest part of recall at 100k facts.
+        """
+        filtered = agent_id is not None or bool(tags) or since is not None or until is not None
+        words = fts_words(query)
+        if not words:
             return []
         hits: list[KeywordHit] = []
         with self._read_lock:
-            if "passage" in kinds:
-                for row in self._reader.execute(
-                    "SELECT m.id, m.text, bm25(memories_fts) AS r FROM memories_fts "
-                    "JOIN memories m ON m.rowid = memories_fts.rowid "
-                    "WHERE memories_fts MATCH ? AND m.team = ? AND m.status != ? ORDER BY r LIMIT ?",
-                    (match, team, DELETED, limit),
-                ):
-                    hits.append(KeywordHit("passage", row[0], row[0], row[1], row[2]))
-            if "fact" in kinds:
-                for row in self._reader.execute(
-                    "SELECT f.id, f.memory_id, f.text, bm25(facts_fts) AS r FROM facts_fts "
-                    "JOIN facts f ON f.rowid = facts_fts.rowid "
-                    "WHERE facts_fts MATCH ? AND f.team = ? AND f.superseded_by IS NULL ORDER BY r LIMIT ?",
-                    (match, team, limit),
-                ):
-                    hits.append(KeywordHit("fact", row[0], row[1], row[2], row[3]))
+            for kind, fts, table, cols in (("passage", "memories_fts", "memories", "t.id, t.id, t.text"),
+                                           ("fact", "facts_fts", "facts", "t.id, t.memory_id, t.text")):
+                if kind not in kinds:
+                    continue
+                match = self._bounded_match(fts, words)
+                where, args = _item_filter(kind, agent_id, tags, since, until)
+                # CROSS JOIN keeps the FTS match as the outer loop: the planner may otherwise scan the
+                # team's rows and probe the index per row (seconds); newest rows first when capped
+                if agent_id is not None and self._agent_rows(table, team, agent_id) <= KEYWORD_AGENT_SET_ROWS:
+                    # a minority agent's rows as a set, probed per match before any join: a set look-up per
+                    # match instead of a row read (a large agent's set would cost more to build than it saves)
+                    where += f" AND +{fts}.rowid IN (SELECT rowid FROM {table} WHERE team = ? AND agent_id = ?)"
+                    args += [team, agent_id]
+                floor = self._scan_floor(fts, match) if filtered else None
+                if floor is not None:
+                    where += f" AND {fts}.rowid >= ?"
+                    args.append(floor)
+                sql = (f"SELECT * FROM (SELECT {cols}, bm25({fts}) AS r FROM {fts} CROSS JOIN {table} t "
+                       f"ON t.rowid = {fts}.rowid WHERE {fts} MATCH ? AND t.team = ? {where} "
+                       f"ORDER BY {fts}.rowid DESC LIMIT ?) ORDER BY r LIMIT ?")
+                for row in self._reader.execute(sql, (match, team, *args, KEYWORD_MAX_RANKED, limit)):
+                    hits.append(KeywordHit(kind, row[0], row[1], row[2], row[3]))
         return hits
+
+    def _bounded_match(self, fts: str, words: list[str]) -> str:
+        """The FTS5 expression that bounds how many rows get ranked.
+
+        Words are taken rarest first (document frequencies from `fts5vocab`) while together they match at
+        most `KEYWORD_RARE_ROWS` rows; if that is every word, the plain OR of all words. Otherwise rows with
+        one of those rare words OR with all the words: an id, a number or a name (rare) is never dropped,
+        the common words still count in BM25 (they are phrases of the expression), and a query of common
+        words ranks the rows that hold them all.
+        """
+        df = {w: self._doc_freq(fts, w) for w in words}
+        ordered = sorted(words, key=lambda w: df[w])
+        rare: list[str] = []
+        total = 0
+        for word in ordered:
+            if total + df[word] > KEYWORD_RARE_ROWS:
+                break
+            rare.append(word)
+            total += df[word]
+        quoted = [f'"{w}"' for w in words]
+        if len(rare) == len(words):
+            return " OR ".join(quoted)
+        parts = [" OR ".join(f'"{w}"' for w in rare)] if rare else []
+        if len(words) > 1:
+            parts.append("(" + " AND ".join(quoted) + ")")
+        return " OR ".join(parts) if parts else quoted[0]
+
+    def _scan_floor(self, fts: str, match: str) -> int | None:
+        """The rowid of the `KEYWORD_MAX_SCANNED`-th newest match (None if fewer): a filter that keeps few
+        rows must not make the search walk every match. Walking the index alone is cheap."""
+        row = self._reader.execute(f"SELECT rowid FROM {fts} WHERE {fts} MATCH ? ORDER BY rowid DESC "
+                                   "LIMIT 1 OFFSET ?", (match, KEYWORD_MAX_SCANNED - 1)).fetchone()
+        return None if row is None else int(row[0])
+
+    def _agent_rows(self, table: str, team: str, agent_id: str) -> int:
+        """How many rows of `table` the agent has (cached like document frequencies: it only picks a plan)."""
+        now = time.monotonic()
+        cached = self._df_cache.get((table, f"{team}\x00{agent_id}"))
+        if cached is not None and now - cached[1] < DOC_FREQ_TTL_S:
+            return cached[0]
+        count = int(self._reader.execute(f"SELECT COUNT(*) FROM {table} WHERE team = ? AND agent_id = ?",
+                                         (team, agent_id)).fetchone()[0])
+        self._df_cache[(table, f"{team}\x00{agent_id}")] = (count, now)
+        return count
+
+    def _doc_freq(self, fts: str, word: str) -> int:
+        """Rows of `fts` (all teams) holding `word`: a bound for one team. A phrase counts its rarest token.
+
+        Cached for `DOC_FREQ_TTL_S`: a look-up walks every index segment (~0.5 ms at 100k rows)."""
+        now = time.monotonic()
+        cached = self._df_cache.get((fts, word))
+        if cached is not None and now - cached[1] < DOC_FREQ_TTL_S:
+            return cached[0]
+        counts = [self._reader.execute(f"SELECT doc FROM temp.{fts}_vocab WHERE term = ?", (term,)).fetchone()
+                  for term in _stems(word)]
+        df = min((int(c[0]) if c else 0 for c in counts), default=0)
+        if len(self._df_cache) > 20_000:
+            self._df_cache.clear()
+        self._df_cache[(fts, word)] = (df, now)
+        return df
 
     def backlog(self, created_at: float | None = None) -> tuple[int, int]:
         """(jobs, characters) waiting or running, optionally only those saved by `created_at`: the work ahead."""

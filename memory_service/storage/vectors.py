@@ -15,7 +15,7 @@ import hashlib
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -39,6 +39,12 @@ class VectorHit:
 
 
 KINDS = ("passage", "fact")
+
+
+class VectorListener(Protocol):
+    def upserted(self, team: str, items: list[VectorItem]) -> None: ...
+
+    def deleted(self, team: str, ids: list[str]) -> None: ...
 
 
 def collection_name(team: str, kind: str) -> str:
@@ -73,6 +79,11 @@ class VectorStore:
             self._client = chromadb.PersistentClient(path=str(path), settings=chroma_settings)
         self._collections: dict[str, Any] = {}
         self._lock = threading.Lock()
+        self._listeners: list[VectorListener] = []
+
+    def add_listener(self, listener: "VectorListener") -> None:
+        """Told of every upsert and delete after it is applied: what keeps caches of vectors consistent."""
+        self._listeners.append(listener)
 
     def _collection(self, team: str, kind: str) -> Any:
         if kind not in KINDS:
@@ -99,30 +110,50 @@ class VectorStore:
                     documents=[i.text for i in batch],
                     metadatas=[i.metadata for i in batch],
                 )
+        for listener in self._listeners:
+            listener.upserted(team, items)
 
     def delete(self, team: str, ids: list[str]) -> None:
         for kind in KINDS:
             of_kind = [i for i in ids if kind_of_id(i) == kind]
             for start in range(0, len(of_kind), MAX_BATCH):
                 self._collection(team, kind).delete(ids=of_kind[start:start + MAX_BATCH])
+        for listener in self._listeners:
+            listener.deleted(team, ids)
 
     def query(
-        self, team: str, embedding: np.ndarray, k: int, where: dict[str, Any] | None = None, kind: str | None = None
+        self, team: str, embedding: np.ndarray, k: int, where: dict[str, Any] | None = None, kind: str | None = None,
+        *, payload: bool = True,
     ) -> list[VectorHit]:
-        """The k nearest items of one kind, or of both merged by similarity when `kind` is None."""
+        """The k nearest items of one kind, or of both merged by similarity when `kind` is None.
+
+        `payload=False` returns ids and similarities only (empty text and metadata): about half the cost,
+        for callers that read the items from the journal anyway.
+        """
         if kind is None:
-            merged = [h for one in KINDS for h in self.query(team, embedding, k, where, one)]
+            merged = [h for one in KINDS for h in self.query(team, embedding, k, where, one, payload=payload)]
             return sorted(merged, key=lambda h: h.similarity, reverse=True)[:k]
+        include = ["documents", "metadatas", "distances"] if payload else ["distances"]
         result = self._collection(team, kind).query(
-            query_embeddings=[embedding], n_results=k, where=where or None,
-            include=["documents", "metadatas", "distances"],
+            query_embeddings=[embedding], n_results=k, where=where or None, include=include,
         )
-        hits = []
-        for id_, doc, meta, dist in zip(
-            result["ids"][0], result["documents"][0], result["metadatas"][0], result["distances"][0]
-        ):
-            hits.append(VectorHit(id=id_, text=doc or "", similarity=1.0 - float(dist), metadata=dict(meta or {})))
-        return hits
+        ids, dists = result["ids"][0], result["distances"][0]
+        docs = result["documents"][0] if payload else [""] * len(ids)
+        metas = result["metadatas"][0] if payload else [None] * len(ids)
+        return [VectorHit(id=id_, text=doc or "", similarity=1.0 - float(dist), metadata=dict(meta or {}))
+                for id_, doc, meta, dist in zip(ids, docs, metas, dists)]
+
+    def embeddings(self, team: str, kind: str, ids: list[str]) -> dict[str, np.ndarray]:
+        """The stored vectors of these ids (ids with none are left out)."""
+        out: dict[str, np.ndarray] = {}
+        for start in range(0, len(ids), MAX_BATCH):
+            got = self._collection(team, kind).get(ids=ids[start:start + MAX_BATCH], include=["embeddings"])
+            for id_, vec in zip(got["ids"], got["embeddings"]):
+                out[id_] = np.asarray(vec, dtype=np.float32)
+        return out
+
+    def size(self, team: str, kind: str) -> int:
+        return self._collection(team, kind).count()
 
     def count(self, team: str) -> int:
         return sum(self._collection(team, kind).count() for kind in KINDS)
