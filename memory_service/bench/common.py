@@ -244,23 +244,37 @@ def main_with_llama(argv: list[str] | None, *, doc: str | None, name: str, run, 
     parser.add_argument("--out", type=Path, help="also write JSON and PNG here")
     args = parser.parse_args(argv)
     if own_llama:
-        result = run(llm_url=args.llm_url, quick=args.quick, model=args.model)
-        print(json.dumps(result, indent=2))
-        if args.out:
-            write_json(args.out / f"{name}.json", result)
-            save_plot(plot, result, args.out / f"{name}.png")
-        return 0
+        return report(run(llm_url=args.llm_url, quick=args.quick, model=args.model), name, plot, args.out)
     llama = None if args.llm_url else start_llama(args.model)
     try:
         result = run(llm_url=args.llm_url or llama.url, quick=args.quick)
     finally:
         if llama is not None:
             llama.stop()
+    return report(result, name, plot, args.out)
+
+
+def report(result: Any, name: str, plot, out: Path | None, *, failed: bool = False) -> int:  # type: ignore[no-untyped-def]
+    """Print the JSON, write it and its plot under `out`; exit status 1 when a check `failed`."""
     print(json.dumps(result, indent=2))
-    if args.out:
-        write_json(args.out / f"{name}.json", result)
-        save_plot(plot, result, args.out / f"{name}.png")
-    return 0
+    if out:
+        write_json(out / f"{name}.json", result)
+        save_plot(plot, result, out / f"{name}.png")
+    return 1 if failed else 0
+
+
+def main_without_llama(argv: list[str] | None, *, doc: str | None, name: str, run, plot,  # type: ignore[no-untyped-def]
+                       quick: str, failed=lambda result: False) -> int:
+    """The command line of a benchmark that needs no model: --quick (what it means: `quick`), --out."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog=f"python -m {__package__}.{name}", description=doc,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help=quick)
+    parser.add_argument("--out", type=Path, help="also write JSON and PNG here")
+    args = parser.parse_args(argv)
+    result = run(quick=args.quick)
+    return report(result, name, plot, args.out, failed=failed(result))
 
 
 def write_json(path: Path, data: Any) -> None:

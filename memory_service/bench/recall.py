@@ -22,7 +22,6 @@ GET /health (HTTP floor).
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import secrets
@@ -39,7 +38,7 @@ import numpy as np
 
 from ..http_client import service_client
 from .common import (
-    ServiceRunner, goal, latency_summary, machine_info, pyplot, save_plot, write_json, write_figure,
+    ServiceRunner, goal, latency_summary, machine_info, main_without_llama, pyplot, write_figure,
 )
 
 TEAM = "bench-recall"
@@ -403,17 +402,8 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m memory_service.bench.recall", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="1k and 10k only, fewer queries")
-    parser.add_argument("--out", type=Path, help="also write JSON and PNG here")
-    args = parser.parse_args(argv)
-    result = run(quick=args.quick)
-    print(json.dumps(result, indent=2))
-    if args.out:
-        write_json(args.out / "recall.json", result)
-        save_plot(plot, result, args.out / "recall.png")
-    return 0
+    return main_without_llama(argv, doc=__doc__, name="recall", run=run, plot=plot,
+                              quick="1k and 10k only, fewer queries")
 
 
 if __name__ == "__main__":

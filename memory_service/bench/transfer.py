@@ -18,7 +18,6 @@ Afterwards every forgotten id is looked for through GET, the list, the export an
 
 from __future__ import annotations
 
-import argparse
 import json
 import secrets
 import sqlite3
@@ -32,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from .common import ServiceRunner, goal, latency_summary, machine_info, pyplot, save_plot, write_figure, write_json
+from .common import ServiceRunner, goal, latency_summary, machine_info, main_without_llama, pyplot, write_figure
 from .recall import fact_text
 
 TEAM = "bench-transfer"
@@ -423,17 +422,8 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Exit 1 when a forgotten id came back (or the counts after forgetting are wrong)."""
-    parser = argparse.ArgumentParser(prog="python -m memory_service.bench.transfer", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="500 memories instead of 10k")
-    parser.add_argument("--out", type=Path, help="also write JSON and PNG here")
-    args = parser.parse_args(argv)
-    result = run(quick=args.quick)
-    print(json.dumps(result, indent=2))
-    if args.out:
-        write_json(args.out / "transfer.json", result)
-        save_plot(plot, result, args.out / "transfer.png")
-    return 1 if result["failed_checks"] else 0
+    return main_without_llama(argv, doc=__doc__, name="transfer", run=run, plot=plot,
+                              quick="500 memories instead of 10k", failed=lambda result: bool(result["failed_checks"]))
 
 
 if __name__ == "__main__":
