@@ -62,9 +62,9 @@ class Settings(BaseSettings):
     chroma_url: str | None = None
     skip_small_talk: bool = True
     # earlier saves of the same run (or agent) shown to the model as past turns, so "it", "that" and
-    # "yes" resolve: in a run 1 to `saves` of them (0: none), each cut to its last `chars` characters;
-    # without a run, the agent's last `saves` saves of the last `window_s` seconds
-    extract_context_saves: int = Field(4, ge=0, le=16)
+    # "yes" resolve: 1 to `saves` of them, each cut to its last `chars` characters. Off (0) by default:
+    # with the default 0.5B model it made facts worse on the dev conversations (see the README)
+    extract_context_saves: int = Field(0, ge=0, le=16)
     extract_context_chars: int = Field(320, ge=0, le=4000)
     extract_context_window_s: float = Field(1800.0, ge=0)
     # `serve`'s log lines: text for a terminal, json (one object a line, with the request id) for a pipeline

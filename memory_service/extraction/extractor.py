@@ -171,7 +171,7 @@ class Extractor:
             totals = progress.totals
             seen_tokens = totals.get("cache_n", 0) + totals.get("prompt_n", 0)
             return {
-                "prompt_version": PROMPT_VERSION,
+                "prompt_version": PROMPT_VERSION + ("+context" if shown else ""),
                 "n_ctx": self.props.n_ctx,
                 "text_budget_tokens": by_context,
                 "time_budget_tokens": by_time,

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-PROMPT_VERSION = "facts-v3"
+PROMPT_VERSION = "facts-v2"  # "+context" when earlier saves are shown (MEMORY_EXTRACT_CONTEXT_SAVES)
 
 SYSTEM_PROMPT = (
     "You extract facts worth remembering from a text saved by an AI agent.\n"
@@ -23,8 +23,11 @@ SYSTEM_PROMPT = (
     "speaker).\n"
     "- Copy numbers, names, dates, emails and URLs exactly as written.\n"
     "- State only what the text says. Never guess or add anything.\n"
-    "- Skip greetings, thanks, jokes and small talk. If nothing is worth keeping, reply {\"facts\": []}.\n"
-    "- Earlier texts of the same conversation may come first, each with its answer. Use them only to tell "
+    "- Skip greetings, thanks, jokes and small talk. If nothing is worth keeping, reply {\"facts\": []}."
+)
+# Added only when earlier saves are shown: without context the prompt stays the one the evals measured.
+CONTEXT_RULE = (
+    "\n- Earlier texts of the same conversation come first, each with its answer. Use them only to tell "
     "who or what the last text means (I, it, that, yes); take facts from the last text only."
 )
 
@@ -57,7 +60,7 @@ def build_messages(text: str, history: list[tuple[str, str]] | None = None) -> l
     """The system prompt, then earlier texts of the conversation with their answers as past turns, then the
     text. Everything before the text is the previous call's prompt and answer, so the server's prompt cache
     covers it: the context costs almost no prompt reading."""
-    messages = [{"role": "system", "content": SYSTEM_PROMPT}]
+    messages = [{"role": "system", "content": SYSTEM_PROMPT + (CONTEXT_RULE if history else "")}]
     for earlier, answer in history or []:
         messages += [{"role": "user", "content": "Text:\n" + earlier}, {"role": "assistant", "content": answer}]
     return messages + [{"role": "user", "content": "Text:\n" + text}]
