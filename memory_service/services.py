@@ -96,6 +96,7 @@ class Services:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.passages.close()
         await self.model.client.aclose()
         self.close()
 

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any, Callable
@@ -38,6 +41,17 @@ MAX_RETRY_DELAY_S = 300.0
 # a failed attempt's outcome, by the status `fail_attempt` leaves the job in
 FAIL_OUTCOMES = {QUEUED: "retried", FAILED: "failed", DELETED: "forgotten"}
 IDLE_POLL_S = 1.0
+
+
+BACKGROUND_NICENESS = 10
+
+
+def lower_priority() -> None:
+    """Lower this thread's CPU priority (Linux: each thread has its own nice value); elsewhere a no-op."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICENESS)
+    except (AttributeError, OSError):
+        pass
 
 
 def _day_of(job: Memory, zone: str) -> date:
@@ -231,21 +245,28 @@ def _finish(attempt: dict, calls: list[dict[str, Any]]) -> dict:
 
 @dataclass
 class PassageIndexer:
-    """Embeds newly saved texts as passages, oldest first, in small batches (recall shares the embedder)."""
+    """Embeds newly saved texts as passages, oldest first, in small batches (recall shares the embedder).
+
+    The embedding runs on a thread of its own at a lower OS priority: on a small machine whose other
+    core runs the model, a save's acknowledgement and a recall must not wait for CPU behind it.
+    """
 
     journal: Journal
     embedder: Embedder
     vectors: VectorStore
     wake: asyncio.Event = field(default_factory=asyncio.Event)
+    _embedding: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(1, "passages", initializer=lower_priority))
 
     async def run(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             try:
                 batch = await asyncio.to_thread(self.journal.unindexed, 16)
                 if not batch:
                     await wait_for(self.wake, IDLE_POLL_S)
                     continue
-                await asyncio.to_thread(index_passages, batch, self.embedder, self.vectors)
+                await loop.run_in_executor(self._embedding, index_passages, batch, self.embedder, self.vectors)
                 await asyncio.to_thread(self.journal.mark_indexed, [m.id for m in batch])
                 await asyncio.to_thread(self._drop_forgotten, batch)
             except asyncio.CancelledError:
@@ -253,6 +274,9 @@ class PassageIndexer:
             except Exception:
                 log.exception("passage indexer: unexpected error")
                 await asyncio.sleep(1.0)
+
+    def close(self) -> None:
+        self._embedding.shutdown(wait=False, cancel_futures=True)
 
     def _drop_forgotten(self, batch: list[Memory]) -> None:
         """A text forgotten while it was being embedded: remove the passages just written for it."""
