@@ -84,6 +84,8 @@ class Toolbox:
         if exc.status == 401:
             return (f"The memory service refused this server's API key: {exc.message}. "
                     "Tell the user to check MEMORY_API_KEY.")
+        if exc.status == 403:
+            return f"This server's key may not do that: {exc.message}. Do not retry; tell the user if it matters."
         if exc.status in (422, 400, 413):
             return f"The arguments were not accepted: {exc.message}. Fix them and call again."
         if exc.status in (429, 503):
