@@ -27,7 +27,6 @@ class Caller:
     team: str
     role: Role
     agent_id: str | None = None  # a pinned key writes only as this agent
-    key_id: str | None = None  # None for MEMORY_API_KEYS keys and the local team
 
 
 def _unauthorized(detail: str) -> HTTPException:
@@ -51,7 +50,7 @@ def caller_of_key(services: "Services", token: str) -> Caller | None:
     if team is not None:
         return Caller(team, "admin")
     stored = services.keys.lookup(token)
-    return None if stored is None else Caller(stored.team, stored.role, stored.agent_id, stored.id)
+    return None if stored is None else Caller(stored.team, stored.role, stored.agent_id)
 
 
 def identify(request: Request) -> Caller:

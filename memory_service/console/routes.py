@@ -21,12 +21,11 @@ from jinja2 import Environment, FileSystemLoader
 
 from ..api import cursor as cursors
 from ..api.auth import caller_of_key, open_access
-from ..storage.keys import role_allows
 from ..api.routes_memories import memory_out
 from ..recall import RecallQuery, recall
 from ..storage.catalog import ListFilter, facets, list_memories, status_counts
-from ..storage.limits import (MAX_AGENT_ID_LEN, MAX_HANDLED_KEY_LEN, InvalidInput, LimitNotFound, LimitStore,
-                              LimitView, check_text)
+from ..storage.keys import role_allows
+from ..storage.limits import InvalidInput, LimitNotFound, LimitStore, LimitView
 from . import pages
 from .session import (COOKIE, COOKIE_PATH, CsrfRejected, LoginRequired, Session, checked_form, cookie_secure,
                       login_token, new_secret, read_form, require_session, resolve, safe_next, same_origin)
@@ -228,11 +227,9 @@ async def handled(request: Request, session: SessionDep, key: str = "", agent_id
     context: dict[str, Any] = {"key": key, "agent_id": agent_id, "record": None, "looked": bool(key)}
     if not key:
         return render(request, "handled.html", session, **context)
-    try:
-        if len(key) > MAX_HANDLED_KEY_LEN or "\x00" in key:
-            raise InvalidInput(f"key must be 1-{MAX_HANDLED_KEY_LEN} characters (no NUL)")
-        agent = check_text(agent_id, "agent_id", MAX_AGENT_ID_LEN) if agent_id else None
-        context["record"] = await asyncio.to_thread(services_of(request).limits.get_handled, session.team, key, agent)
+    try:  # the store checks the key and the agent id by the API's own rules
+        context["record"] = await asyncio.to_thread(services_of(request).limits.get_handled, session.team, key,
+                                                    agent_id or None)
     except InvalidInput as exc:
         return render(request, "handled.html", session, 422, error=str(exc), **context)
     return render(request, "handled.html", session, **context)

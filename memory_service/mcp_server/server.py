@@ -66,6 +66,17 @@ def visible_tools(found: Probe, read_only: bool) -> tuple[str, ...]:
     return tuple(spec.name for spec in TOOLS if role_allows(role, spec.needs))
 
 
+# What the instructions say about each job, naming the first of its tools the key can see.
+WHEN_TO_CALL: tuple[tuple[tuple[str, str], ...], ...] = (
+    (("recall", "before you act, to skip what is already done or known."),),
+    (("remember", "after a step worth keeping."),),
+    (("consume_limit", "just before an action with a daily limit."),
+     ("check_limit", "to see what is left of a daily limit.")),
+    (("mark_handled", "before handling an item others may handle too."),
+     ("was_handled", "to see whether an item is already handled.")),
+)
+
+
 def instructions(found: Probe, visible: tuple[str, ...]) -> str:
     """Short server instructions that name only tools the client can see."""
     if found.team is None:
@@ -73,18 +84,10 @@ def instructions(found: Probe, visible: tuple[str, ...]) -> str:
                 "then restart this MCP server.")
     team = found.team
     parts = [f"Shared memory of team {team.team!r} ({team.memories} saved texts)."]
-    if "recall" in visible:
-        parts.append("Call recall before you act, to skip what is already done or known.")
-    if "remember" in visible:
-        parts.append("Call remember after a step worth keeping.")
-    if "consume_limit" in visible:
-        parts.append("Call consume_limit just before an action with a daily limit.")
-    elif "check_limit" in visible:
-        parts.append("Call check_limit to see what is left of a daily limit.")
-    if "mark_handled" in visible:
-        parts.append("Call mark_handled before handling an item others may handle too.")
-    elif "was_handled" in visible:
-        parts.append("Call was_handled to see whether an item is already handled.")
+    for choices in WHEN_TO_CALL:
+        said = next((f"Call {tool} {when}" for tool, when in choices if tool in visible), None)
+        if said:
+            parts.append(said)
     if not any(spec.writes and spec.name in visible for spec in TOOLS):
         parts.append("This key can only read memory.")
     return " ".join(parts)
