@@ -60,6 +60,9 @@ class Settings(BaseSettings):
     embed_threads: int = Field(1, ge=1, le=64)
     embedder: Literal["onnx", "torch"] = "onnx"
     chroma_url: str | None = None
+    # postgresql://user@host/db: the journal, jobs, limits, handled ledger and keys live there instead of
+    # the data dir's SQLite files, so several API processes can share them (see "Outgrowing one machine")
+    database_url: str | None = None
     skip_small_talk: bool = True
     # earlier saves of the same run (or agent) shown to the model as past turns, so "it", "that" and
     # "yes" resolve: 1 to `saves` of them, each cut to its last `chars` characters. Off (0) by default:
