@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
 import time
 import uuid
 from dataclasses import dataclass
@@ -16,7 +15,8 @@ from typing import Any, Iterator
 
 from ..extraction.grounding import shape
 from ..text import normalize
-from .journal import DELETED, DONE, EXTRACTING, FAILED, QUEUED, Journal, Memory
+from .database import Conn
+from .journal import DELETED, DONE, EXTRACTING, FAILED, QUEUED, Journal, Memory, has_tag, json_items
 
 Cursor = tuple[float, str]  # (created_at, id) of the last item shown
 
@@ -46,7 +46,7 @@ def list_memories(journal: Journal, team: str, flt: ListFilter, *, limit: int, a
             where.append(f"m.{column} = ?")
             args.append(value)
     if flt.tag is not None:
-        where.append("EXISTS (SELECT 1 FROM json_each(m.tags) WHERE json_each.value = ?)")
+        where.append(has_tag(journal.dialect, "m.tags"))
         args.append(flt.tag)
     if flt.since is not None:
         where.append("m.created_at >= ?")
@@ -135,20 +135,20 @@ def import_record(journal: Journal, team: str, record: dict[str, Any], *, keep_f
     return memory, True, [f for f in fresh if f is not None]
 
 
-def _insert_fact(conn: sqlite3.Connection, team: str, memory_id: str, record: dict[str, Any],
+def _insert_fact(conn: Conn, team: str, memory_id: str, record: dict[str, Any],
                  fact: dict[str, Any], tags: str, now: float) -> ImportedFact | None:
     fact_id = imported_fact_id(team, fact["id"])
     superseded_by = imported_fact_id(team, fact["superseded_by"]) if fact.get("superseded_by") else None
     norm = normalize(fact["text"])
     created = conn.execute(
-        "INSERT OR IGNORE INTO facts (id, team, agent_id, memory_id, text, norm, shape, tags, created_at, "
-        "superseded_by, superseded_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+        "INSERT INTO facts (id, team, agent_id, memory_id, text, norm, shape, tags, created_at, "
+        "superseded_by, superseded_at) VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING",
         (fact_id, team, record["agent_id"], memory_id, fact["text"], norm, shape(norm), tags,
          float(fact.get("created_at") or record["created_at"]), superseded_by, fact.get("superseded_at")),
     ).rowcount
     for start, end in fact.get("spans") or [(0, 0)]:
-        conn.execute("INSERT OR IGNORE INTO fact_sources (fact_id, memory_id, span_start, span_end, added_at) "
-                     "VALUES (?,?,?,?,?)", (fact_id, memory_id, int(start), int(end), now))
+        conn.execute("INSERT INTO fact_sources (fact_id, memory_id, span_start, span_end, added_at) "
+                     "VALUES (?,?,?,?,?) ON CONFLICT DO NOTHING", (fact_id, memory_id, int(start), int(end), now))
     return ImportedFact(fact_id, fact["text"]) if created and superseded_by is None else None
 
 
@@ -173,7 +173,8 @@ def facets(journal: Journal, team: str, top: int = 50) -> Facets:
             f"SELECT m.agent_id, COUNT(*) FROM memories m WHERE {live} GROUP BY m.agent_id "
             "ORDER BY 2 DESC, 1 LIMIT ?", (team, DELETED, top)).fetchall()
         tags = conn.execute(
-            f"SELECT j.value, COUNT(*) FROM memories m, json_each(m.tags) j WHERE {live} GROUP BY j.value "
+            f"SELECT j.value, COUNT(*) FROM memories m, {json_items(journal.dialect, 'm.tags', 'j')} WHERE {live} "
+            "GROUP BY j.value "
             "ORDER BY 2 DESC, 1 LIMIT ?", (team, DELETED, top)).fetchall()
     return Facets(int(total), [(a, int(n)) for a, n in agents], [(t, int(n)) for t, n in tags])
 

@@ -10,10 +10,11 @@
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
+from .database import Conn
 from .journal import DELETED, Journal
 
 CHUNK = 500  # ids per statement, well under SQLite's variable limit
@@ -48,7 +49,7 @@ def mark_forgotten(journal: Journal, team: str, *, memory_ids: list[str] | None 
         where.append("run_id = ?")
         args.append(run_id)
     with journal.transaction() as conn:
-        rows: list[sqlite3.Row] = []
+        rows: list[Any] = []
         sql = f"SELECT rowid, id, text FROM memories WHERE {' AND '.join(where)}"
         if memory_ids is None:
             rows = conn.execute(sql, args).fetchall()
@@ -61,13 +62,14 @@ def mark_forgotten(journal: Journal, team: str, *, memory_ids: list[str] | None 
             return []
         conn.executemany("UPDATE memories SET status = ?, finished_at = ? WHERE id = ?",
                          [(DELETED, now, i) for i in ids])
-        conn.executemany("INSERT INTO memories_fts(memories_fts, rowid, text) VALUES ('delete', ?, ?)",
-                         [(row["rowid"], row["text"]) for row in rows])
-        _forget_facts(conn, team, ids)
+        if journal.dialect == "sqlite":  # PostgreSQL's text index is a column of the row: it goes with it
+            conn.executemany("INSERT INTO memories_fts(memories_fts, rowid, text) VALUES ('delete', ?, ?)",
+                             [(row["rowid"], row["text"]) for row in rows])
+        _forget_facts(conn, team, ids, fts=journal.dialect == "sqlite")
         return ids
 
 
-def _forget_facts(conn: sqlite3.Connection, team: str, ids: list[str]) -> None:
+def _forget_facts(conn: Conn, team: str, ids: list[str], *, fts: bool) -> None:
     """Drop these memories as sources; a fact with no source left goes, one with others stays."""
     gone = set(ids)
     affected: set[str] = set()
@@ -84,10 +86,12 @@ def _forget_facts(conn: sqlite3.Connection, team: str, ids: list[str]) -> None:
         other = conn.execute("SELECT memory_id FROM fact_sources WHERE fact_id = ? ORDER BY added_at LIMIT 1",
                              (fact_id,)).fetchone()
         if other is None:
-            conn.execute("INSERT INTO facts_fts(facts_fts, rowid, text) VALUES ('delete', ?, ?)",
-                         (fact["rowid"], fact["text"]))
+            if fts:
+                conn.execute("INSERT INTO facts_fts(facts_fts, rowid, text) VALUES ('delete', ?, ?)",
+                             (fact["rowid"], fact["text"]))
             conn.execute("DELETE FROM facts WHERE id = ?", (fact_id,))
-            conn.execute("INSERT OR IGNORE INTO fact_purges (team, fact_id) VALUES (?, ?)", (team, fact_id))
+            conn.execute("INSERT INTO fact_purges (team, fact_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                         (team, fact_id))
         elif fact["memory_id"] in gone:
             # recall names a fact's memory: it must be one that still exists
             conn.execute("UPDATE facts SET memory_id = ? WHERE id = ?", (other[0], fact_id))

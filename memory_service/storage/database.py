@@ -1,0 +1,208 @@
+"""One way to run SQL on either engine: SQLite files (the embedded default) or PostgreSQL.
+
+The stores (journal, limits, keys) write their SQL once, in the subset both engines share
+(`?` placeholders, `ON CONFLICT`, `RETURNING`), and ask `Database` for a transaction or a
+read. Where the engines really differ (full-text search, job claiming, JSON arrays) the
+store looks at `db.dialect` and says so in place.
+
+SQLite: one write connection behind a lock (`BEGIN IMMEDIATE`: SQLite has one writer anyway,
+and a Python lock hands it over faster than SQLite's sleeping busy handler) and one read
+connection (WAL: reads never wait for the writer). PostgreSQL: a connection pool shared by
+the threads; each transaction takes its own connection, so several processes and threads
+write at once and row locks do the serialising.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import threading
+from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Literal, Protocol, Sequence
+
+Dialect = Literal["sqlite", "postgresql"]
+
+# Errors that mean "the database is busy or gone for now": routes answer 503 with Retry-After.
+UNAVAILABLE: tuple[type[BaseException], ...] = (sqlite3.OperationalError,)
+try:  # the PostgreSQL driver is an optional dependency of the embedded default
+    import psycopg
+
+    UNAVAILABLE += (psycopg.OperationalError,)
+except ImportError:  # pragma: no cover - installed with the package
+    psycopg = None  # type: ignore[assignment]
+
+
+class Cursor(Protocol):
+    rowcount: int
+
+    def fetchone(self) -> Any: ...
+    def fetchall(self) -> list[Any]: ...
+    def __iter__(self) -> Iterator[Any]: ...
+
+
+class Conn(Protocol):
+    """What the stores use of a connection: sqlite3's interface, rows by index or by column name."""
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor: ...
+    def executemany(self, sql: str, params: Iterable[Sequence[Any]]) -> Any: ...
+
+
+class Database:
+    dialect: Dialect
+    url: str
+
+    def transaction(self) -> Any:  # context manager yielding a Conn
+        raise NotImplementedError
+
+    def reading(self) -> Any:  # context manager yielding a Conn
+        raise NotImplementedError
+
+    def create_schema(self, sqlite_schema: str, postgres_schema: str) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class SqliteDatabase(Database):
+    dialect: Dialect = "sqlite"
+
+    def __init__(self, path: Path, *, synchronous: Literal["NORMAL", "FULL"] = "FULL") -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path, self.url = path, str(path)
+        self._conn = _sqlite(path)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute(f"PRAGMA synchronous={synchronous}")
+        self._lock = threading.RLock()
+        self._reader = _sqlite(path)
+        self._read_lock = threading.Lock()
+
+    def create_schema(self, sqlite_schema: str, postgres_schema: str) -> None:
+        with self._lock:
+            self._conn.executescript(sqlite_schema)
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    @contextmanager
+    def reading(self) -> Iterator[sqlite3.Connection]:
+        with self._read_lock:
+            yield self._reader
+
+    def writer(self) -> sqlite3.Connection:
+        """The write connection outside any transaction (pragmas, one-statement writes), lock held by caller."""
+        return self._conn
+
+    def close(self) -> None:
+        with self._lock, self._read_lock:
+            self._reader.close()
+            self._conn.close()
+
+
+def _sqlite(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
+# ---------------------------------------------------------------------------------------- PostgreSQL
+
+class Row(tuple):
+    """A result row readable by position or by column name, like `sqlite3.Row`."""
+
+    _names: dict[str, int]
+
+    def __new__(cls, values: Sequence[Any], names: dict[str, int]) -> "Row":
+        row = super().__new__(cls, values)
+        row._names = names
+        return row
+
+    def __getitem__(self, key: Any) -> Any:  # type: ignore[override]
+        if isinstance(key, str):
+            return tuple.__getitem__(self, self._names[key])
+        return tuple.__getitem__(self, key)
+
+    def keys(self) -> list[str]:
+        return list(self._names)
+
+
+def _row_factory(cursor: Any) -> Any:
+    names = {column.name: i for i, column in enumerate(cursor.description or ())}
+    return lambda values: Row(values, names)
+
+
+_INDEX_HINT = re.compile(r"(?<=[\s(=])\+(?=[a-z_])")  # SQLite's `+column` (skip an index): no meaning here
+
+
+@lru_cache(maxsize=2048)
+def to_postgres(sql: str) -> str:
+    """The shared SQL dialect in psycopg's terms: `%s` placeholders, no SQLite index hints."""
+    return _INDEX_HINT.sub("", sql.replace("%", "%%").replace("?", "%s"))
+
+
+class _PgConn:
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return self._conn.execute(to_postgres(sql), tuple(params))
+
+    def executemany(self, sql: str, params: Iterable[Sequence[Any]]) -> Any:
+        with self._conn.cursor() as cur:
+            cur.executemany(to_postgres(sql), [tuple(p) for p in params])
+            return cur
+
+
+class PostgresDatabase(Database):
+    dialect: Dialect = "postgresql"
+
+    def __init__(self, url: str, *, max_size: int = 8) -> None:
+        if psycopg is None:  # pragma: no cover
+            raise RuntimeError("MEMORY_DATABASE_URL needs the psycopg package: pip install 'psycopg[binary,pool]'")
+        from psycopg_pool import ConnectionPool
+
+        self.url = url
+        self._pool = ConnectionPool(url, min_size=1, max_size=max_size, open=False, timeout=30,
+                                    kwargs={"autocommit": True, "row_factory": _row_factory})
+        self._pool.open(wait=True, timeout=30)
+
+    def create_schema(self, sqlite_schema: str, postgres_schema: str) -> None:
+        # one process at a time: concurrent CREATE ... IF NOT EXISTS can still collide in the catalog
+        with self.transaction() as conn:
+            conn.execute("SELECT pg_advisory_xact_lock(7263545)")
+            for statement in filter(str.strip, postgres_schema.split(";")):
+                conn.execute(statement)
+
+    @contextmanager
+    def transaction(self) -> Iterator[_PgConn]:
+        with self._pool.connection() as conn:
+            with conn.transaction():
+                yield _PgConn(conn)
+
+    @contextmanager
+    def reading(self) -> Iterator[_PgConn]:
+        with self._pool.connection() as conn:
+            yield _PgConn(conn)
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+def is_postgres_url(url: str | None) -> bool:
+    return bool(url) and url.split(":", 1)[0] in ("postgresql", "postgres")  # type: ignore[union-attr]
+
+
+def describe(url: str) -> str:
+    """The URL without its password, for logs and errors."""
+    return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
