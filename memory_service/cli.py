@@ -1,5 +1,5 @@
 """`memory-service` command line: serve | doctor | remember | recall | get | list | forget | export | import |
-limits | keys | backup | restore | mcp | bench | eval."""
+limits | keys | backup | restore | reindex | mcp | bench | eval."""
 
 from __future__ import annotations
 
@@ -213,6 +213,18 @@ def cmd_restore(args: argparse.Namespace) -> int:
                                                   rebuild_vectors=args.rebuild_vectors))
 
 
+def cmd_reindex(args: argparse.Namespace) -> int:
+    from .reindex_cli import ReindexError, run_reindex
+
+    try:
+        summary = run_reindex(_data_settings(args), args.team)
+    except ReindexError as exc:
+        print(f"reindex failed: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(summary))
+    return 0
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     from .doctor import run_doctor
 
@@ -378,6 +390,12 @@ def build_parser() -> argparse.ArgumentParser:
     restore.add_argument("--rebuild-vectors", action="store_true",
                          help="embed everything again even when the backup holds a copy of the vectors")
     restore.set_defaults(func=cmd_restore)
+
+    reindex = sub.add_parser("reindex", help="rebuild the vector store from the journal (stop the service first)")
+    reindex.add_argument("--team", help="only this team's collections (default: every team's)")
+    reindex.add_argument("--data-dir", help="env MEMORY_DATA_DIR (default ./memory-data); the vectors go to "
+                                            "MEMORY_CHROMA_URL when it is set")
+    reindex.set_defaults(func=cmd_reindex)
 
     mcp = sub.add_parser("mcp", help="serve the memory tools to agent harnesses over MCP (stdio or HTTP)")
     mcp.add_argument("--transport", choices=["stdio", "http"], default="stdio",

@@ -167,6 +167,13 @@ class VectorStore:
     def count(self, team: str) -> int:
         return sum(self._collection(team, kind).count() for kind in KINDS)
 
+    def close(self) -> None:
+        """Let go of the client: an embedded store's files are closed once no client in this process uses them."""
+        close = getattr(self._client, "close", None)
+        if close is not None:
+            close()
+        self._collections.clear()
+
     def collection_names(self) -> list[str]:
         """The names of this service's collections in the store (other collections are left out)."""
         return sorted(c.name for c in self._client.list_collections() if OUR_COLLECTION.match(c.name))
