@@ -13,6 +13,7 @@ backends: MEMORY_DATABASE_URL and MEMORY_CHROMA_URL.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +67,7 @@ def app() -> "FastAPI":
 
     settings = Settings.from_env()
     configure_logging(settings.log_format, os.environ.get("MEMORY_LOG_LEVEL", "INFO"))
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # as `main` sets it in the parent: no line per request
     return create_app(settings, speed_prior=_speed_prior())
 
 
