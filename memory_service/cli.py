@@ -1,5 +1,5 @@
 """`memory-service` command line: serve | doctor | remember | recall | get | list | forget | export | import |
-limits | keys | backup | restore | mcp | bench | eval."""
+limits | keys | backup | restore | reindex | mcp | bench | eval."""
 
 from __future__ import annotations
 
@@ -38,6 +38,16 @@ def _print_response(response) -> int:
     return 0 if response.status_code < 400 else 1
 
 
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not 1 or more")
+    return number
+
+
 def _exit_on_sigterm(signum: int, frame: object) -> None:
     raise SystemExit(0)
 
@@ -47,17 +57,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from .api.app import check_exposure, create_app
     from .api.http_guard import guarded_protocol
+    from .api.workers import APP, HTTP_PROTOCOL, check_workers, worker_environment
     from .llm_runtime import proven
     from .llm_runtime.models import resolve_model
     from .llm_runtime.server import LlamaServerError, launch
     from .logs import configure as configure_logging
+    from .storage.vectors import ChromaUnreachable, probe_server
 
     settings = Settings.from_env().with_overrides(
         host=args.host, port=args.port, data_dir=Path(args.data_dir) if args.data_dir else None,
         model=args.model, llm_url=args.llm_url,
     )
     check_exposure(settings)
+    check_workers(settings, args.workers)
     configure_logging(settings.log_format, os.environ.get("MEMORY_LOG_LEVEL", "INFO"))
+    if settings.chroma_url:
+        try:  # before the model loads: a missing server is one line, not a traceback from every worker
+            probe_server(settings.chroma_url)
+        except ChromaUnreachable as exc:
+            logging.error("%s", exc)
+            return 1
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     llama = None
     speed_prior = None
@@ -79,10 +98,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     # JSON logs: uvicorn's own loggers go through the root handler too, instead of its text formatters
     log_config = {"log_config": None} if settings.log_format == "json" else {}
+    common = dict(host=settings.host, port=settings.port, log_level=os.environ.get("MEMORY_LOG_LEVEL", "info").lower(),
+                  access_log=False, **log_config)
     try:
-        uvicorn.run(create_app(settings, speed_prior=speed_prior), host=settings.host, port=settings.port, workers=1,
-                    log_level=os.environ.get("MEMORY_LOG_LEVEL", "info").lower(), access_log=False, **log_config,
-                    http=guarded_protocol(settings.header_timeout_s, settings.body_timeout_s))
+        if args.workers > 1:
+            # the workers are fresh interpreters: they read the settings resolved here from their environment,
+            # and share the llama-server started above (one for all of them)
+            os.environ.update(worker_environment(settings, speed_prior))
+            logging.info("starting %d API worker processes", args.workers)
+            uvicorn.run(APP, factory=True, workers=args.workers, http=HTTP_PROTOCOL, **common)
+        else:
+            uvicorn.run(create_app(settings, speed_prior=speed_prior), workers=1,
+                        http=guarded_protocol(settings.header_timeout_s, settings.body_timeout_s), **common)
     finally:
         if llama is not None:
             llama.stop()
@@ -186,6 +213,18 @@ def cmd_restore(args: argparse.Namespace) -> int:
                                                   rebuild_vectors=args.rebuild_vectors))
 
 
+def cmd_reindex(args: argparse.Namespace) -> int:
+    from .reindex_cli import ReindexError, run_reindex
+
+    try:
+        summary = run_reindex(_data_settings(args), args.team)
+    except ReindexError as exc:
+        print(f"reindex failed: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(summary))
+    return 0
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     from .doctor import run_doctor
 
@@ -253,6 +292,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--data-dir", help="env MEMORY_DATA_DIR (default ./memory-data)")
     serve.add_argument("--model", help="default | tiny | large | path to a .gguf (env MEMORY_MODEL)")
     serve.add_argument("--llm-url", help="use this running llama-server (env MEMORY_LLM_URL)")
+    serve.add_argument("--workers", type=_positive_int, default=1,
+                       help="API processes on the port, sharing one llama-server (default 1); more than 1 needs "
+                            "MEMORY_DATABASE_URL and MEMORY_CHROMA_URL")
     serve.set_defaults(func=cmd_serve)
 
     doctor = sub.add_parser("doctor", help="check that the model server meets the contract and the budget")
@@ -348,6 +390,12 @@ def build_parser() -> argparse.ArgumentParser:
     restore.add_argument("--rebuild-vectors", action="store_true",
                          help="embed everything again even when the backup holds a copy of the vectors")
     restore.set_defaults(func=cmd_restore)
+
+    reindex = sub.add_parser("reindex", help="rebuild the vector store from the journal (stop the service first)")
+    reindex.add_argument("--team", help="only this team's collections (default: every team's)")
+    reindex.add_argument("--data-dir", help="env MEMORY_DATA_DIR (default ./memory-data); the vectors go to "
+                                            "MEMORY_CHROMA_URL when it is set")
+    reindex.set_defaults(func=cmd_reindex)
 
     mcp = sub.add_parser("mcp", help="serve the memory tools to agent harnesses over MCP (stdio or HTTP)")
     mcp.add_argument("--transport", choices=["stdio", "http"], default="stdio",

@@ -95,6 +95,18 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown time zone {value!r}: use an IANA name such as UTC or Europe/Madrid") from None
         return value
 
+    @field_validator("chroma_url")
+    @classmethod
+    def _chroma_server_url(cls, value: str | None) -> str | None:
+        from urllib.parse import urlparse
+
+        if value is None:
+            return None
+        parsed = urlparse(value)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname or parsed.path not in ("", "/"):
+            raise ValueError("must be a Chroma server's base URL such as http://127.0.0.1:8000")
+        return value
+
     @field_validator("data_dir", "cache_dir", mode="after")
     @classmethod
     def _expand(cls, value: Path) -> Path:

@@ -4,6 +4,10 @@ Vectors are derived state: every passage is a saved text and every active fact a
 restore writes only the SQLite files and embeds them again here, with the same ids and metadata the
 workers give them. Superseded facts get no vector (the workers remove theirs), forgotten memories
 none either.
+
+Used by restore (into a new store) and by `memory-service reindex` (see reindex_cli.py). Passages are
+flagged unindexed first and flagged again as they are embedded, so a rebuild cut off half-way is
+finished by the service's own passage indexer at its next start; facts need the command run again.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from dataclasses import dataclass
 
 from .indexing import index_passages, item_metadata
 from .storage.embedder import Embedder
-from .storage.journal import DELETED, Journal
+from .storage.journal import DELETED, Journal, Memory
 from .storage.vectors import VectorItem, VectorStore
 
 BATCH = 64
@@ -25,27 +29,41 @@ class Reindexed:
     facts: int
 
 
-def reindex(journal: Journal, embedder: Embedder, vectors: VectorStore, *, batch: int = BATCH) -> Reindexed:
-    """Embed every live passage and active fact into `vectors` (meant to be empty; ids are upserted)."""
+def reindex(journal: Journal, embedder: Embedder, vectors: VectorStore, *, team: str | None = None,
+            batch: int = BATCH) -> Reindexed:
+    """Embed every live passage and active fact (of `team`, or of all teams) into `vectors`.
+
+    The collections are meant to be empty (ids are upserted, so a vector left there is overwritten, but
+    one whose memory is gone stays: drop the collections first).
+    """
+    scope, params = ("AND team = ?", (team,)) if team is not None else ("", ())
     with journal.transaction() as conn:
-        conn.execute("UPDATE memories SET indexed = 0 WHERE status != ?", (DELETED,))
+        conn.execute(f"UPDATE memories SET indexed = 0 WHERE status != ? {scope}", (DELETED, *params))
     passages = 0
-    while todo := journal.unindexed(batch):
+    while True:
+        with journal.reading() as conn:
+            rows = conn.execute(f"SELECT * FROM memories WHERE indexed = 0 AND status != ? {scope} "
+                                "ORDER BY rowid LIMIT ?", (DELETED, *params, batch)).fetchall()
+        if not rows:
+            break
+        todo = [Memory.from_row(row) for row in rows]
         index_passages(todo, embedder, vectors)
         journal.mark_indexed([m.id for m in todo])
         passages += len(todo)
-    return Reindexed(passages=passages, facts=_reindex_facts(journal, embedder, vectors, batch))
+    return Reindexed(passages=passages, facts=_reindex_facts(journal, embedder, vectors, team, batch))
 
 
-def _reindex_facts(journal: Journal, embedder: Embedder, vectors: VectorStore, batch: int) -> int:
+def _reindex_facts(journal: Journal, embedder: Embedder, vectors: VectorStore, team: str | None,
+                   batch: int) -> int:
+    scope, params = ("AND f.team = ?", (team,)) if team is not None else ("", ())
     done, after = 0, 0
     while True:
         with journal.reading() as conn:
             rows = conn.execute(
                 "SELECT f.rowid, f.id, f.team, f.agent_id, f.memory_id, f.text, f.tags, f.created_at, m.run_id "
                 "FROM facts f LEFT JOIN memories m ON m.id = f.memory_id "
-                "WHERE f.superseded_by IS NULL AND f.rowid > ? ORDER BY f.rowid LIMIT ?",
-                (after, batch),
+                f"WHERE f.superseded_by IS NULL AND f.rowid > ? {scope} ORDER BY f.rowid LIMIT ?",
+                (after, *params, batch),
             ).fetchall()
         if not rows:
             return done

@@ -16,6 +16,9 @@ The cached vectors are bounded (`CACHE_BYTES_MAX`, least recently used filters g
 
 Forgotten items are dropped by recall against the journal whatever path found them; the directory and
 cache also drop them when their vectors are deleted.
+
+A Chroma server (MEMORY_CHROMA_URL) is written by other processes too, whose writes this process never
+hears of: there a filtered search always asks Chroma's `where`, which sees every write.
 """
 
 from __future__ import annotations
@@ -236,6 +239,10 @@ class FilteredVectors:
         if not flt:
             self._plan("hnsw")
             return [(h.id, h.similarity) for h in self.vectors.query(team, embedding, k, kind=kind, payload=False)]
+        if self.vectors.shared:
+            self._plan("where")
+            return [(h.id, h.similarity)
+                    for h in self.vectors.query(team, embedding, k, where=flt.where(), kind=kind, payload=False)]
         with self._lock:
             d = self._directory(team, kind)
             base = d.select(flt)

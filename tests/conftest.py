@@ -16,6 +16,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from chroma_server import ChromaServer
 from memory_service.api.app import create_app
 from memory_service.bench.common import ServiceRunner
 from memory_service.config import Settings
@@ -48,6 +49,15 @@ def tiny_llama(tmp_path_factory) -> Iterator[LlamaServerProcess]:
 @pytest.fixture(scope="session")
 def default_llama(tmp_path_factory) -> Iterator[LlamaServerProcess]:
     server = start_llama("default", tmp_path_factory.mktemp("llama-default"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def chroma_server(tmp_path_factory) -> Iterator[ChromaServer]:
+    """A real `chroma run` for the session: what MEMORY_CHROMA_URL points at in a multi-process deployment."""
+    root = tmp_path_factory.mktemp("chroma-server")
+    server = ChromaServer(root / "db", root / "chroma.log").start()
     yield server
     server.stop()
 

@@ -6,12 +6,15 @@
 - We always pass embeddings: Chroma's own embedding function would try a hub download.
 - Deterministic ids + `upsert`, so a batch replayed after a crash stores nothing twice.
 - Embedded `PersistentClient` allows one writer process per path; pointing
-  `MEMORY_CHROMA_URL` at a Chroma server is the multi-process deployment.
+  `MEMORY_CHROMA_URL` at a Chroma server is the multi-process deployment. Its client gets a
+  heartbeat at start-up (an unreachable server is one clear error, not a traceback mid-request)
+  and timeouts on every request (chromadb's own HTTP client waits for ever).
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +23,8 @@ from typing import Any, Protocol
 import numpy as np
 
 MAX_BATCH = 5000  # Chroma refuses more than 5,461 rows per call
+CONNECT_TIMEOUT_S = 5.0
+REQUEST_TIMEOUT_S = 120.0  # an upsert of MAX_BATCH rows to a busy server, with room to spare
 
 
 @dataclass
@@ -47,8 +52,15 @@ class VectorListener(Protocol):
     def deleted(self, team: str, ids: list[str]) -> None: ...
 
 
+class ChromaUnreachable(RuntimeError):
+    """The Chroma server named by MEMORY_CHROMA_URL does not answer; the message says what to do."""
+
+
 def collection_name(team: str, kind: str) -> str:
     return f"team_{hashlib.sha256(team.encode()).hexdigest()[:40]}_{kind}"
+
+
+OUR_COLLECTION = re.compile(r"^team_[0-9a-f]{40}_(passage|fact)$")
 
 
 def kind_of_id(item_id: str) -> str:
@@ -66,18 +78,15 @@ class VectorStore:
 
         chroma_settings = ChromaSettings(anonymized_telemetry=False, allow_reset=False)
         if url:
-            from urllib.parse import urlparse
-
-            parsed = urlparse(url)
-            self._client = chromadb.HttpClient(
-                host=parsed.hostname or "127.0.0.1", port=parsed.port or 8000,
-                ssl=parsed.scheme == "https", settings=chroma_settings,
-            )
+            self._client = _http_client(url, chroma_settings)
         else:
             assert path is not None
             path.mkdir(parents=True, exist_ok=True)
             self._client = chromadb.PersistentClient(path=str(path), settings=chroma_settings)
-        self._collections: dict[str, Any] = {}
+        self._batch = min(MAX_BATCH, _max_batch(self._client))
+        # a server is written by other processes too: caches of its vectors in this one cannot be kept current
+        self.shared = bool(url)
+        self._collections: dict[tuple[str, str], Any] = {}
         self._lock = threading.Lock()
         self._listeners: list[VectorListener] = []
 
@@ -102,8 +111,8 @@ class VectorStore:
         for kind in KINDS:
             of_kind = [i for i in items if i.metadata.get("kind", "passage") == kind]
             coll = self._collection(team, kind) if of_kind else None
-            for start in range(0, len(of_kind), MAX_BATCH):
-                batch = of_kind[start:start + MAX_BATCH]
+            for start in range(0, len(of_kind), self._batch):
+                batch = of_kind[start:start + self._batch]
                 coll.upsert(
                     ids=[i.id for i in batch],
                     embeddings=np.stack([i.embedding for i in batch]),
@@ -116,8 +125,8 @@ class VectorStore:
     def delete(self, team: str, ids: list[str]) -> None:
         for kind in KINDS:
             of_kind = [i for i in ids if kind_of_id(i) == kind]
-            for start in range(0, len(of_kind), MAX_BATCH):
-                self._collection(team, kind).delete(ids=of_kind[start:start + MAX_BATCH])
+            for start in range(0, len(of_kind), self._batch):
+                self._collection(team, kind).delete(ids=of_kind[start:start + self._batch])
         for listener in self._listeners:
             listener.deleted(team, ids)
 
@@ -146,8 +155,8 @@ class VectorStore:
     def embeddings(self, team: str, kind: str, ids: list[str]) -> dict[str, np.ndarray]:
         """The stored vectors of these ids (ids with none are left out)."""
         out: dict[str, np.ndarray] = {}
-        for start in range(0, len(ids), MAX_BATCH):
-            got = self._collection(team, kind).get(ids=ids[start:start + MAX_BATCH], include=["embeddings"])
+        for start in range(0, len(ids), self._batch):
+            got = self._collection(team, kind).get(ids=ids[start:start + self._batch], include=["embeddings"])
             for id_, vec in zip(got["ids"], got["embeddings"]):
                 out[id_] = np.asarray(vec, dtype=np.float32)
         return out
@@ -157,3 +166,73 @@ class VectorStore:
 
     def count(self, team: str) -> int:
         return sum(self._collection(team, kind).count() for kind in KINDS)
+
+    def close(self) -> None:
+        """Let go of the client: an embedded store's files are closed once no client in this process uses them."""
+        close = getattr(self._client, "close", None)
+        if close is not None:
+            close()
+        self._collections.clear()
+
+    def collection_names(self) -> list[str]:
+        """The names of this service's collections in the store (other collections are left out)."""
+        return sorted(c.name for c in self._client.list_collections() if OUR_COLLECTION.match(c.name))
+
+    def drop(self, team: str | None = None) -> int:
+        """Delete the collections of `team` (of every team when None), for a rebuild; returns how many."""
+        names = ([collection_name(team, kind) for kind in KINDS] if team is not None else self.collection_names())
+        present = set(self.collection_names())
+        with self._lock:
+            for name in names:
+                if name in present:
+                    self._client.delete_collection(name)
+            self._collections = {key: coll for key, coll in self._collections.items()
+                                 if team is not None and key[0] != team}
+        return len(present.intersection(names))
+
+
+def probe_server(url: str) -> tuple[str, int, bool]:
+    """(host, port, ssl) of the Chroma server at `url` once its heartbeat answers; `ChromaUnreachable` if not."""
+    from urllib.parse import urlparse
+
+    import httpx
+
+    parsed = urlparse(url)
+    host, ssl = parsed.hostname or "127.0.0.1", parsed.scheme == "https"
+    port = parsed.port or (443 if ssl else 8000)
+    try:
+        response = httpx.get(f"{parsed.scheme}://{host}:{port}/api/v2/heartbeat", timeout=CONNECT_TIMEOUT_S,
+                             trust_env=False)
+        response.raise_for_status()
+    except httpx.HTTPError as exc:
+        why = f"HTTP {exc.response.status_code}" if isinstance(exc, httpx.HTTPStatusError) else (
+            str(exc) or type(exc).__name__)
+        raise ChromaUnreachable(
+            f"no Chroma server answers at MEMORY_CHROMA_URL={url} ({why}): start it (chroma run --path DIR "
+            f"--port {port}), fix the URL, or unset MEMORY_CHROMA_URL to use the embedded store in the data dir"
+        ) from None
+    return host, port, ssl
+
+
+def _http_client(url: str, chroma_settings: Any) -> Any:
+    """A client of the Chroma server at `url`, after its heartbeat answered, with timeouts on every request."""
+    import chromadb
+    import httpx
+
+    host, port, ssl = probe_server(url)
+    try:
+        client = chromadb.HttpClient(host=host, port=port, ssl=ssl, settings=chroma_settings)
+    except ValueError as exc:  # chromadb's words for a server that went away or lacks the default tenant
+        raise ChromaUnreachable(f"the Chroma server at MEMORY_CHROMA_URL={url} refused the client: {exc}") from None
+    session = getattr(getattr(client, "_server", None), "_session", None)
+    if isinstance(session, httpx.Client):
+        session.timeout = httpx.Timeout(REQUEST_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
+    return client
+
+
+def _max_batch(client: Any) -> int:
+    """The most rows the store takes in one call (a server may allow fewer than the embedded store)."""
+    try:
+        return int(client.get_max_batch_size())
+    except Exception:  # an older client without the call: the embedded limit
+        return MAX_BATCH

@@ -1,0 +1,81 @@
+"""`serve --workers N`: N API processes on one port, sharing the one llama-server `serve` started.
+
+uvicorn's supervisor binds the port once and spawns fresh interpreters that import the app by name,
+so a worker gets nothing from `serve` but its environment: `worker_environment` turns the settings
+`serve` resolved (flags, and the URL of the llama-server it started) into MEMORY_* variables, and
+each worker builds its app and its protocol class from them.
+
+The embedded stores allow one writer process per data dir (SQLite files; Chroma's PersistentClient
+keeps its index in memory and on disk for one process), so more than one worker needs the shared
+backends: MEMORY_DATABASE_URL and MEMORY_CHROMA_URL.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import TYPE_CHECKING, Any
+
+from ..config import ConfigError, Settings
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+APP = f"{__name__}:app"
+HTTP_PROTOCOL = f"{__name__}:http_protocol"
+SPEED_PRIOR_ENV = "MEMORY_WORKER_SPEED_PRIOR"  # not a setting: how `serve` hands the measured speed down
+
+
+def check_workers(settings: Settings, workers: int) -> None:
+    """Refuse N > 1 processes on the embedded stores, saying why and what to set instead."""
+    if workers <= 1:
+        return
+    missing = [name for name, value in (("MEMORY_DATABASE_URL", settings.database_url),
+                                        ("MEMORY_CHROMA_URL", settings.chroma_url)) if not value]
+    if missing:
+        raise ConfigError(
+            f"--workers {workers} needs {' and '.join(missing)}: the embedded stores in the data dir (SQLite files "
+            "and Chroma's PersistentClient) allow one writer process per data dir. Set "
+            "MEMORY_DATABASE_URL=postgresql://... and MEMORY_CHROMA_URL=http://... (a `chroma run` server), "
+            "or run one process (--workers 1)")
+
+
+def worker_environment(settings: Settings, speed_prior: tuple[float, float] | None) -> dict[str, str]:
+    """The variables a worker needs to build the same settings as `serve` (flags override the environment)."""
+    env = {"MEMORY_HOST": settings.host, "MEMORY_PORT": str(settings.port),
+           "MEMORY_DATA_DIR": str(settings.data_dir.absolute()), "MEMORY_MODEL": settings.model}
+    if settings.llm_url:
+        env["MEMORY_LLM_URL"] = settings.llm_url
+    if speed_prior is not None:
+        env[SPEED_PRIOR_ENV] = json.dumps(list(speed_prior))
+    return env
+
+
+def _speed_prior() -> tuple[float, float] | None:
+    raw = os.environ.get(SPEED_PRIOR_ENV)
+    if not raw:
+        return None
+    prompt, generation = json.loads(raw)
+    return float(prompt), float(generation)
+
+
+def app() -> "FastAPI":
+    """The app factory uvicorn calls in each worker."""
+    from ..logs import configure as configure_logging
+    from .app import create_app
+
+    settings = Settings.from_env()
+    configure_logging(settings.log_format, os.environ.get("MEMORY_LOG_LEVEL", "INFO"))
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # as `main` sets it in the parent: no line per request
+    return create_app(settings, speed_prior=_speed_prior())
+
+
+def __getattr__(name: str) -> Any:
+    """`http_protocol`: the guarded protocol with this worker's timeouts, built when uvicorn asks for it."""
+    if name == "http_protocol":
+        from .http_guard import guarded_protocol
+
+        settings = Settings.from_env()
+        return guarded_protocol(settings.header_timeout_s, settings.body_timeout_s)
+    raise AttributeError(name)
