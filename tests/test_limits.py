@@ -1,4 +1,7 @@
-"""Daily limits and the handled ledger: real HTTP, real SQLite, an injected clock."""
+"""Daily limits and the handled ledger: real HTTP, real SQLite and real PostgreSQL, an injected clock.
+
+Every test of the `env` fixture runs on both backends: the same contract.
+"""
 
 from __future__ import annotations
 
@@ -13,16 +16,18 @@ import pytest
 
 from limits_helpers import Clock, Server, dump, make_app, utc
 from memory_service import limits_cli
+from memory_service.storage.database import PostgresDatabase
 from memory_service.storage.limits import LimitStore
 
 START = "2026-06-15T10:00:00+00:00"
 
 
 class Env:
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, database_url: str | None = None) -> None:
         self.db_path = tmp_path / "limits.sqlite3"
+        self.database_url = database_url
         self.clock = Clock(datetime.fromisoformat(START))
-        self.store = LimitStore(self.db_path, now=self.clock)
+        self.store = self._open()
         self.server = Server(make_app(self.store, self.db_path.with_name("keys.sqlite3"))).__enter__()
         self.a = self.server.client("ka")
         self.b = self.server.client("kb")
@@ -30,16 +35,24 @@ class Env:
     def restart(self) -> None:
         """Stop the server, close the store, reopen both on the same file."""
         self.close()
-        self.store = LimitStore(self.db_path, now=self.clock)
+        self.store = self._open()
         self.server = Server(make_app(self.store, self.db_path.with_name("keys.sqlite3"))).__enter__()
         self.a = self.server.client("ka")
         self.b = self.server.client("kb")
+
+    def _open(self) -> LimitStore:
+        if self.database_url is None:
+            return LimitStore(self.db_path, now=self.clock)
+        self._db = PostgresDatabase(self.database_url)
+        return LimitStore(self._db, now=self.clock)
 
     def close(self) -> None:
         self.a.close()
         self.b.close()
         self.server.__exit__()
         self.store.close()
+        if self.database_url is not None:
+            self._db.close()
 
     def put(self, name: str, daily_limit: int, tz: str = "UTC", per: str = "team", client: httpx.Client | None = None):
         r = (client or self.a).put(f"/v1/limits/{name}", json={"daily_limit": daily_limit, "timezone": tz, "per": per})
@@ -50,9 +63,10 @@ class Env:
         return (client or self.a).post(f"/v1/limits/{name}/consume", json={"agent_id": agent, **extra})
 
 
-@pytest.fixture
-def env(tmp_path: Path) -> Iterator[Env]:
-    e = Env(tmp_path)
+@pytest.fixture(params=["sqlite", "postgresql"])
+def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Env]:
+    url = request.getfixturevalue("pg_cluster").create_database() if request.param == "postgresql" else None
+    e = Env(tmp_path, url)
     yield e
     e.close()
 

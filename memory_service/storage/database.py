@@ -173,9 +173,9 @@ class PostgresDatabase(Database):
         from psycopg_pool import ConnectionPool
 
         self.url = url
-        self._pool = ConnectionPool(url, min_size=1, max_size=max_size, open=False, timeout=30,
+        self._pool = ConnectionPool(url, min_size=1, max_size=max_size, open=False, timeout=10,
                                     kwargs={"autocommit": True, "row_factory": _row_factory})
-        self._pool.open(wait=True, timeout=30)
+        self._pool.open(wait=True, timeout=10)
 
     def create_schema(self, sqlite_schema: str, postgres_schema: str) -> None:
         # one process at a time: concurrent CREATE ... IF NOT EXISTS can still collide in the catalog
@@ -206,3 +206,18 @@ def is_postgres_url(url: str | None) -> bool:
 def describe(url: str) -> str:
     """The URL without its password, for logs and errors."""
     return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
+
+
+def open_database(settings: Any) -> Database | None:
+    """The shared database `MEMORY_DATABASE_URL` names, or None for the data dir's SQLite files."""
+    url = settings.database_url
+    if not url:
+        return None
+    if not is_postgres_url(url):
+        raise ValueError(f"MEMORY_DATABASE_URL={describe(url)!r}: only postgresql://… URLs are supported; "
+                         "leave it unset for the embedded SQLite files")
+    try:
+        return PostgresDatabase(url)
+    except Exception as exc:
+        raise ValueError(f"MEMORY_DATABASE_URL={describe(url)}: PostgreSQL is unreachable or refused the "
+                         f"connection ({exc}). Start it, or fix the URL.") from None

@@ -389,6 +389,7 @@ class Journal:
     """The journal on a `Database`: SQLite under the data dir, or PostgreSQL when given one."""
 
     def __init__(self, store: Path | Database) -> None:
+        self._owns = not isinstance(store, Database)  # a shared database is closed by whoever opened it
         self.db: Database = store if isinstance(store, Database) else SqliteDatabase(store, synchronous="FULL")
         self.db.create_schema(SCHEMA, POSTGRES_SCHEMA)
         if isinstance(self.db, SqliteDatabase):
@@ -409,7 +410,8 @@ class Journal:
         return self.db.dialect
 
     def close(self) -> None:
-        self.db.close()
+        if self._owns:
+            self.db.close()
 
     # -- writes -----------------------------------------------------------------
 

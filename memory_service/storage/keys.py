@@ -7,18 +7,21 @@ bits of entropy: there is nothing to brute-force, unlike a password.
 
 The service keeps the active keys in memory and reloads them only when another connection (the CLI, an
 admin route) has committed a change, which SQLite's `PRAGMA data_version` tells at the cost of one pragma.
+On PostgreSQL (shared by several processes) it reloads at most once a second: a key created or revoked
+through any process works, or stops working, everywhere within that second.
 """
 
 from __future__ import annotations
 
 import hashlib
 import secrets
-import sqlite3
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
+
+from .database import Database, SqliteDatabase
 
 Role = Literal["read", "write", "admin"]
 ROLES: tuple[Role, ...] = ("read", "write", "admin")
@@ -37,6 +40,8 @@ CREATE TABLE IF NOT EXISTS api_keys (
 );
 CREATE INDEX IF NOT EXISTS api_keys_team ON api_keys(team);
 """
+_POSTGRES_SCHEMA = _SCHEMA.replace("REAL", "DOUBLE PRECISION").rstrip().rstrip(";")
+POSTGRES_RELOAD_S = 1.0
 
 
 def role_allows(role: str, needed: Role) -> bool:
@@ -74,15 +79,12 @@ class KeyNotFound(LookupError):
 class KeyStore:
     """The keys database. Thread-safe: one connection behind a lock (calls are short and rare)."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
-        self._conn.row_factory = sqlite3.Row
+    def __init__(self, store: Path | Database) -> None:
+        self._owns = not isinstance(store, Database)
+        self.db: Database = store if isinstance(store, Database) else SqliteDatabase(store, synchronous="FULL")
+        self.db.create_schema(_SCHEMA, _POSTGRES_SCHEMA)
         self._lock = threading.Lock()
-        with self._lock:
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.executescript(_SCHEMA)
-        self._version: int | None = None
+        self._version: object = None
         self._active: dict[str, KeyInfo] = {}
 
     # -- managing ------------------------------------------------------------------
@@ -93,11 +95,11 @@ class KeyStore:
         key_id = secrets.token_hex(4)
         key = f"{PREFIX}{key_id}_{secrets.token_urlsafe(32)}"
         info = KeyInfo(key_id, team, role, agent_id, label, time.time(), None)
-        with self._lock:
-            self._conn.execute(
+        with self.db.transaction() as conn:
+            conn.execute(
                 "INSERT INTO api_keys (id, hash, team, role, agent_id, label, created_at) VALUES (?,?,?,?,?,?,?)",
                 (key_id, key_hash(key), team, role, agent_id, label, info.created_at))
-            self._version = None  # data_version moves only for other connections' commits
+        self._version = None
         return NewKey(info, key)
 
     def list(self, team: str | None = None, *, include_revoked: bool = False) -> list[KeyInfo]:
@@ -107,20 +109,20 @@ class KeyStore:
             args.append(team)
         if not include_revoked:
             sql += " AND revoked_at IS NULL"
-        with self._lock:
-            rows = self._conn.execute(sql + " ORDER BY created_at", args).fetchall()
+        with self.db.reading() as conn:
+            rows = conn.execute(sql + " ORDER BY created_at", args).fetchall()
         return [_info(row) for row in rows]
 
     def revoke(self, key_id: str, *, team: str | None = None) -> KeyInfo:
         """Revoke a key by id (within `team` when given: an admin key reaches only its own team)."""
-        with self._lock:
-            row = self._conn.execute("SELECT * FROM api_keys WHERE id = ?", (key_id,)).fetchone()
+        with self.db.transaction() as conn:
+            row = conn.execute("SELECT * FROM api_keys WHERE id = ?", (key_id,)).fetchone()
             if row is None or (team is not None and row["team"] != team):
                 raise KeyNotFound(f"no key with id {key_id!r}" + (" in this team" if team else ""))
             if row["revoked_at"] is None:
-                self._conn.execute("UPDATE api_keys SET revoked_at = ? WHERE id = ?", (time.time(), key_id))
-                self._version = None
-            row = self._conn.execute("SELECT * FROM api_keys WHERE id = ?", (key_id,)).fetchone()
+                conn.execute("UPDATE api_keys SET revoked_at = ? WHERE id = ?", (time.time(), key_id))
+            row = conn.execute("SELECT * FROM api_keys WHERE id = ?", (key_id,)).fetchone()
+        self._version = None
         return _info(row)
 
     # -- checking --------------------------------------------------------------------
@@ -135,19 +137,22 @@ class KeyStore:
         return bool(self._active)
 
     def _refresh(self) -> None:
-        with self._lock:
-            version = self._conn.execute("PRAGMA data_version").fetchone()[0]
+        with self._lock, self.db.reading() as conn:
+            if self.db.dialect == "sqlite":
+                version: object = conn.execute("PRAGMA data_version").fetchone()[0]
+            else:
+                version = int(time.monotonic() / POSTGRES_RELOAD_S)
             if version == self._version:
                 return
-            rows = self._conn.execute("SELECT * FROM api_keys WHERE revoked_at IS NULL").fetchall()
+            rows = conn.execute("SELECT * FROM api_keys WHERE revoked_at IS NULL").fetchall()
             self._active = {row["hash"]: _info(row) for row in rows}
             self._version = version
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        if self._owns:
+            self.db.close()
 
 
-def _info(row: sqlite3.Row) -> KeyInfo:
+def _info(row: Any) -> KeyInfo:
     return KeyInfo(row["id"], row["team"], row["role"], row["agent_id"], row["label"], row["created_at"],
                    row["revoked_at"])

@@ -1,14 +1,13 @@
-"""Daily-limit counters and the handled-item ledger, stored in SQLite.
+"""Daily-limit counters and the handled-item ledger, in SQLite or PostgreSQL.
 
 Agents ask two questions before acting: "may I do this once more today?"
 (`consume`) and "have I already dealt with this item?" (`mark_handled`). Both
-must be answered atomically, so each answer is one SQLite write transaction
-(`BEGIN IMMEDIATE`) whose writes are `INSERT ... ON CONFLICT DO UPDATE ...
-RETURNING` upserts: the same statements run on PostgreSQL (with `%s`
-placeholders and row locks instead of the database lock), so a PostgreSQL
-store can implement `LimitBackend` later without changing the routes.
+must be answered atomically, so each answer is one write transaction whose
+writes are `INSERT ... ON CONFLICT DO UPDATE ... RETURNING` upserts: the same
+statements run on SQLite (under its database lock) and on PostgreSQL (under
+the row lock of the upsert, so several API processes count as one).
 
-Durability: WAL with `synchronous=NORMAL` (the default here). A committed
+Durability on SQLite: WAL with `synchronous=NORMAL` (the default here). A committed
 consume survives a crash of the service process; only an OS crash or power
 loss can lose the last few commits (the database stays consistent; it just
 reopens at an earlier commit). `synchronous=FULL` adds an fsync per commit,
@@ -27,15 +26,15 @@ from __future__ import annotations
 import json
 import math
 import re
-import sqlite3
 import threading
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta, timezone
 from pathlib import Path
-from typing import Callable, Literal, Protocol
+from typing import Any, Callable, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ..ids import ID_RULE, MAX_ID_LEN, is_id
+from .database import Conn, Database, SqliteDatabase
 
 # Documented input bounds (README and OpenAPI quote these).
 MAX_NAME_LEN = 128
@@ -183,23 +182,6 @@ class HandledRecord:
     expires_at: str | None
 
 
-class LimitBackend(Protocol):
-    """What the routes need; a PostgreSQL store would implement the same."""
-
-    def set_limit(self, team: str, name: str, daily_limit: int, tz: str, per: Per) -> tuple[LimitView, bool]: ...
-    def get_limit(self, team: str, name: str, agent_id: str | None = None, days: int | None = None) -> LimitView: ...
-    def list_limits(self, team: str, agent_id: str | None = None) -> list[LimitView]: ...
-    def delete_limit(self, team: str, name: str) -> None: ...
-    def consume(
-        self, team: str, name: str, agent_id: str, amount: int = 1, idempotency_key: str | None = None
-    ) -> ConsumeResult: ...
-    def mark_handled(
-        self, team: str, key: str, agent_id: str | None = None, ttl_days: int | None = None
-    ) -> HandledRecord: ...
-    def get_handled(self, team: str, key: str, agent_id: str | None = None) -> HandledRecord | None: ...
-    def close(self) -> None: ...
-
-
 # ---------------------------------------------------------------- time
 
 
@@ -258,6 +240,34 @@ CREATE TABLE IF NOT EXISTS handled (
 CREATE INDEX IF NOT EXISTS handled_expires ON handled (expires_us) WHERE expires_us IS NOT NULL;
 """
 
+# PostgreSQL: the same tables; microsecond clocks need 64-bit integers.
+_POSTGRES_SCHEMA = """
+CREATE TABLE IF NOT EXISTS limit_defs (
+    team TEXT NOT NULL, name TEXT NOT NULL,
+    daily_limit BIGINT NOT NULL, timezone TEXT NOT NULL, per TEXT NOT NULL,
+    created_us BIGINT NOT NULL, updated_us BIGINT NOT NULL,
+    PRIMARY KEY (team, name)
+);
+CREATE TABLE IF NOT EXISTS limit_usage (
+    team TEXT NOT NULL, name TEXT NOT NULL, day TEXT NOT NULL, agent_id TEXT NOT NULL,
+    used BIGINT NOT NULL,
+    PRIMARY KEY (team, name, day, agent_id)
+);
+CREATE TABLE IF NOT EXISTS limit_idempotency (
+    team TEXT NOT NULL, name TEXT NOT NULL, day TEXT NOT NULL, idem_key TEXT NOT NULL,
+    agent_id TEXT NOT NULL, amount BIGINT NOT NULL, response TEXT NOT NULL, created_us BIGINT NOT NULL,
+    PRIMARY KEY (team, name, day, idem_key)
+);
+CREATE INDEX IF NOT EXISTS limit_idempotency_created ON limit_idempotency (created_us);
+CREATE TABLE IF NOT EXISTS handled (
+    team TEXT NOT NULL, agent_id TEXT NOT NULL, key TEXT NOT NULL,
+    first_seen_us BIGINT NOT NULL, last_seen_us BIGINT NOT NULL,
+    seen_count BIGINT NOT NULL, expires_us BIGINT,
+    PRIMARY KEY (team, agent_id, key)
+);
+CREATE INDEX IF NOT EXISTS handled_expires ON handled (expires_us) WHERE expires_us IS NOT NULL
+"""
+
 # Adds `amount` only while the day's total stays within the limit; no row back = denied.
 _CONSUME = """
 INSERT INTO limit_usage (team, name, day, agent_id, used) VALUES (?, ?, ?, ?, ?)
@@ -283,21 +293,20 @@ RETURNING first_seen_us, last_seen_us, seen_count, expires_us
 
 
 class LimitStore:
-    """SQLite implementation of `LimitBackend`; safe to share between threads.
+    """Limits and the handled ledger on a `Database` (SQLite file or PostgreSQL); safe to share between threads.
 
-    One connection guarded by a lock: SQLite has one writer at a time anyway,
-    and a Python lock hands it over faster than SQLite's sleeping busy handler.
-    `BEGIN IMMEDIATE` still protects the file if several processes share it.
+    Every check-and-count is one statement inside one transaction, so it stays atomic with several
+    threads (SQLite: one writer at a time) or several processes (PostgreSQL: the row lock of the upsert).
     """
 
     def __init__(
         self,
-        path: Path | str,
+        store: Path | str | Database,
         now: Callable[[], datetime] | None = None,
         *,
         synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
     ) -> None:
-        """Open (or create) the database at `path`.
+        """Open (or create) the tables in `store`: a SQLite path, or a shared `Database` (not closed here).
 
         `now` is the clock, returning an aware datetime (tests inject one to
         cross midnights and DST changes); `synchronous` is explained in the
@@ -306,30 +315,25 @@ class LimitStore:
         if synchronous not in ("NORMAL", "FULL"):
             raise ValueError("synchronous must be NORMAL or FULL")
         self._now_fn = now or _utc_now
-        self._lock = threading.Lock()
+        self._purge_lock = threading.Lock()
         self._zones: dict[str, ZoneInfo] = {}
         self._last_purge_us = 0
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._db: sqlite3.Connection | None = sqlite3.connect(
-            path, isolation_level=None, check_same_thread=False, timeout=10.0
-        )
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(f"PRAGMA synchronous={synchronous}")
-        self._db.executescript(_SCHEMA)
+        self._owns = not isinstance(store, Database)
+        self.db: Database = store if isinstance(store, Database) else SqliteDatabase(Path(store), synchronous=synchronous)
+        self.db.create_schema(_SCHEMA, _POSTGRES_SCHEMA)
+        self._closed = False
 
     # ------------------------------------------------------------ plumbing
 
     def close(self) -> None:
-        with self._lock:
-            if self._db is not None:
-                self._db.close()
-                self._db = None
+        if not self._closed:
+            self._closed = True
+            if self._owns:
+                self.db.close()
 
-    def _conn(self) -> sqlite3.Connection:
-        if self._db is None:
+    def _check_open(self) -> None:
+        if self._closed:
             raise RuntimeError("limit store is closed")
-        return self._db
 
     def _now(self) -> datetime:
         moment = self._now_fn()
@@ -343,8 +347,13 @@ class LimitStore:
             zone = self._zones[name] = check_timezone(name)
         return zone
 
-    def _write(self) -> "_Tx":
-        return _Tx(self._conn())
+    def _write(self) -> Any:
+        self._check_open()
+        return self.db.transaction()
+
+    def _read(self) -> Any:
+        self._check_open()
+        return self.db.reading()
 
     # ------------------------------------------------------------ limits
 
@@ -361,7 +370,7 @@ class LimitStore:
         if per not in ("team", "agent"):
             raise InvalidInput("per must be 'team' or 'agent'")
         now_us = _to_us(self._now())
-        with self._lock, self._write() as db:
+        with self._write() as db:
             existed = db.execute(
                 "SELECT 1 FROM limit_defs WHERE team = ? AND name = ?", (team, name)
             ).fetchone()
@@ -374,7 +383,7 @@ class LimitStore:
                 """,
                 (team, name, daily_limit, tz, per, now_us, now_us),
             )
-            view = self._view(self._conn(), team, name, None, None)
+            view = self._view(db, team, name, None, None)
         return view, existed is None
 
     def get_limit(self, team: str, name: str, agent_id: str | None = None, days: int | None = None) -> LimitView:
@@ -383,21 +392,20 @@ class LimitStore:
             check_agent_id(agent_id)
         if days is not None:
             check_int(days, "days", 1, MAX_HISTORY_DAYS)
-        with self._lock:
-            return self._view(self._conn(), team, name, agent_id, days)
+        with self._read() as db:
+            return self._view(db, team, name, agent_id, days)
 
     def list_limits(self, team: str, agent_id: str | None = None) -> list[LimitView]:
         if agent_id is not None:
             check_agent_id(agent_id)
-        with self._lock:
-            db = self._conn()
+        with self._read() as db:
             names = [r[0] for r in db.execute("SELECT name FROM limit_defs WHERE team = ? ORDER BY name", (team,))]
             return [self._view(db, team, n, agent_id, None, with_agents=False) for n in names]
 
     def delete_limit(self, team: str, name: str) -> None:
         """Remove a limit with its counters and idempotency records."""
         check_name(name)
-        with self._lock, self._write() as db:
+        with self._write() as db:
             if db.execute("DELETE FROM limit_defs WHERE team = ? AND name = ?", (team, name)).rowcount == 0:
                 raise LimitNotFound(f"no limit named {name!r}; create it with PUT /v1/limits/{name}")
             db.execute("DELETE FROM limit_usage WHERE team = ? AND name = ?", (team, name))
@@ -405,7 +413,7 @@ class LimitStore:
 
     def _view(
         self,
-        db: sqlite3.Connection,
+        db: Conn,
         team: str,
         name: str,
         agent_id: str | None,
@@ -428,13 +436,14 @@ class LimitStore:
         first = today - timedelta(days=(days or 1) - 1)
         # per=agent without agent_id sums the agents' rows ('' rows date from a per=team period)
         who, args = ("agent_id != ?", TEAM_SCOPE) if scope is None else ("agent_id = ?", scope)
-        per_day = dict(
-            db.execute(
+        per_day = {
+            day: int(used)  # PostgreSQL sums 64-bit integers as numeric
+            for day, used in db.execute(
                 f"SELECT day, SUM(used) FROM limit_usage WHERE team = ? AND name = ? AND day BETWEEN ? AND ?"
                 f" AND {who} GROUP BY day",
                 (team, name, first.isoformat(), today.isoformat(), args),
             ).fetchall()
-        )
+        }
         used = per_day.get(today.isoformat(), 0)
         agents = None
         if scope is None and with_agents:
@@ -485,56 +494,58 @@ class LimitStore:
         if idempotency_key is not None:
             check_text(idempotency_key, "idempotency_key", MAX_IDEMPOTENCY_KEY_LEN)
         now = self._now()
-        with self._lock:
-            self._maybe_purge(now)
-            with self._write() as db:
-                row = db.execute(
-                    "SELECT daily_limit, timezone, per FROM limit_defs WHERE team = ? AND name = ?", (team, name)
+        self._maybe_purge(now)
+        with self._write() as db:
+            if idempotency_key is not None and self.db.dialect == "postgresql":
+                # two processes replaying one key at once: the second waits, then finds the first's answer
+                db.execute("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))",
+                           (f"{team}\x1f{name}\x1f{idempotency_key}",))
+            row = db.execute(
+                "SELECT daily_limit, timezone, per FROM limit_defs WHERE team = ? AND name = ?", (team, name)
+            ).fetchone()
+            if row is None:
+                raise LimitNotFound(f"no limit named {name!r}; create it with PUT /v1/limits/{name}")
+            daily_limit, tz, per = row
+            zone = self._zone(tz)
+            today = local_day(now, zone)
+            day = today.isoformat()
+            resets = next_midnight(today, zone)
+            retry_after = max(1, math.ceil((resets - now).total_seconds()))
+            if idempotency_key is not None:
+                seen = db.execute(
+                    "SELECT agent_id, amount, response FROM limit_idempotency"
+                    " WHERE team = ? AND name = ? AND day = ? AND idem_key = ?",
+                    (team, name, day, idempotency_key),
                 ).fetchone()
-                if row is None:
-                    raise LimitNotFound(f"no limit named {name!r}; create it with PUT /v1/limits/{name}")
-                daily_limit, tz, per = row
-                zone = self._zone(tz)
-                today = local_day(now, zone)
-                day = today.isoformat()
-                resets = next_midnight(today, zone)
-                retry_after = max(1, math.ceil((resets - now).total_seconds()))
-                if idempotency_key is not None:
-                    seen = db.execute(
-                        "SELECT agent_id, amount, response FROM limit_idempotency"
-                        " WHERE team = ? AND name = ? AND day = ? AND idem_key = ?",
-                        (team, name, day, idempotency_key),
-                    ).fetchone()
-                    if seen is not None:
-                        if (seen[0], seen[1]) != (agent_id, amount):
-                            raise IdempotencyConflict(
-                                f"idempotency_key was already used today with agent_id={seen[0]!r} "
-                                f"amount={seen[1]}; use a new key for a different request"
-                            )
-                        return ConsumeResult(**json.loads(seen[2]), retry_after_s=retry_after, replayed=True)
-                scope = agent_id if per == "agent" else TEAM_SCOPE
-                hit = None
-                if amount <= daily_limit:
-                    hit = db.execute(_CONSUME, (team, name, day, scope, amount, daily_limit)).fetchone()
-                if hit is None:
-                    db.rollback_only()
-                    cur = db.execute(
-                        "SELECT used FROM limit_usage WHERE team = ? AND name = ? AND day = ? AND agent_id = ?",
-                        (team, name, day, scope),
-                    ).fetchone()
-                    used = cur[0] if cur else 0
-                    return ConsumeResult(
-                        False, used, daily_limit, max(0, daily_limit - used), resets.isoformat(), retry_after
-                    )
-                used = hit[0]
-                result = ConsumeResult(True, used, daily_limit, daily_limit - used, resets.isoformat(), retry_after)
-                if idempotency_key is not None:
-                    db.execute(
-                        "INSERT INTO limit_idempotency (team, name, day, idem_key, agent_id, amount, response,"
-                        " created_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                        (team, name, day, idempotency_key, agent_id, amount, json.dumps(result.body()), _to_us(now)),
-                    )
-                return result
+                if seen is not None:
+                    if (seen[0], seen[1]) != (agent_id, amount):
+                        raise IdempotencyConflict(
+                            f"idempotency_key was already used today with agent_id={seen[0]!r} "
+                            f"amount={seen[1]}; use a new key for a different request"
+                        )
+                    return ConsumeResult(**json.loads(seen[2]), retry_after_s=retry_after, replayed=True)
+            scope = agent_id if per == "agent" else TEAM_SCOPE
+            hit = None
+            if amount <= daily_limit:
+                hit = db.execute(_CONSUME, (team, name, day, scope, amount, daily_limit)).fetchone()
+            if hit is None:  # denied: the upsert changed nothing
+                cur = db.execute(
+                    "SELECT used FROM limit_usage WHERE team = ? AND name = ? AND day = ? AND agent_id = ?",
+                    (team, name, day, scope),
+                ).fetchone()
+                used = cur[0] if cur else 0
+                return ConsumeResult(
+                    False, used, daily_limit, max(0, daily_limit - used), resets.isoformat(), retry_after
+                )
+            used = hit[0]
+            result = ConsumeResult(True, used, daily_limit, daily_limit - used, resets.isoformat(), retry_after)
+            if idempotency_key is not None:
+                db.execute(
+                    "INSERT INTO limit_idempotency (team, name, day, idem_key, agent_id, amount, response,"
+                    " created_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (team, name, day, idempotency_key, agent_id, amount, json.dumps(result.body()), _to_us(now)),
+                )
+            return result
 
     # ------------------------------------------------------------ handled ledger
 
@@ -555,12 +566,11 @@ class LimitStore:
         now_us = _to_us(now)
         expires_us = None if ttl_days is None else _to_us(now + timedelta(days=ttl_days))
         scope = TEAM_SCOPE if agent_id is None else agent_id
-        with self._lock:
-            self._maybe_purge(now)
-            with self._write() as db:
-                first_us, last_us, count, exp_us = db.execute(
-                    _MARK_HANDLED, (team, scope, key, now_us, now_us, expires_us)
-                ).fetchone()
+        self._maybe_purge(now)
+        with self._write() as db:
+            first_us, last_us, count, exp_us = db.execute(
+                _MARK_HANDLED, (team, scope, key, now_us, now_us, expires_us)
+            ).fetchone()
         return HandledRecord(
             key, agent_id, count == 1, _iso(first_us), _iso(last_us), count, None if exp_us is None else _iso(exp_us)
         )
@@ -571,9 +581,9 @@ class LimitStore:
         if agent_id is not None:
             check_agent_id(agent_id)
         now_us = _to_us(self._now())
-        with self._lock:
+        with self._read() as db:
             row = (
-                self._conn()
+                db
                 .execute(
                     "SELECT first_seen_us, last_seen_us, seen_count, expires_us FROM handled"
                     " WHERE team = ? AND agent_id = ? AND key = ? AND (expires_us IS NULL OR expires_us > ?)",
@@ -591,11 +601,12 @@ class LimitStore:
     # ------------------------------------------------------------ housekeeping
 
     def _maybe_purge(self, now: datetime) -> None:
-        """Drop stale idempotency records and expired handled keys, hourly (lock held)."""
+        """Drop stale idempotency records and expired handled keys, hourly (per process: harmless twice)."""
         now_us = _to_us(now)
-        if now_us - self._last_purge_us < PURGE_EVERY // timedelta(microseconds=1):
-            return
-        self._last_purge_us = now_us
+        with self._purge_lock:
+            if now_us - self._last_purge_us < PURGE_EVERY // timedelta(microseconds=1):
+                return
+            self._last_purge_us = now_us
         with self._write() as db:
             db.execute(
                 "DELETE FROM limit_idempotency WHERE created_us < ?", (_to_us(now - IDEMPOTENCY_RETENTION),)
@@ -608,27 +619,3 @@ def _check_len(value: str, what: str, max_len: int) -> str:
     if not isinstance(value, str) or not 1 <= len(value) <= max_len or "\x00" in value:
         raise InvalidInput(f"{what} must be 1-{max_len} characters (no NUL)")
     return value
-
-
-class _Tx:
-    """`BEGIN IMMEDIATE` ... `COMMIT`, or `ROLLBACK` on error or when asked."""
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self._db = db
-        self._rollback = False
-
-    def __enter__(self) -> "_Tx":
-        self._db.execute("BEGIN IMMEDIATE")
-        return self
-
-    def execute(self, sql: str, params: tuple[object, ...] = ()) -> sqlite3.Cursor:
-        return self._db.execute(sql, params)
-
-    def rollback_only(self) -> None:
-        self._rollback = True
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is None and not self._rollback:
-            self._db.execute("COMMIT")
-        else:
-            self._db.execute("ROLLBACK")
