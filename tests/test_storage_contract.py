@@ -1,0 +1,228 @@
+"""One storage contract, two backends: every test here runs on SQLite and on a real PostgreSQL.
+
+The journal (texts, jobs, facts, keyword search), listing, forgetting and export behave the same
+whichever database holds them; limits and the handled ledger are covered the same way in test_limits.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from memory_service.storage.catalog import ListFilter, export_records, facets, list_memories
+from memory_service.storage.database import Database, PostgresDatabase, SqliteDatabase
+from memory_service.storage.forget import mark_forgotten, pending, purge
+from memory_service.storage.journal import DONE, EXTRACTING, FAILED, LOST, QUEUED, FactPlan, Journal, NewFact
+from memory_service.storage.keys import KeyStore
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+    if request.param == "sqlite":
+        db: Database = SqliteDatabase(tmp_path / "journal.sqlite3")
+    else:
+        db = PostgresDatabase(request.getfixturevalue("postgres_url"))
+    yield db
+    db.close()
+
+
+@pytest.fixture
+def journal(database: Database) -> Journal:
+    return Journal(database)
+
+
+def save(journal: Journal, text: str, *, team: str = "a", agent: str = "bot", key: str | None = None,
+         tags: list[str] | None = None, run_id: str | None = None, now: float | None = None):
+    return journal.insert(team=team, agent_id=agent, text=text, run_id=run_id, tags=tags or [], metadata={"n": 1},
+                          idempotency_key=key, budget_s=20.0, now=now)
+
+
+def fact(text: str, fact_id: str) -> NewFact:
+    from memory_service.extraction.grounding import shape
+    from memory_service.text import normalize
+
+    norm = normalize(text)
+    return NewFact(id=fact_id, text=text, norm=norm, shape=shape(norm), spans=[(0, len(text))])
+
+
+def test_insert_is_durable_and_idempotent_per_team(journal: Journal) -> None:
+    first, created = save(journal, "Order 1187 shipped to Porto", key="k-1")
+    again, created_again = save(journal, "a different text, same key", key="k-1")
+    other_team, created_other = save(journal, "team b uses the same key", team="b", key="k-1")
+    assert created and not created_again and created_other
+    assert again.id == first.id and again.text == "Order 1187 shipped to Porto"
+    assert other_team.id != first.id
+    got = journal.get("a", first.id)
+    assert got is not None and got.status == QUEUED and got.metadata == {"n": 1}
+    assert journal.get("b", first.id) is None  # another team's id does not exist for it
+
+
+def test_concurrent_saves_of_one_key_store_one_row(journal: Journal) -> None:
+    ids: list[str] = []
+    barrier = threading.Barrier(8)
+
+    def one() -> None:
+        barrier.wait()
+        ids.append(save(journal, "the same retry", key="retry-7")[0].id)
+
+    threads = [threading.Thread(target=one) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(ids)) == 1 and journal.counts()[QUEUED] == 1
+
+
+def test_claim_leases_a_job_to_one_worker_and_an_expired_lease_is_taken_over(journal: Journal) -> None:
+    memory, _ = save(journal, "Lease me")
+    now = time.time()
+    job = journal.claim_next("w1", lease_s=30, now=now)
+    assert job is not None and job.id == memory.id and job.lease_owner == "w1"
+    assert journal.claim_next("w2", lease_s=30, now=now + 1) is None  # held
+    assert journal.renew(memory.id, "w1", 30, now=now + 10)
+    assert not journal.renew(memory.id, "w2", 30, now=now + 10)
+    # w1 stops renewing (its process died): after the lease another worker takes the job over
+    taken = journal.claim_next("w2", lease_s=30, now=now + 41)
+    assert taken is not None and taken.id == memory.id and taken.lease_owner == "w2"
+    # the first holder wakes up late: its result and its failure are refused, the job stays w2's
+    assert not journal.complete(job, FactPlan(new=[fact("Lease me", "f-late")]), raw_reply=None, timings=None,
+                                report={})
+    assert journal.fail_attempt(memory.id, error="late", raw_reply=None, timings=None, report=None,
+                                retry_at=None, budget_s=20, owner="w1") == LOST
+    assert journal.get("a", memory.id).status == EXTRACTING
+    assert journal.complete(taken, FactPlan(new=[fact("Lease me", "f-1")]), raw_reply="r", timings=None, report={})
+    assert journal.get("a", memory.id).status == DONE
+    assert [f.id for f in journal.facts_of_memory("a", memory.id)] == ["f-1"]
+    attempts = journal.attempts_of(memory.id)
+    assert [(a[0], a[3]) for a in attempts] == [("w1", "lease expired"), ("w2", "done")]
+    assert attempts[0][2] <= attempts[1][1]  # the first ended (its lease) before the second began
+
+
+def test_many_workers_claiming_at_once_never_share_a_job(journal: Journal) -> None:
+    for n in range(40):
+        save(journal, f"job {n}")
+    claimed: list[tuple[str, str]] = []
+    lock = threading.Lock()
+
+    def worker(name: str) -> None:
+        while (job := journal.claim_next(name, lease_s=60)) is not None:
+            with lock:
+                claimed.append((job.id, name))
+
+    threads = [threading.Thread(target=worker, args=(f"w{i}",)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(claimed) == 40 and len({job_id for job_id, _ in claimed}) == 40
+
+
+def test_recover_requeues_only_the_named_holders_jobs(journal: Journal) -> None:
+    a, _ = save(journal, "held by process one")
+    b, _ = save(journal, "held by process two")
+    journal.claim_next("host:1:x:0", lease_s=60)
+    journal.claim_next("host:2:y:0", lease_s=60)
+    assert journal.recover(owner="host:1:x") == 1
+    statuses = {m: journal.get("a", m).status for m in (a.id, b.id)}
+    assert sorted(statuses.values()) == [EXTRACTING, QUEUED]
+    assert journal.recover() == 1  # everything (a single process starting up)
+    assert journal.counts()[QUEUED] == 2
+
+
+def test_failed_attempts_retry_then_fail(journal: Journal) -> None:
+    memory, _ = save(journal, "Flaky")
+    job = journal.claim_next("w", lease_s=60)
+    assert journal.fail_attempt(job.id, error="BadReply", raw_reply="x", timings=None, report=None,
+                                retry_at=time.time() - 1, budget_s=20, owner="w") == QUEUED
+    job = journal.claim_next("w", lease_s=60)
+    assert job is not None and job.attempts == 1
+    assert journal.fail_attempt(job.id, error="BadReply", raw_reply="y", timings=None, report=None,
+                                retry_at=None, budget_s=20, owner="w") == FAILED
+    assert journal.retry("b", memory.id, budget_s=20) is False  # not team b's
+    assert journal.retry("a", memory.id, budget_s=20) is True
+
+
+def test_facts_merge_and_supersede(journal: Journal) -> None:
+    first, _ = save(journal, "Ana lives in Porto")
+    second, _ = save(journal, "Ana lives in Lisbon now")
+    third, _ = save(journal, "Ana lives in Lisbon")
+    job = journal.claim_next("w", 60)
+    assert journal.complete(job, FactPlan(new=[fact("Ana lives in Porto", "f-porto")]), raw_reply=None,
+                            timings=None, report={})
+    job = journal.claim_next("w", 60)
+    assert journal.complete(job, FactPlan(new=[fact("Ana lives in Lisbon", "f-lisbon")],
+                                          superseded=[("f-porto", "f-lisbon")]), raw_reply=None, timings=None,
+                            report={})
+    job = journal.claim_next("w", 60)
+    assert journal.complete(job, FactPlan(merged=[("f-lisbon", [(0, 19)])]), raw_reply=None, timings=None,
+                            report={})
+    facts = journal.facts_by_ids("a", ["f-porto", "f-lisbon"])
+    assert facts["f-porto"].superseded_by == "f-lisbon" and facts["f-lisbon"].superseded_by is None
+    assert [f.id for f in journal.active_facts_by_norm("a", facts["f-lisbon"].norm)] == ["f-lisbon"]
+    assert journal.facts_by_ids("b", ["f-lisbon"]) == {}
+    sources = journal.fact_sources(["f-lisbon"])["f-lisbon"]
+    assert {s[0] for s in sources} == {second.id, third.id}
+    assert journal.counts()["facts"] == 1
+
+
+def test_keyword_search_finds_a_text_the_moment_it_is_saved_with_filters_inside(journal: Journal) -> None:
+    for n in range(30):
+        save(journal, f"routine status update number {n} about the weekly report", agent="busy")
+    rare, _ = save(journal, "Invoice INV-88123 was paid by Helga", agent="quiet", tags=["billing"])
+    save(journal, "Invoice INV-88123 was paid", team="b")
+    hits = journal.keyword_search("a", "who paid INV-88123", kinds={"passage"}, limit=5)
+    assert hits and hits[0].memory_id == rare.id
+    assert all(h.memory_id != rare.id for h in journal.keyword_search("b", "INV-88123", kinds={"passage"}, limit=5)) \
+        and len(journal.keyword_search("b", "INV-88123", kinds={"passage"}, limit=5)) == 1
+    assert [h.memory_id for h in journal.keyword_search("a", "invoice paid", kinds={"passage"}, limit=5,
+                                                         agent_id="quiet")] == [rare.id]
+    assert journal.keyword_search("a", "invoice paid", kinds={"passage"}, limit=5, agent_id="busy") == []
+    assert [h.memory_id for h in journal.keyword_search("a", "invoice", kinds={"passage"}, limit=5,
+                                                         tags=("billing",))] == [rare.id]
+    assert journal.keyword_search("a", "invoice", kinds={"passage"}, limit=5, tags=("other",)) == []
+    assert journal.keyword_search("a", "invoice", kinds={"passage"}, limit=5, since=time.time() + 60) == []
+    weekly = journal.keyword_search("a", "weekly report", kinds={"passage"}, limit=7)
+    assert len(weekly) == 7 and rare.id not in {h.memory_id for h in weekly}
+
+
+def test_list_forget_and_export(journal: Journal) -> None:
+    ids = [save(journal, f"memo {n}", agent="x" if n % 2 else "y", tags=["t"] if n < 3 else [],
+                now=1_000_000.0 + n)[0].id for n in range(7)]
+    save(journal, "team b memo", team="b")
+    page, cursor = list_memories(journal, "a", ListFilter(), limit=4)
+    rest, end = list_memories(journal, "a", ListFilter(), limit=4, after=cursor)
+    assert [i.memory.id for i in page + rest] == ids[::-1] and end is None
+    assert [i.memory.id for i in list_memories(journal, "a", ListFilter(tag="t"), limit=10)[0]] == ids[2::-1]
+    assert facets(journal, "a").memories == 7 and facets(journal, "a").tags == [("t", 3)]
+    job = journal.claim_next("w", 60)
+    journal.complete(job, FactPlan(new=[fact("memo 0", "f-0")]), raw_reply=None, timings=None, report={})
+    assert mark_forgotten(journal, "b", memory_ids=[ids[0]]) == []  # another team's id: nothing
+    assert mark_forgotten(journal, "a", memory_ids=[ids[0]]) == [ids[0]]
+    assert journal.get("a", ids[0]) is None and journal.existing_facts(["f-0"]) == set()
+    assert journal.keyword_search("a", "memo", kinds={"passage", "fact"}, limit=20) and \
+        ids[0] not in {h.memory_id for h in journal.keyword_search("a", "memo", kinds={"passage", "fact"}, limit=20)}
+    todo = pending(journal)
+    assert todo.facts == {"a": ["f-0"]} and [m for m, _ in todo.memories["a"]] == [ids[0]]
+    purge(journal, todo)
+    assert not pending(journal)
+    assert len(mark_forgotten(journal, "a", agent_id="x")) == 3
+    exported = list(export_records(journal, "a"))
+    assert [r["id"] for r in exported] == [ids[n] for n in (2, 4, 6)]
+    assert all(r["metadata"] == {"n": 1} for r in exported)
+
+
+def test_api_keys_work_across_store_instances(database: Database, tmp_path: Path) -> None:
+    store = KeyStore(database)
+    created = store.create("team-a", "write", agent_id="bot", label="ci")
+    assert store.lookup(created.key).role == "write" and store.lookup(created.key + "x") is None
+    other = KeyStore(database)  # another process's view of the same database
+    assert other.lookup(created.key).team == "team-a"
+    store.revoke(created.info.id)
+    deadline = time.monotonic() + 3
+    while other.lookup(created.key) is not None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert other.lookup(created.key) is None
