@@ -1,5 +1,5 @@
 """`memory-service` command line: serve | doctor | remember | recall | get | list | forget | export | import |
-limits | keys | backup | restore | reindex | mcp | bench | eval."""
+limits | keys | backup | restore | reindex | migrate | mcp | bench | eval."""
 
 from __future__ import annotations
 
@@ -200,15 +200,29 @@ def _summarised(what: str, action: Callable[[], dict]) -> int:
     return 0
 
 
+def _embedded_only(what: str, args: argparse.Namespace) -> bool:
+    """Backup and restore copy the data dir's SQLite files: with MEMORY_DATABASE_URL there are none."""
+    if _data_settings(args).database_url:
+        print(f"{what} failed: MEMORY_DATABASE_URL is set, so the journal, limits and keys live in PostgreSQL, "
+              "not in the data dir. Back them up with PostgreSQL's own tools (pg_dump / pg_restore), then run "
+              "`memory-service reindex` after a restore to rebuild the vectors.", file=sys.stderr)
+        return False
+    return True
+
+
 def cmd_backup(args: argparse.Namespace) -> int:
     from .backup import backup
 
+    if not _embedded_only("backup", args):
+        return 1
     return _summarised("backup", lambda: backup(_data_settings(args).data_dir, Path(args.dir)))
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
     from .backup import restore
 
+    if not _embedded_only("restore", args):
+        return 1
     return _summarised("restore", lambda: restore(Path(args.dir), _data_settings(args), force=args.force,
                                                   rebuild_vectors=args.rebuild_vectors))
 
@@ -225,6 +239,19 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from .migrate import MigrateError, run_migrate
+
+    try:
+        summary = run_migrate(_data_settings(args), args.to, reindex_vectors=not args.no_reindex)
+    except MigrateError as exc:
+        print(f"migrate failed: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(summary))
+    print(f"done: start the service with MEMORY_DATABASE_URL={args.to.split('://')[0]}://… to use it", file=sys.stderr)
+    return 0
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     from .doctor import run_doctor
 
@@ -234,11 +261,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_keys(args: argparse.Namespace) -> int:
     """Keys are managed in the data dir's key store: a running service sees a change at its next request."""
     from .services import KEYS_FILE
+    from .storage.database import open_database
     from .storage.keys import KeyNotFound, KeyStore
 
-    data_dir = Settings.from_env().with_overrides(data_dir=args.data_dir).data_dir
-    data_dir.mkdir(parents=True, exist_ok=True)
-    store = KeyStore(data_dir / KEYS_FILE)
+    settings = Settings.from_env().with_overrides(data_dir=args.data_dir)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    database = open_database(settings)  # MEMORY_DATABASE_URL: the keys every API process reads
+    store = KeyStore(database or settings.data_dir / KEYS_FILE)
     try:
         if args.keys_command == "create":
             made = store.create(args.team, args.role, agent_id=args.agent, label=args.label)
@@ -257,6 +286,8 @@ def cmd_keys(args: argparse.Namespace) -> int:
             print(json.dumps(info.__dict__))
     finally:
         store.close()
+        if database is not None:
+            database.close()
     return 0
 
 
@@ -396,6 +427,13 @@ def build_parser() -> argparse.ArgumentParser:
     reindex.add_argument("--data-dir", help="env MEMORY_DATA_DIR (default ./memory-data); the vectors go to "
                                             "MEMORY_CHROMA_URL when it is set")
     reindex.set_defaults(func=cmd_reindex)
+    migrate = sub.add_parser("migrate", help="copy the data dir's SQLite stores into PostgreSQL, then reindex "
+                                             "(stop the service first)")
+    migrate.add_argument("--to", required=True, help="postgresql://user@host:port/database")
+    migrate.add_argument("--data-dir", help="env MEMORY_DATA_DIR (default ./memory-data)")
+    migrate.add_argument("--no-reindex", action="store_true",
+                         help="copy only; run `memory-service reindex` later to rebuild the vectors")
+    migrate.set_defaults(func=cmd_migrate)
 
     mcp = sub.add_parser("mcp", help="serve the memory tools to agent harnesses over MCP (stdio or HTTP)")
     mcp.add_argument("--transport", choices=["stdio", "http"], default="stdio",

@@ -32,7 +32,7 @@ def run_reindex(settings: Settings, team: str | None = None) -> dict[str, Any]:
     from .storage.vectors import ChromaUnreachable
 
     data_dir = settings.data_dir.absolute()
-    if not (data_dir / JOURNAL).is_file():
+    if not settings.database_url and not (data_dir / JOURNAL).is_file():
         raise ReindexError(f"no {JOURNAL} in {data_dir}: is it a memory-service data dir? "
                            "(--data-dir, env MEMORY_DATA_DIR)")
     lock = DataDirLock(data_dir)
@@ -52,10 +52,12 @@ def run_reindex(settings: Settings, team: str | None = None) -> dict[str, Any]:
 def _rebuild(settings: Settings, data_dir: Path, team: str | None) -> dict[str, Any]:
     from .reindex import reindex
     from .storage.embedder import load_embedder
+    from .storage.database import open_database
     from .storage.journal import Journal
     from .storage.vectors import VectorStore
 
-    journal = Journal(data_dir / JOURNAL)
+    database = open_database(settings)  # MEMORY_DATABASE_URL: the shared journal (stop every process first)
+    journal = Journal(database or data_dir / JOURNAL)
     try:
         store = settings.chroma_url or str(data_dir / VECTORS)
         if settings.chroma_url is None and team is None:
@@ -72,6 +74,8 @@ def _rebuild(settings: Settings, data_dir: Path, team: str | None) -> dict[str, 
             vectors.close()
     finally:
         journal.close()
+        if database is not None:
+            database.close()
     return {"reindexed": store, "team": team, "collections_dropped": dropped,
             "passages_embedded": done.passages, "facts_embedded": done.facts}
 

@@ -21,14 +21,19 @@ BODY_OVERHEAD_BYTES = 64 * 1024
 
 
 def _stored_keys(settings: Settings) -> bool:
+    from ..storage.database import open_database
+
+    database = open_database(settings)
     path = settings.data_dir / KEYS_FILE
-    if not path.exists():
+    if database is None and not path.exists():
         return False
-    store = KeyStore(path)
+    store = KeyStore(database or path)
     try:
         return store.has_keys()
     finally:
         store.close()
+        if database is not None:
+            database.close()
 
 
 def check_exposure(settings: Settings) -> None:

@@ -105,7 +105,8 @@ CREATE TABLE IF NOT EXISTS job_attempts (
     worker TEXT NOT NULL,
     started_at REAL NOT NULL,
     ended_at REAL,
-    outcome TEXT
+    outcome TEXT,
+    PRIMARY KEY (memory_id, worker, started_at)
 );
 CREATE INDEX IF NOT EXISTS job_attempts_memory ON job_attempts(memory_id);
 
@@ -202,7 +203,8 @@ CREATE TABLE IF NOT EXISTS job_attempts (
     worker TEXT NOT NULL,
     started_at DOUBLE PRECISION NOT NULL,
     ended_at DOUBLE PRECISION,
-    outcome TEXT
+    outcome TEXT,
+    PRIMARY KEY (memory_id, worker, started_at)
 );
 CREATE INDEX IF NOT EXISTS job_attempts_memory ON job_attempts(memory_id)
 """
