@@ -17,7 +17,7 @@ import numpy as np
 
 from .extraction.grounding import GroundedFact, identifiers, normalize, numbers, shape
 from .storage.embedder import Embedder
-from .storage.journal import FactPlan, Journal, Memory, NewFact
+from .storage.journal import Fact, FactPlan, Journal, Memory, NewFact
 from .storage.vectors import VectorItem, VectorStore, tag_key
 
 PASSAGE_WINDOW_CHARS = 1000
@@ -81,7 +81,7 @@ def _borrowed(plan: FactPlan, fact_id: str, fact: GroundedFact) -> None:
     plan.context_sources += [(fact_id, memory_id, (start, end)) for memory_id, start, end in fact.context]
 
 
-def store_facts(
+def decide_facts(
     memory: Memory,
     facts: list[GroundedFact],
     *,
@@ -89,8 +89,13 @@ def store_facts(
     embedder: Embedder,
     vectors: VectorStore,
     near_duplicate: float,
-) -> FactPlan:
-    """Decide new/merged/superseded for each fact and write the vectors; the caller commits the plan."""
+) -> tuple[FactPlan, list[VectorItem]]:
+    """Decide new/merged/superseded for each fact; writes nothing.
+
+    Returns the plan (the caller commits it in one transaction, under `journal.deciding`) and the vectors of
+    the new active facts, written only after that commit: a failed commit leaves no vector behind, and a
+    stop after it leaves facts marked unindexed, which the indexer picks up.
+    """
     plan = FactPlan()
     candidates: list[tuple[GroundedFact, str, str]] = []
     batch: set[str] = set()
@@ -106,10 +111,9 @@ def store_facts(
             continue
         candidates.append((fact, norm, shape(norm)))
     if not candidates:
-        return plan
+        return plan, []
     embeddings = embedder.embed([fact.text for fact, _, _ in candidates])
     new_items: list[VectorItem] = []
-    retired: list[str] = []
     for (fact, norm, fact_shape), vec in zip(candidates, embeddings):
         new_id = fact_id(memory.team, norm)
         retired_row = journal.facts_by_ids(memory.team, [new_id]).get(new_id)
@@ -134,7 +138,6 @@ def store_facts(
             older = [f for f in changed if f.created_at <= memory.created_at]
             newer = [f for f in changed if f.created_at > memory.created_at]
             plan.superseded += [(f.id, new_id) for f in older if (f.id, new_id) not in plan.superseded]
-            retired += [f.id for f in older]
             if newer:  # a replayed or late job: this value is already out of date
                 plan.born_superseded.append((new_id, newer[0].id))
                 plan.new.append(NewFact(new_id, fact.text, norm, fact_shape, fact.spans))
@@ -146,8 +149,15 @@ def store_facts(
             VectorItem(id=new_id, text=fact.text, embedding=np.asarray(vec),
                        metadata={**base_metadata(memory), "kind": "fact"})
         )
-    if new_items:
-        vectors.upsert(memory.team, new_items)
-    if retired:
-        vectors.delete(memory.team, list(dict.fromkeys(retired)))
-    return plan
+    return plan, new_items
+
+
+def fact_items(rows: list[tuple[Fact, str | None]], embedder: Embedder) -> dict[str, list[VectorItem]]:
+    """Vectors for facts already in the journal (left unindexed by a stop), by team."""
+    embeddings = embedder.embed([fact.text for fact, _ in rows]) if rows else []
+    out: dict[str, list[VectorItem]] = {}
+    for (fact, run_id), vec in zip(rows, embeddings):
+        meta = item_metadata(fact.memory_id, fact.agent_id, run_id, fact.created_at, fact.tags)
+        out.setdefault(fact.team, []).append(
+            VectorItem(id=fact.id, text=fact.text, embedding=np.asarray(vec), metadata={**meta, "kind": "fact"}))
+    return out

@@ -29,13 +29,13 @@ from .extraction.errors import ContextOverflow, ExtractionError, LlmUnavailable,
 from .extraction.extractor import Earlier, Extractor, Progress, earlier_context
 from .extraction.gate import small_talk_reason
 from .extraction.prompt import PROMPT_VERSION
-from .forgetting import passage_ids
-from .indexing import index_passages, store_facts
+from .forgetting import finish_pending, passage_ids
+from .indexing import decide_facts, fact_items, index_passages
 from .metrics import Metrics
 from .model_handle import ModelHandle
 from .storage.embedder import Embedder
 from .storage.journal import DELETED, FAILED, LOST, QUEUED, FactPlan, Journal, Memory
-from .storage.vectors import VectorStore
+from .storage.vectors import VectorItem, VectorStore
 
 log = logging.getLogger("memory_service.worker")
 
@@ -43,6 +43,7 @@ MAX_RETRY_DELAY_S = 300.0
 # a failed attempt's outcome, by the status `fail_attempt` leaves the job in
 FAIL_OUTCOMES = {QUEUED: "retried", FAILED: "failed", DELETED: "forgotten", LOST: "lost"}
 IDLE_POLL_S = 1.0
+FACT_SWEEP_S = 60.0
 
 
 BACKGROUND_NICENESS = 10
@@ -191,24 +192,14 @@ class ExtractionWorker:
             return
         try:
             facts = resolve_facts(result.facts, _day_of(job, settings.timezone))
-            plan = await asyncio.to_thread(
-                store_facts, job, facts, journal=journal, embedder=self.embedder, vectors=self.vectors,
-                near_duplicate=settings.dedup_threshold,
-            )
-            report = {
-                **result.report,
-                "stored": len(plan.new), "merged": len(plan.merged),
-                "superseded": len(plan.superseded) + len(plan.born_superseded),
-            }
+            base = {**result.report}
             if job.deferrals:
-                report["slow"] = (f"finished after {job.deferrals} deferral(s): the model was slower than the "
-                                  "budget allowed, so the text was split into smaller chunks")
+                base["slow"] = (f"finished after {job.deferrals} deferral(s): the model was slower than the "
+                                "budget allowed, so the text was split into smaller chunks")
             timings = {**result.timings, "attempt": _finish(attempt, result.report.get("calls", []))}
-            stored = await asyncio.to_thread(
-                journal.complete, job, plan, raw_reply="\n".join(result.raw_replies), timings=timings, report=report
-            )
-            if not stored:  # forgotten while its facts were embedded: their vectors must not stay behind
-                await asyncio.to_thread(self._drop_orphan_facts, job, plan)
+            stored, report = await asyncio.to_thread(
+                self._decide_and_store, job, facts, base, "\n".join(result.raw_replies), timings)
+            if not stored:  # forgotten meanwhile, or the lease was lost: nothing was written
                 self.metrics.job(job.team, "forgotten", time.time() - started)
             else:
                 self.metrics.job(job.team, "done", time.time() - started)
@@ -219,12 +210,19 @@ class ExtractionWorker:
             log.exception("job %s: storing facts failed", job.id)
             await self._fail(job, ExtractionError(f"storing facts failed: {exc!r}"), attempt, progress)
 
-    def _drop_orphan_facts(self, job: Memory, plan: FactPlan) -> None:
-        new_ids = [f.id for f in plan.new]
-        kept = self.journal.existing_facts(new_ids)
-        orphans = [i for i in new_ids if i not in kept]
-        if orphans:
-            self.vectors.delete(job.team, orphans)
+    def _decide_and_store(self, job: Memory, facts: list, base: dict[str, Any], raw_reply: str,
+                          timings: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
+        """Decide the job's facts and commit them in one transaction, one decision per team at a time;
+        then write their vectors (after the commit: the journal is the truth, Chroma follows it)."""
+        with self.journal.deciding(job.team):
+            plan, items = decide_facts(job, facts, journal=self.journal, embedder=self.embedder,
+                                       vectors=self.vectors, near_duplicate=self.settings.dedup_threshold)
+            report = {**base, "stored": len(plan.new), "merged": len(plan.merged),
+                      "superseded": len(plan.superseded) + len(plan.born_superseded)}
+            stored = self.journal.complete(job, plan, raw_reply=raw_reply, timings=timings, report=report)
+        if stored:
+            write_fact_vectors(self.journal, self.vectors, job.team, items)
+        return stored, report
 
     async def _fail(self, job: Memory, exc: ExtractionError, attempt: dict, progress: Progress | None) -> None:
         settings = self.settings
@@ -248,6 +246,14 @@ class ExtractionWorker:
         if status == FAILED:
             log.error("job %s failed after %d attempts; its passage stays recallable", job.id, attempts)
             self.settled(job.id)
+
+
+def write_fact_vectors(journal: Journal, vectors: VectorStore, team: str, items: list[VectorItem]) -> None:
+    """After a commit: the new facts' vectors, then the superseded facts' vectors removed (fact_purges)."""
+    if items:
+        vectors.upsert(team, items)
+        journal.mark_facts_indexed([item.id for item in items])
+    finish_pending(journal, vectors)
 
 
 def _finish(attempt: dict, calls: list[dict[str, Any]]) -> dict:
@@ -279,10 +285,14 @@ class PassageIndexer:
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
+        next_sweep = 0.0
         while True:
             try:
                 batch = await asyncio.to_thread(self.journal.unindexed, 16)
                 if not batch:
+                    if time.monotonic() >= next_sweep:  # at start, then now and then: see `_sweep_facts`
+                        next_sweep = time.monotonic() + FACT_SWEEP_S
+                        await loop.run_in_executor(self._embedding, self._sweep_facts)
                     await wait_for(self.wake, IDLE_POLL_S)
                     continue
                 await loop.run_in_executor(self._embedding, index_passages, batch, self.embedder, self.vectors)
@@ -296,6 +306,14 @@ class PassageIndexer:
 
     def close(self) -> None:
         self._embedding.shutdown(wait=False, cancel_futures=True)
+
+    def _sweep_facts(self) -> None:
+        """Finish what a stop cut off between a job's commit and its vector writes: vectors of facts still
+        marked unindexed, removal of superseded facts' vectors."""
+        while rows := self.journal.unindexed_facts(64):
+            for team, items in fact_items(rows, self.embedder).items():
+                write_fact_vectors(self.journal, self.vectors, team, items)
+        finish_pending(self.journal, self.vectors)
 
     def _drop_forgotten(self, batch: list[Memory]) -> None:
         """A text forgotten while it was being embedded: remove the passages just written for it."""

@@ -22,7 +22,8 @@ import uuid
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable
+from contextlib import contextmanager
+from typing import Any, Iterable, Iterator
 
 from ..text import STOPWORDS
 from .database import Database, SqliteDatabase
@@ -76,7 +77,8 @@ CREATE TABLE IF NOT EXISTS facts (
     tags TEXT NOT NULL DEFAULT '[]',
     created_at REAL NOT NULL,
     superseded_by TEXT,
-    superseded_at REAL
+    superseded_at REAL,
+    indexed INTEGER NOT NULL DEFAULT 1
 );
 CREATE INDEX IF NOT EXISTS facts_norm ON facts(team, norm);
 CREATE INDEX IF NOT EXISTS facts_shape ON facts(team, shape);
@@ -175,11 +177,13 @@ CREATE TABLE IF NOT EXISTS facts (
     created_at DOUBLE PRECISION NOT NULL,
     superseded_by TEXT,
     superseded_at DOUBLE PRECISION,
+    indexed INTEGER NOT NULL DEFAULT 1,
     tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED
 );
 CREATE INDEX IF NOT EXISTS facts_norm ON facts(team, norm);
 CREATE INDEX IF NOT EXISTS facts_shape ON facts(team, shape);
 CREATE INDEX IF NOT EXISTS facts_team_agent ON facts(team, agent_id);
+CREATE INDEX IF NOT EXISTS facts_unindexed ON facts(indexed) WHERE indexed = 0;
 CREATE INDEX IF NOT EXISTS facts_tsv ON facts USING GIN (tsv);
 
 CREATE TABLE IF NOT EXISTS fact_sources (
@@ -402,10 +406,15 @@ class Journal:
                                  ("lease_owner", "TEXT"), ("lease_until", "REAL")):
                 if column not in columns:
                     conn.execute(f"ALTER TABLE memories ADD COLUMN {column} {kind}")
+            if "indexed" not in {row[1] for row in conn.execute("PRAGMA table_info(facts)")}:
+                conn.execute("ALTER TABLE facts ADD COLUMN indexed INTEGER NOT NULL DEFAULT 1")
+            conn.execute("CREATE INDEX IF NOT EXISTS facts_unindexed ON facts(indexed) WHERE indexed = 0")
             with self.db.reading() as reader:  # document frequencies, for the bounded keyword search
                 for fts in ("memories_fts", "facts_fts"):
                     reader.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{fts}_vocab USING fts5vocab(main, {fts}, 'row')")
         self._df_cache: dict[tuple[str, str], tuple[int, float]] = {}
+        self._team_locks: dict[str, threading.Lock] = {}
+        self._team_locks_guard = threading.Lock()
 
     @property
     def dialect(self) -> str:
@@ -416,6 +425,21 @@ class Journal:
             self.db.close()
 
     # -- writes -----------------------------------------------------------------
+
+    @contextmanager
+    def deciding(self, team: str) -> Iterator[None]:
+        """Held while a job's facts are decided (new, merged, superseding) and stored: one decision per team
+        at a time, so two workers never both add the same fact or both supersede one. Every process on a
+        shared PostgreSQL waits on the same advisory lock; on SQLite one process owns the file."""
+        if self.db.dialect == "postgresql":
+            with self.db.transaction() as conn:
+                conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", ("facts\x1f" + team,))
+                yield
+            return
+        with self._team_locks_guard:
+            lock = self._team_locks.setdefault(team, threading.Lock())
+        with lock:
+            yield
 
     def transaction(self) -> Any:
         """One write transaction, for the storage modules built on the journal."""
@@ -669,12 +693,14 @@ class Journal:
             if live is None:
                 return False
             self._end_attempt(conn, memory.id, memory.lease_owner, "done", now)
+            born_old = {new_id for new_id, _ in plan.born_superseded}
             for fact in plan.new:
+                # its vector is written after this commit (`indexed` says whether that happened yet)
                 conn.execute(
-                    "INSERT INTO facts (id, team, agent_id, memory_id, text, norm, shape, tags, created_at) "
-                    "VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING",
+                    "INSERT INTO facts (id, team, agent_id, memory_id, text, norm, shape, tags, created_at, indexed) "
+                    "VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING",
                     (fact.id, memory.team, memory.agent_id, memory.id, fact.text, fact.norm, fact.shape, tags,
-                     memory.created_at),
+                     memory.created_at, 1 if fact.id in born_old else 0),
                 )
                 self._add_sources(conn, fact.id, memory.id, fact.spans, now)
             for fact_id, spans in plan.merged:
@@ -691,6 +717,9 @@ class Journal:
                     "UPDATE facts SET superseded_by = ?, superseded_at = ? WHERE id = ? AND team = ?",
                     (new_id, now, old_id, memory.team),
                 )
+            for old_id, _ in plan.superseded:  # its vector goes after the commit (the to-do list survives a crash)
+                conn.execute("INSERT INTO fact_purges (team, fact_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                             (memory.team, old_id))
             conn.execute(
                 "UPDATE memories SET status = ?, attempts = attempts + 1, finished_at = ?, last_error = NULL, "
                 "raw_reply = ?, timings = ?, report = ?, progress = NULL, lease_owner = NULL WHERE id = ?",
@@ -707,6 +736,19 @@ class Journal:
                 "VALUES (?,?,?,?,?) ON CONFLICT DO NOTHING",
                 (fact_id, memory_id, start, end, now),
             )
+
+    def mark_facts_indexed(self, fact_ids: list[str]) -> None:
+        if fact_ids:
+            with self.db.transaction() as conn:
+                conn.executemany("UPDATE facts SET indexed = 1 WHERE id = ?", [(f,) for f in fact_ids])
+
+    def unindexed_facts(self, limit: int) -> list[tuple[Fact, str | None]]:
+        """Active facts whose vector was never written (a stop between commit and upsert), with their run."""
+        with self.db.reading() as conn:
+            rows = conn.execute(
+                "SELECT f.*, m.run_id AS run_id FROM facts f LEFT JOIN memories m ON m.id = f.memory_id "
+                "WHERE f.indexed = 0 AND f.superseded_by IS NULL ORDER BY f.created_at LIMIT ?", (limit,)).fetchall()
+        return [(_fact_from_row(r), r["run_id"]) for r in rows]
 
     def mark_indexed(self, memory_ids: list[str]) -> None:
         with self.db.transaction() as conn:
