@@ -1,5 +1,5 @@
 """`memory-service` command line: serve | doctor | remember | recall | get | list | forget | export | import |
-limits | keys | backup | restore | reindex | migrate | mcp | bench | eval."""
+limits | keys | backup | restore | reindex | migrate | llama-server | mcp | bench | eval."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import argparse
 import json
 import logging
 import os
+import shlex
 import signal
 import sys
 from pathlib import Path
@@ -77,6 +78,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         except ChromaUnreachable as exc:
             logging.error("%s", exc)
             return 1
+    if settings.database_url:
+        from .storage.database import open_database
+
+        try:  # the same: an unreachable PostgreSQL is one line before anything starts
+            open_database(settings).close()  # type: ignore[union-attr]
+        except ValueError as exc:
+            logging.error("%s", exc)
+            return 1
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     llama = None
     speed_prior = None
@@ -114,6 +123,29 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if llama is not None:
             llama.stop()
     return 0
+
+
+def cmd_llama_server(args: argparse.Namespace) -> int:
+    """Run the proven llama-server with the configured model in the foreground: a pool member to list in
+    another service's MEMORY_LLM_URL (or `--print` the command, to run it under a supervisor or elsewhere)."""
+    from .llm_runtime.models import resolve_model
+    from .llm_runtime.server import LlamaServerError, LlamaServerProcess
+
+    settings = Settings.from_env().with_overrides(model=args.model)
+    try:
+        process = LlamaServerProcess.from_settings(settings, resolve_model(settings.model, settings.cache_dir), None,
+                                                   port=args.port)
+    except (LlamaServerError, FileNotFoundError, ValueError) as exc:
+        print(f"llama-server: {exc}", file=sys.stderr)
+        return 1
+    command = process.command()
+    command[command.index("--host") + 1] = args.host
+    if args.print:
+        print(" ".join(shlex.quote(part) for part in command))
+        return 0
+    print(f"llama-server at http://{args.host}:{args.port} (add it to MEMORY_LLM_URL)", file=sys.stderr)
+    os.execv(command[0], command)
+    return 1  # not reached
 
 
 def cmd_remember(args: argparse.Namespace) -> int:
@@ -434,6 +466,13 @@ def build_parser() -> argparse.ArgumentParser:
     migrate.add_argument("--no-reindex", action="store_true",
                          help="copy only; run `memory-service reindex` later to rebuild the vectors")
     migrate.set_defaults(func=cmd_migrate)
+    llama = sub.add_parser("llama-server", help="run the proven llama-server with the model in the foreground "
+                                                "(one member of a MEMORY_LLM_URL pool)")
+    llama.add_argument("--port", type=int, required=True)
+    llama.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    llama.add_argument("--model", help="env MEMORY_MODEL (default: the default model)")
+    llama.add_argument("--print", action="store_true", help="print the command instead of running it")
+    llama.set_defaults(func=cmd_llama_server)
 
     mcp = sub.add_parser("mcp", help="serve the memory tools to agent harnesses over MCP (stdio or HTTP)")
     mcp.add_argument("--transport", choices=["stdio", "http"], default="stdio",

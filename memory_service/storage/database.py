@@ -173,6 +173,7 @@ class PostgresDatabase(Database):
         from psycopg_pool import ConnectionPool
 
         self.url = url
+        psycopg.connect(url, connect_timeout=5).close()  # fail fast, with the server's own words
         self._pool = ConnectionPool(url, min_size=1, max_size=max_size, open=False, timeout=10,
                                     kwargs={"autocommit": True, "row_factory": _row_factory})
         self._pool.open(wait=True, timeout=10)
@@ -219,5 +220,6 @@ def open_database(settings: Any) -> Database | None:
     try:
         return PostgresDatabase(url)
     except Exception as exc:
+        reason = " ".join(str(exc).split())
         raise ValueError(f"MEMORY_DATABASE_URL={describe(url)}: PostgreSQL is unreachable or refused the "
-                         f"connection ({exc}). Start it, or fix the URL.") from None
+                         f"connection ({reason}). Start it, or fix the URL.") from None
