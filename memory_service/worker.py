@@ -70,7 +70,7 @@ async def wait_for(event: asyncio.Event, timeout: float) -> None:
 
 @dataclass
 class ExtractionWorker:
-    """Takes jobs from the journal and extracts their facts; one per llama-server slot.
+    """Takes jobs from the journal and extracts their facts: one per llama-server, `run` once per slot.
 
     It sees only what it uses: the journal, the model, the fact index, the metrics
     (every attempt's outcome), and a callback for jobs that reach done or failed
@@ -107,6 +107,7 @@ class ExtractionWorker:
         attempt: dict[str, Any] = {
             "queued_at": round(job.next_attempt_at, 3), "started_at": round(started, 3),
             "queue_wait_s": round(started - job.next_attempt_at, 3), "budget_s": settings.extract_budget_s,
+            "server": self.model.client.base_url,  # which llama-server of the pool took it (for operators)
         }
         skipped = small_talk_reason(job.text) if settings.skip_small_talk else None
         if skipped is not None:
