@@ -183,9 +183,11 @@ class ExtractionWorker:
                 "stored": len(plan.new), "merged": len(plan.merged),
                 "superseded": len(plan.superseded) + len(plan.born_superseded),
             }
-            if job.deferrals:
+            if job.deferrals and (job.last_error or "").startswith("slower than measured"):
                 report["slow"] = (f"finished after {job.deferrals} deferral(s): the model was slower than the "
                                   "budget allowed, so the text was split into smaller chunks")
+            elif job.deferrals:  # not slowness: e.g. its llama-server died mid-request and another took it
+                report["deferred"] = f"finished after {job.deferrals} deferral(s); the last: {job.last_error}"
             timings = {**result.timings, "attempt": _finish(attempt, result.report.get("calls", []))}
             stored = await asyncio.to_thread(
                 journal.complete, job, plan, raw_reply="\n".join(result.raw_replies), timings=timings, report=report

@@ -7,6 +7,8 @@ restarted on the same port it is reported up and takes jobs again.
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -16,6 +18,9 @@ import pytest
 
 from conftest import start_llama, wait_status
 from memory_service.config import ConfigError, Settings
+from memory_service.doctor import run_doctor
+from memory_service.model_pool import ModelPool
+from tests.fakes.fake_llama_server import FakeLlamaServer
 
 TEXTS = [
     "The Kestrel build server moved to rack {n} in the Lisbon office.",
@@ -87,6 +92,8 @@ def test_a_pool_keeps_extracting_when_one_server_dies_and_uses_it_again_once_it_
             # the job cut off mid-request was handed on without spending an attempt, and the second finished it
             handed_on = [m for m in memories if m["deferrals"]]
             assert handed_on and all(m["attempts"] == 1 and server_of(m) == second.url for m in handed_on)
+            assert all("unreachable" in m["extraction"]["deferred"] and "slow" not in m["extraction"]
+                       for m in handed_on)
             down = client.get("/ready").json()
             assert {s["url"]: s["reachable"] for s in down["model_servers"]} == {first.url: False, second.url: True}
             assert down["status"] == "ready" and down["model_server"]["url"] == second.url
@@ -114,3 +121,36 @@ def test_a_single_url_behaves_as_before_and_a_bad_entry_is_named() -> None:
         with pytest.raises(ConfigError) as error:
             Settings().with_overrides(llm_url=bad)
         assert str(error.value).startswith(f"MEMORY_LLM_URL={bad!r}: ") and says in str(error.value)
+
+
+def test_doctor_checks_each_server_of_the_pool_and_fails_when_one_is_down(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    gone = FakeLlamaServer().start()
+    down = gone.url
+    gone.stop()
+    with FakeLlamaServer("ok", tokens_per_s=5000) as fake:
+        up = fake.url
+        code = run_doctor(argparse.Namespace(llm_url=f"{up},{down}", model=None, json=False))
+    out = capsys.readouterr().out
+    assert code == 1
+    assert f"memory-service doctor: llama-server at {up}" in out
+    assert f"memory-service doctor: llama-server at {down}" in out and "FAIL  server" in out
+    assert out.strip().splitlines()[-1] == (f"RESULT: FAIL for the pool of 2 llama-servers (1 failing: {down}; "
+                                            "the others keep extracting)")
+
+
+def test_the_pool_estimates_with_the_servers_that_are_up_side_by_side() -> None:
+    settings = Settings(llm_url="http://127.0.0.1:1,http://127.0.0.1:2")
+    pool = ModelPool.open(settings, speed_prior=(200.0, 20.0))
+    alone, basis = pool.handles[0].estimate(10, 400, 150)
+    assert alone and basis == "bootstrap smoke test"
+    # none up yet: the jobs wait for the servers, which then work side by side
+    assert pool.estimate(10, 400, 150)[0] == pytest.approx(alone / 2, abs=0.02)
+    for handle in pool.handles:
+        handle._ready.set()
+    assert pool.estimate(10, 400, 150) == (pytest.approx(alone / 2, abs=0.02), basis)
+    assert pool.servers() == {"http://127.0.0.1:1": True, "http://127.0.0.1:2": True}
+    pool.handles[0].mark_down("gone")  # one down: the other does it all
+    assert pool.primary is pool.handles[1] and pool.estimate(10, 400, 150) == (alone, basis)
+    asyncio.run(pool.aclose())
