@@ -354,7 +354,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="env MEMORY_PORT (default 8700)")
     serve.add_argument("--data-dir", help="env MEMORY_DATA_DIR (default ./memory-data)")
     serve.add_argument("--model", help="default | tiny | large | path to a .gguf (env MEMORY_MODEL)")
-    serve.add_argument("--llm-url", help="use this running llama-server (env MEMORY_LLM_URL)")
+    serve.add_argument("--llm-url", help="use this running llama-server, or several comma-separated "
+                       "(env MEMORY_LLM_URL)")
     serve.add_argument("--workers", type=_positive_int, default=1,
                        help="API processes on the port, sharing one llama-server (default 1); more than 1 needs "
                             "MEMORY_DATABASE_URL and MEMORY_CHROMA_URL")
@@ -362,7 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     doctor = sub.add_parser("doctor", help="check that the model server meets the contract and the budget")
     doctor.add_argument("--llm-url", default=os.environ.get("MEMORY_LLM_URL"),
-                        help="llama-server to check; default: start one like `serve` does")
+                        help="llama-server(s) to check, comma-separated; default: start one like `serve` does")
     doctor.add_argument("--model", default=None, help="model for the started server (default | tiny | large | path)")
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
     doctor.set_defaults(func=cmd_doctor)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from urllib.parse import urlsplit
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AliasChoices, Field, ValidationError, field_validator
@@ -36,7 +37,8 @@ class Settings(BaseSettings):
     port: int = Field(8700, ge=1, le=65535)
     data_dir: Path = Path("./memory-data")
     cache_dir: Path = DEFAULT_CACHE_DIR
-    # An already running llama-server; when unset, serve starts its own.
+    # Already running llama-server(s), comma-separated: a pool, one extraction worker per slot per server.
+    # When unset, serve starts its own.
     llm_url: str | None = None
     model: str = "default"
     llama_bin: str | None = None
@@ -87,6 +89,11 @@ class Settings(BaseSettings):
     def _parse_api_keys(cls, value: Any) -> Any:
         return parse_api_keys(value) if isinstance(value, str) else value
 
+    @field_validator("llm_url")
+    @classmethod
+    def _check_llm_urls(cls, value: str | None) -> str | None:
+        return None if value is None else ",".join(parse_llm_urls(value))
+
     @field_validator("timezone")
     @classmethod
     def _known_zone(cls, value: str) -> str:
@@ -114,6 +121,11 @@ class Settings(BaseSettings):
     @classmethod
     def _expand(cls, value: Path) -> Path:
         return value.expanduser()
+
+    @property
+    def llm_urls(self) -> list[str]:
+        """The llama-servers to extract with, in the order given (empty: `serve` starts its own)."""
+        return self.llm_url.split(",") if self.llm_url else []
 
     @property
     def auth_enabled(self) -> bool:
@@ -157,6 +169,30 @@ def parse_api_keys(raw: str) -> dict[str, str]:
             raise ValueError(f"the key for team {team!r} is listed twice")
         keys[key.strip()] = team.strip()
     return keys
+
+
+def parse_llm_urls(raw: str) -> list[str]:
+    """`http://a:8080,http://b:8080` -> each URL checked and without its trailing slash.
+
+    Checked here, at start-up, so a typo is a clear configuration error instead of a server
+    that is never reachable.
+    """
+    urls: list[str] = []
+    for entry in filter(None, (part.strip() for part in raw.split(","))):
+        parts = urlsplit(entry)
+        try:
+            port_ok = parts.port is None or parts.port > 0
+        except ValueError:
+            port_ok = False
+        if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok or parts.query or parts.fragment:
+            raise ValueError(f"entry {entry!r} must look like http://host:port (or https://)")
+        url = entry.rstrip("/")
+        if url in urls:
+            raise ValueError(f"{url!r} is listed twice")
+        urls.append(url)
+    if not urls:
+        raise ValueError("no URL given: list one or more llama-servers, comma-separated")
+    return urls
 
 
 def is_loopback(host: str) -> bool:

@@ -297,13 +297,18 @@ def format_report(report: dict[str, Any]) -> str:
 
 
 def run_doctor(args: argparse.Namespace) -> int:
-    """`memory-service doctor`: check a running llama-server, or start one exactly like `serve` and check that."""
+    """`memory-service doctor`: check the running llama-server(s), or start one exactly like `serve` and check that.
+
+    With several servers (a comma-separated MEMORY_LLM_URL or --llm-url) each gets the full check, one
+    after the other so their speeds are measured without competing, and the worst result is the exit code.
+    """
     settings = Settings.from_env()
-    url = getattr(args, "llm_url", None) or settings.llm_url
+    given = getattr(args, "llm_url", None)
+    urls = settings.with_overrides(llm_url=given).llm_urls if given else settings.llm_urls
     server = None
     started: dict[str, Any] | None = None
     with tempfile.TemporaryDirectory(prefix="memory-doctor-") as tmp:
-        if not url:
+        if not urls:
             try:
                 server, started = _start_server(settings, getattr(args, "model", None), Path(tmp))
             except Exception as exc:  # no binary, no model, server died while loading: say so, don't trace
@@ -312,16 +317,46 @@ def run_doctor(args: argparse.Namespace) -> int:
                       f"      what to do: {REBUILD_HINT}, or pass --llm-url of a running llama-server",
                       file=sys.stderr)
                 return 1
-            url = server.url
+            urls = [server.url]
         try:
-            report = asyncio.run(_diagnose_url(url, settings))
+            reports = asyncio.run(_diagnose_urls(urls, settings))
         finally:
             if server is not None:
                 server.stop()
-    report["started_server"] = started
-    report["checks"].insert(0, _build_check(report, started))
-    print(json.dumps(report, indent=2) if getattr(args, "json", False) else format_report(report))
+    for report in reports:
+        report["started_server"] = started
+        report["checks"].insert(0, _build_check(report, started))
+    report = reports[0] if len(reports) == 1 else pool_report(reports)
+    print(json.dumps(report, indent=2) if getattr(args, "json", False) else format_any(report))
     return int(report["exit_code"])
+
+
+async def _diagnose_urls(urls: list[str], settings: Settings) -> list[dict[str, Any]]:
+    return [await _diagnose_url(url, settings) for url in urls]
+
+
+def pool_report(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several servers: each one's report under `servers`, and the worst result of them."""
+    results = [r["result"] for r in reports]
+    return {
+        "llm_urls": [r["llm_url"] for r in reports], "servers": reports,
+        "result": FAIL if FAIL in results else WARN if WARN in results else OK,
+        "exit_code": max(int(r["exit_code"]) for r in reports),
+    }
+
+
+def format_any(report: dict[str, Any]) -> str:
+    """One server's lines, or each server's in turn and then the pool's result."""
+    if "servers" not in report:
+        return format_report(report)
+    servers = report["servers"]
+    failing = [r["llm_url"] for r in servers if r["result"] == FAIL]
+    blocks = [format_report(r) for r in servers]
+    summary = f"RESULT: {report['result']} for the pool of {len(servers)} llama-servers"
+    if failing:
+        rest = "; the others keep extracting" if len(failing) < len(servers) else ""
+        summary += f" ({len(failing)} failing: {', '.join(failing)}{rest})"
+    return "\n\n".join(blocks) + "\n\n" + summary
 
 
 def _start_server(settings: Settings, model: str | None, tmp: Path) -> tuple[Any, dict[str, Any]]:

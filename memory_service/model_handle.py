@@ -107,11 +107,15 @@ class ModelHandle:
         return self._thinking[1]
 
     async def wait_ready(self) -> Extractor:
+        """Until the server answers: probe with back-off, or resume at once when another probe (/ready) saw it up."""
         delay = 0.5
         while not self._ready.is_set() or self.extractor is None:
             if await self.probe():
                 break
-            await asyncio.sleep(delay)
+            try:
+                await asyncio.wait_for(self._ready.wait(), delay)
+            except asyncio.TimeoutError:
+                pass
             delay = min(delay * 2, 10.0)
         assert self.extractor is not None
         return self.extractor

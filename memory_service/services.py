@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .config import Settings
-from .extraction.client import LlamaClient
 from .forgetting import finish_pending, forget
 from .metrics import Metrics
 from .model_handle import ModelHandle
+from .model_pool import ModelPool
 from .storage.database import Database, open_database
 from .storage.datalock import DataDirBusy, DataDirLock
 from .storage.embedder import Embedder, load_embedder
@@ -24,7 +24,7 @@ from .storage.keys import KeyStore
 from .storage.limits import LimitStore
 from .storage.vectors import VectorStore
 from .vector_search import FilteredVectors
-from .worker import ExtractionWorker, PassageIndexer
+from .worker import ExtractionWorker, PassageIndexer, process_holder
 
 log = logging.getLogger("memory_service")
 
@@ -39,19 +39,24 @@ class Services:
     vectors: VectorStore
     embedder: Embedder
     limits: LimitStore
-    model: ModelHandle
+    models: ModelPool  # the llama-server(s); workers are bound to one each
     keys: KeyStore
     lock: DataDirLock | None = None  # shared: tells a restore that this data dir is in use
     database: Database | None = None  # PostgreSQL shared by the stores; None: each has its SQLite file
+    holder: str = field(default_factory=process_holder)  # this process's name in job leases
     metrics: Metrics = field(default_factory=Metrics)
     _tasks: list[asyncio.Task] = field(default_factory=list)
     _waiters: dict[str, list[asyncio.Event]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.extraction = ExtractionWorker(self.settings, self.journal, self.model, self.embedder, self.vectors,
-                                           metrics=self.metrics, settled=self._settled)
+        wake = asyncio.Event()  # shared: a save wakes the idle workers of every server
+        self.extractors = [
+            ExtractionWorker(self.settings, self.journal, handle, self.embedder, self.vectors,
+                             metrics=self.metrics, settled=self._settled, wake=wake, holder=self.holder)
+            for handle in self.models.handles
+        ]
         self.metrics.watch(self)
-        self.model.on_timings = self.metrics.llm_timings  # before start(): every extractor counts its tokens
+        self.models.set_on_timings(self.metrics.llm_timings)  # before start(): every extractor counts its tokens
         self.passages = PassageIndexer(self.journal, self.embedder, self.vectors)
         # created before any write, so it sees them all (it listens to the vector store)
         self.search = FilteredVectors(self.journal, self.vectors)
@@ -85,32 +90,35 @@ class Services:
             vectors=vectors,
             embedder=load_embedder(settings.embedder, threads=settings.embed_threads),
             limits=LimitStore(database or data / "limits.sqlite3"),
-            model=ModelHandle(settings, LlamaClient(settings.llm_url), speed_prior=speed_prior),
+            models=ModelPool.open(settings, speed_prior=speed_prior),
             keys=KeyStore(database or data / KEYS_FILE),
             lock=lock,
             database=database,
         )
 
     async def start(self) -> None:
-        await self.model.probe()
-        slots = self.model.props.slots if self.model.props else 1
+        await self.models.probe()
         self._tasks.append(asyncio.create_task(self.passages.run(), name="passages"))
-        for worker_no in range(max(1, slots)):
-            self._tasks.append(asyncio.create_task(self.extraction.run(worker_no), name=f"extract-{worker_no}"))
-        log.info("started %d extraction worker(s)", max(1, slots))
+        workers = 0
+        for extractor in self.extractors:  # one worker per slot per server (one for a server that is down)
+            slots = extractor.model.props.slots if extractor.model.props else 1
+            for _ in range(max(1, slots)):
+                self._tasks.append(asyncio.create_task(extractor.run(workers), name=f"extract-{workers}"))
+                workers += 1
+        log.info("started %d extraction worker(s) on %d llama-server(s)", workers, len(self.extractors))
 
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self.passages.close()
-        await self.model.client.aclose()
+        await self.models.aclose()
         self.close()
 
     def close(self) -> None:
         """Close the stores; a job cut off mid-extraction is queued again (on a shared database: this
         process's jobs only, at once rather than when their lease runs out)."""
-        self.journal.recover(owner=self.extraction.holder if self.database is not None else None)
+        self.journal.recover(owner=self.holder if self.database is not None else None)
         self.journal.close()
         self.limits.close()
         self.keys.close()
@@ -132,19 +140,24 @@ class Services:
 
     def saved(self) -> None:
         """Wake the workers: there is new work."""
-        self.extraction.wake.set()
+        self.extractors[0].wake.set()  # the one event all workers share
         self.passages.wake.set()
 
     def job_counts(self) -> dict[str, int]:
         """Texts by extraction status, and active facts (blocking: the scrape calls it in a thread)."""
         return self.journal.counts()
 
+    @property
+    def model(self) -> ModelHandle:
+        """The server single-server views show (speed, readiness): the first one that is up."""
+        return self.models.primary
+
     def model_servers(self) -> dict[str, bool]:
-        """The llama-server this service extracts with, and whether it is up."""
-        return {self.model.client.base_url: self.model.ready}
+        """Every llama-server this service extracts with, and whether it is up."""
+        return self.models.servers()
 
     def estimate(self, jobs: int, chars: int) -> tuple[float | None, str]:
-        return self.model.estimate(jobs, chars, self.settings.max_output_tokens)
+        return self.models.estimate(jobs, chars, self.settings.max_output_tokens)
 
     async def wait_settled(self, team: str, memory_id: str, timeout: float) -> Memory | None:
         """The memory once its job reaches done or failed (the worker says so), or as it is after `timeout`."""

@@ -62,6 +62,11 @@ def _day_of(job: Memory, zone: str) -> date:
     return date.fromisoformat(job.occurred_day or occurred(None, job.created_at, zone)[1])
 
 
+def process_holder() -> str:
+    """Names this process in job leases: host, pid and a nonce (a pid is reused after a restart)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
 async def wait_for(event: asyncio.Event, timeout: float) -> None:
     """Until `event` is set or `timeout` passes; then clear it (one wake-up per notification)."""
     try:
@@ -73,7 +78,7 @@ async def wait_for(event: asyncio.Event, timeout: float) -> None:
 
 @dataclass
 class ExtractionWorker:
-    """Takes jobs from the journal and extracts their facts; one per llama-server slot.
+    """Takes jobs from the journal and extracts their facts: one per llama-server, `run` once per slot.
 
     It sees only what it uses: the journal, the model, the fact index, the metrics
     (every attempt's outcome), and a callback for jobs that reach done or failed
@@ -88,8 +93,7 @@ class ExtractionWorker:
     metrics: Metrics
     settled: Callable[[str], None] = lambda memory_id: None
     wake: asyncio.Event = field(default_factory=asyncio.Event)
-    # names this process's workers in job leases: host, pid and a nonce (a pid is reused after a restart)
-    holder: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}")
+    holder: str = field(default_factory=process_holder)  # this process, in job leases
 
     async def run(self, worker_no: int = 0) -> None:
         while True:
@@ -126,6 +130,7 @@ class ExtractionWorker:
         attempt: dict[str, Any] = {
             "queued_at": round(job.next_attempt_at, 3), "started_at": round(started, 3),
             "queue_wait_s": round(started - job.next_attempt_at, 3), "budget_s": settings.extract_budget_s,
+            "server": self.model.client.base_url,  # which llama-server of the pool took it (for operators)
         }
         skipped = small_talk_reason(job.text) if settings.skip_small_talk else None
         if skipped is not None:
@@ -193,9 +198,11 @@ class ExtractionWorker:
         try:
             facts = resolve_facts(result.facts, _day_of(job, settings.timezone))
             base = {**result.report}
-            if job.deferrals:
+            if job.deferrals and (job.last_error or "").startswith("slower than measured"):
                 base["slow"] = (f"finished after {job.deferrals} deferral(s): the model was slower than the "
                                 "budget allowed, so the text was split into smaller chunks")
+            elif job.deferrals:  # not slowness: e.g. its llama-server died mid-request and another took it
+                base["deferred"] = f"finished after {job.deferrals} deferral(s); the last: {job.last_error}"
             timings = {**result.timings, "attempt": _finish(attempt, result.report.get("calls", []))}
             stored, report = await asyncio.to_thread(
                 self._decide_and_store, job, facts, base, "\n".join(result.raw_replies), timings)

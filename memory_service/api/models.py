@@ -242,13 +242,15 @@ class ModelServerOut(BaseModel):
     slots: int | None
     build: str | None
     model: str | None = Field(description="The model file's name.")
+    throughput: ThroughputOut | None = Field(None, description="This server's measured speed.")
 
 
 class ReadyOut(BaseModel):
     """`/ready`'s body, the same on 200 and 503: the reason is in it."""
 
     status: Literal["ready", "unavailable"]
-    model_server: ModelServerOut
+    model_server: ModelServerOut = Field(description="The first server that is up (or the first listed).")
+    model_servers: list[ModelServerOut] = Field(description="Every server of MEMORY_LLM_URL, in its order.")
     thinking: dict[str, Any] | None = Field(description="Whether the chat template turns thinking off.")
     queue_depth: int
     jobs: JobCounts

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import time
+from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 
 from ..metrics import CONTENT_TYPE
+from ..model_handle import ModelHandle
 from .deps import ServicesDep
 from .models import HealthOut, StatsOut, ReadyOut
 
@@ -25,25 +26,19 @@ async def health() -> dict:
             responses={200: {"model": ReadyOut, "description": "Ready"},
                        503: {"model": ReadyOut, "description": "Not ready: the body says why"}})
 async def ready(services: ServicesDep) -> JSONResponse:
-    """200 when the model server is reachable and thinking is verified off (or absent); 503 with the reason otherwise."""
+    """200 when a model server is reachable and thinking is verified off (or absent); 503 with the reason otherwise.
+
+    `model_server` is the first server that is up; `model_servers` lists each one of the pool.
+    """
+    await services.models.probe(max_age_s=5)
     model = services.model
-    if not model.ready or time.time() - model.last_check > 5:
-        await model.probe()
     thinking = await model.thinking() if model.ready else None
     ok = model.ready and (thinking is None or thinking.get("verdict") != "FAIL")
     counts = await asyncio.to_thread(services.journal.counts)
-    props = model.props
     body = {
         "status": "ready" if ok else "unavailable",
-        "model_server": {
-            "url": model.client.base_url,
-            "reachable": model.ready,
-            "error": model.last_error,
-            "n_ctx": props.n_ctx if props else None,
-            "slots": props.slots if props else None,
-            "build": props.build_info if props else None,
-            "model": props.model_path.rsplit("/", 1)[-1] if props else None,
-        },
+        "model_server": _server(model),
+        "model_servers": [_server(handle, throughput=True) for handle in services.models.handles],
         "thinking": thinking,
         "queue_depth": counts["queued"] + counts["extracting"],
         "jobs": counts,
@@ -51,6 +46,23 @@ async def ready(services: ServicesDep) -> JSONResponse:
         "extract_budget_s": services.settings.extract_budget_s,
     }
     return JSONResponse(body, status_code=200 if ok else 503)
+
+
+def _server(model: ModelHandle, throughput: bool = False) -> dict[str, Any]:
+    """One llama-server as /ready shows it: where, up or not (and why not), what it runs."""
+    props = model.props
+    out: dict[str, Any] = {
+        "url": model.client.base_url,
+        "reachable": model.ready,
+        "error": model.last_error,
+        "n_ctx": props.n_ctx if props else None,
+        "slots": props.slots if props else None,
+        "build": props.build_info if props else None,
+        "model": props.model_path.rsplit("/", 1)[-1] if props else None,
+    }
+    if throughput:
+        out["throughput"] = model.throughput.snapshot()
+    return out
 
 
 @router.get("/v1/stats", response_model=StatsOut)

@@ -82,7 +82,7 @@ def memory_page(memory: MemoryOut, replaced_texts: dict[str, str]) -> MemoryPage
     timings = memory.timings or {}
     timing_rows = [(label, timings[key]) for key, label in TIMING_LABELS.items() if key in timings]
     attempt = timings.get("attempt") or {}
-    attempt_rows = [(key.replace("_", " "), attempt[key]) for key in ("elapsed_s", "calls", "overrun_s")
+    attempt_rows = [(key.replace("_", " "), attempt[key]) for key in ("elapsed_s", "calls", "overrun_s", "server")
                     if key in attempt]
     return MemoryPage(memory=memory, facts=rows[:len(active)], history=rows[len(active):],
                       segments=segments(memory.text, [r.spans for r in rows]),
