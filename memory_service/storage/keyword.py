@@ -1,0 +1,234 @@
+"""Keyword search over a team's passages and active facts, with recall's filters inside the query.
+
+SQLite: FTS5 with BM25, bounded so a common word does not make it rank every row (rarest words first,
+from `fts5vocab` document frequencies). PostgreSQL: `tsvector @@ tsquery` over a GIN index, ranked with
+`ts_rank_cd`. Both: a text is findable the moment its save commits.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import threading
+import time
+from functools import lru_cache
+from typing import Any
+
+from ..text import STOPWORDS
+from .database import Database
+from .records import DELETED, KeywordHit
+
+# Keyword leg bounds (BM25 costs ~5-10 us a row, the join to the item as much): rows the rarest words may
+# match before the rest must co-occur, rows ranked at most, and rows looked at when a filter skips some.
+KEYWORD_RARE_ROWS = 250
+KEYWORD_MAX_RANKED = 200
+KEYWORD_MAX_SCANNED = 1000
+KEYWORD_AGENT_SET_ROWS = 5000  # an agent with at most this many rows is filtered as a set of rowids
+DOC_FREQ_TTL_S = 30.0  # document frequencies only bound the work: a slightly old count is fine
+
+_FTS_TOKEN = re.compile(r"[\w]+", re.UNICODE)
+
+
+def fts_query(text: str) -> str | None:
+    """Quote every content word, OR them: a free-text query must never be parsed as FTS syntax.
+
+    Stopwords are left out: they match most rows, and BM25 must rank every row that matches.
+    """
+    words = fts_words(text)
+    if not words:
+        return None
+    return " OR ".join(f'"{w}"' for w in words)
+
+
+def fts_words(text: str) -> list[str]:
+    """The query's content words, once each, in order."""
+    return list(dict.fromkeys(w for w in _FTS_TOKEN.findall(text.lower()) if len(w) > 1 and w not in STOPWORDS))
+
+
+_STEMMER = sqlite3.connect(":memory:", check_same_thread=False)
+_STEMMER.executescript("CREATE VIRTUAL TABLE t USING fts5(x, tokenize='porter unicode61');"
+                       "CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance');")
+_STEMMER_LOCK = threading.Lock()
+
+
+@lru_cache(maxsize=8192)
+def _stems(word: str) -> tuple[str, ...]:
+    """The index terms the FTS tokenizer makes of a word (its porter stems), to look them up in fts5vocab."""
+    with _STEMMER_LOCK:
+        _STEMMER.execute("INSERT INTO t(rowid, x) VALUES (1, ?)", (word,))
+        terms = tuple(row[0] for row in _STEMMER.execute("SELECT term FROM v ORDER BY offset"))
+        _STEMMER.execute("DELETE FROM t")
+    return terms
+
+
+def json_items(dialect: str, column: str, alias: str) -> str:
+    """A FROM item listing the strings of a JSON array column as `alias.value`."""
+    if dialect == "postgresql":
+        return f"json_array_elements_text({column}::json) AS {alias}(value)"
+    return f"json_each({column}) AS {alias}"
+
+
+def has_tag(dialect: str, column: str) -> str:
+    """A condition: the JSON array in `column` holds the tag given as the next parameter."""
+    return f"EXISTS (SELECT 1 FROM {json_items(dialect, column, 'tag_')} WHERE tag_.value = ?)"
+
+
+def _item_filter(kind: str, agent_id: str | None, tags: tuple[str, ...], since: float | None,
+                 until: float | None, dialect: str = "sqlite") -> tuple[str, list[Any]]:
+    """SQL conditions (on alias `t`) for recall's filters; a passage must also not be forgotten."""
+    where: list[str] = []
+    args: list[Any] = []
+    if kind == "passage":
+        where.append("t.status != ?")
+        args.append(DELETED)
+    else:
+        where.append("t.superseded_by IS NULL")
+    if agent_id is not None:
+        where.append("t.agent_id = ?")
+        args.append(agent_id)
+    for tag in tags:
+        where.append(has_tag(dialect, "t.tags"))
+        args.append(tag)
+    if since is not None:
+        where.append("t.created_at >= ?")
+        args.append(since)
+    if until is not None:
+        where.append("t.created_at <= ?")
+        args.append(until)
+    return "".join(" AND " + w for w in where), args
+
+
+class KeywordSearch:
+    """The journal's keyword leg (a mixin: it uses the journal's `db` and its document-frequency cache)."""
+
+    db: Database
+    _df_cache: dict[tuple[str, str], tuple[int, float]]
+
+    def keyword_search(self, team: str, query: str, *, kinds: set[str], limit: int, agent_id: str | None = None,
+                       tags: tuple[str, ...] = (), since: float | None = None,
+                       until: float | None = None) -> list[KeywordHit]:
+        """BM25 over passages and active facts of one team, filters applied before the limit.
+
+        Bounded: only rows holding one of the rarest query words, or every query word, are candidates
+        (see `_bounded_match`); of those the newest `KEYWORD_MAX_RANKED` that pass the filters are ranked,
+        looking at no more than the newest `KEYWORD_MAX_SCANNED`. Ranking every row that shares one common
+        word with the query was the slowest part of recall at 100k facts.
+        """
+        words = fts_words(query)
+        if not words:
+            return []
+        with self.db.reading() as conn:
+            if self.db.dialect == "postgresql":
+                return self._keyword_postgres(conn, team, words, kinds, limit, agent_id, tags, since, until)
+            return self._keyword_sqlite(conn, team, words, kinds, limit, agent_id, tags, since, until)
+
+    def _keyword_sqlite(self, conn: Any, team: str, words: list[str], kinds: set[str], limit: int,
+                        agent_id: str | None, tags: tuple[str, ...], since: float | None,
+                        until: float | None) -> list[KeywordHit]:
+        filtered = agent_id is not None or bool(tags) or since is not None or until is not None
+        hits: list[KeywordHit] = []
+        for kind, fts, table, cols in (("passage", "memories_fts", "memories", "t.id, t.id, t.text"),
+                                       ("fact", "facts_fts", "facts", "t.id, t.memory_id, t.text")):
+            if kind not in kinds:
+                continue
+            match = self._bounded_match(conn, fts, words)
+            where, args = _item_filter(kind, agent_id, tags, since, until)
+            # CROSS JOIN keeps the FTS match as the outer loop: the planner may otherwise scan the
+            # team's rows and probe the index per row (seconds); newest rows first when capped
+            if agent_id is not None and self._agent_rows(conn, table, team, agent_id) <= KEYWORD_AGENT_SET_ROWS:
+                # a minority agent's rows as a set, probed per match before any join: a set look-up per
+                # match instead of a row read (a large agent's set would cost more to build than it saves)
+                where += f" AND +{fts}.rowid IN (SELECT rowid FROM {table} WHERE team = ? AND agent_id = ?)"
+                args += [team, agent_id]
+            floor = self._scan_floor(conn, fts, match) if filtered else None
+            if floor is not None:
+                where += f" AND {fts}.rowid >= ?"
+                args.append(floor)
+            sql = (f"SELECT * FROM (SELECT {cols}, bm25({fts}) AS r FROM {fts} CROSS JOIN {table} t "
+                   f"ON t.rowid = {fts}.rowid WHERE {fts} MATCH ? AND t.team = ? {where} "
+                   f"ORDER BY {fts}.rowid DESC LIMIT ?) ORDER BY r LIMIT ?")
+            for row in conn.execute(sql, (match, team, *args, KEYWORD_MAX_RANKED, limit)):
+                hits.append(KeywordHit(kind, row[0], row[1], row[2], row[3]))
+        return hits
+
+    def _keyword_postgres(self, conn: Any, team: str, words: list[str], kinds: set[str], limit: int,
+                          agent_id: str | None, tags: tuple[str, ...], since: float | None,
+                          until: float | None) -> list[KeywordHit]:
+        """The same contract on PostgreSQL: a `tsvector` column (English stemming) with a GIN index.
+
+        Any query word matches; of the matching rows that pass the filters, the newest
+        `KEYWORD_MAX_SCANNED` are ranked (`ts_rank_cd`), which bounds the work for common words.
+        """
+        query = " || ".join(["plainto_tsquery('english', ?)"] * len(words))
+        hits: list[KeywordHit] = []
+        for kind, table, cols in (("passage", "memories", "t.id, t.id, t.text"),
+                                  ("fact", "facts", "t.id, t.memory_id, t.text")):
+            if kind not in kinds:
+                continue
+            where, args = _item_filter(kind, agent_id, tags, since, until, "postgresql")
+            sql = (f"SELECT * FROM (SELECT {cols}, ts_rank_cd(t.tsv, q.q) AS r FROM {table} t, "
+                   f"(SELECT {query} AS q) q WHERE t.tsv @@ q.q AND t.team = ? {where} "
+                   f"ORDER BY t.rowid DESC LIMIT ?) AS c ORDER BY r DESC LIMIT ?")
+            for row in conn.execute(sql, (*words, team, *args, KEYWORD_MAX_SCANNED, limit)):
+                hits.append(KeywordHit(kind, row[0], row[1], row[2], -float(row[3])))
+        return hits
+
+    def _bounded_match(self, conn: Any, fts: str, words: list[str]) -> str:
+        """The FTS5 expression that bounds how many rows get ranked.
+
+        Words are taken rarest first (document frequencies from `fts5vocab`) while together they match at
+        most `KEYWORD_RARE_ROWS` rows; if that is every word, the plain OR of all words. Otherwise rows with
+        one of those rare words OR with all the words: an id, a number or a name (rare) is never dropped,
+        the common words still count in BM25 (they are phrases of the expression), and a query of common
+        words ranks the rows that hold them all.
+        """
+        df = {w: self._doc_freq(conn, fts, w) for w in words}
+        ordered = sorted(words, key=lambda w: df[w])
+        rare: list[str] = []
+        total = 0
+        for word in ordered:
+            if total + df[word] > KEYWORD_RARE_ROWS:
+                break
+            rare.append(word)
+            total += df[word]
+        quoted = [f'"{w}"' for w in words]
+        if len(rare) == len(words):
+            return " OR ".join(quoted)
+        parts = [" OR ".join(f'"{w}"' for w in rare)] if rare else []
+        if len(words) > 1:
+            parts.append("(" + " AND ".join(quoted) + ")")
+        return " OR ".join(parts) if parts else quoted[0]
+
+    def _scan_floor(self, conn: Any, fts: str, match: str) -> int | None:
+        """The rowid of the `KEYWORD_MAX_SCANNED`-th newest match (None if fewer): a filter that keeps few
+        rows must not make the search walk every match. Walking the index alone is cheap."""
+        row = conn.execute(f"SELECT rowid FROM {fts} WHERE {fts} MATCH ? ORDER BY rowid DESC "
+                                   "LIMIT 1 OFFSET ?", (match, KEYWORD_MAX_SCANNED - 1)).fetchone()
+        return None if row is None else int(row[0])
+
+    def _agent_rows(self, conn: Any, table: str, team: str, agent_id: str) -> int:
+        """How many rows of `table` the agent has (cached like document frequencies: it only picks a plan)."""
+        now = time.monotonic()
+        cached = self._df_cache.get((table, f"{team}\x00{agent_id}"))
+        if cached is not None and now - cached[1] < DOC_FREQ_TTL_S:
+            return cached[0]
+        count = int(conn.execute(f"SELECT COUNT(*) FROM {table} WHERE team = ? AND agent_id = ?",
+                                         (team, agent_id)).fetchone()[0])
+        self._df_cache[(table, f"{team}\x00{agent_id}")] = (count, now)
+        return count
+
+    def _doc_freq(self, conn: Any, fts: str, word: str) -> int:
+        """Rows of `fts` (all teams) holding `word`: a bound for one team. A phrase counts its rarest token.
+
+        Cached for `DOC_FREQ_TTL_S`: a look-up walks every index segment (~0.5 ms at 100k rows)."""
+        now = time.monotonic()
+        cached = self._df_cache.get((fts, word))
+        if cached is not None and now - cached[1] < DOC_FREQ_TTL_S:
+            return cached[0]
+        counts = [conn.execute(f"SELECT doc FROM temp.{fts}_vocab WHERE term = ?", (term,)).fetchone()
+                  for term in _stems(word)]
+        df = min((int(c[0]) if c else 0 for c in counts), default=0)
+        if len(self._df_cache) > 20_000:
+            self._df_cache.clear()
+        self._df_cache[(fts, word)] = (df, now)
+        return df

@@ -1,0 +1,189 @@
+"""The journal's tables, in SQLite's and in PostgreSQL's words.
+
+SQLite: FTS5 tables kept by triggers give keyword search. PostgreSQL: `rowid` is a real column (keyset
+paging and the copy order use it) and keyword search is a generated `tsvector` column with a GIN index.
+Either way the keyword index is written in the save's own transaction.
+"""
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS memories (
+    id TEXT PRIMARY KEY,
+    team TEXT NOT NULL,
+    agent_id TEXT NOT NULL,
+    run_id TEXT,
+    text TEXT NOT NULL,
+    tags TEXT NOT NULL DEFAULT '[]',
+    metadata TEXT NOT NULL DEFAULT '{}',
+    idempotency_key TEXT,
+    created_at REAL NOT NULL,
+    status TEXT NOT NULL DEFAULT 'queued',
+    attempts INTEGER NOT NULL DEFAULT 0,
+    deferrals INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at REAL NOT NULL,
+    deadline_at REAL NOT NULL,
+    started_at REAL,
+    finished_at REAL,
+    last_error TEXT,
+    raw_reply TEXT,
+    timings TEXT,
+    report TEXT,
+    indexed INTEGER NOT NULL DEFAULT 0,
+    progress TEXT,
+    occurred_at REAL,
+    occurred_day TEXT,
+    lease_owner TEXT,
+    lease_until REAL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS memories_idem ON memories(team, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
+CREATE INDEX IF NOT EXISTS memories_queue ON memories(status, next_attempt_at);
+CREATE INDEX IF NOT EXISTS memories_unindexed ON memories(indexed) WHERE indexed = 0;
+CREATE INDEX IF NOT EXISTS memories_team_time ON memories(team, created_at, id);
+CREATE INDEX IF NOT EXISTS memories_team_agent ON memories(team, agent_id);
+-- a conversation's earlier saves (extraction context): a run, or an agent's saves without a run
+CREATE INDEX IF NOT EXISTS memories_conversation ON memories(team, run_id, agent_id, created_at);
+
+CREATE TABLE IF NOT EXISTS facts (
+    id TEXT PRIMARY KEY,
+    team TEXT NOT NULL,
+    agent_id TEXT NOT NULL,
+    memory_id TEXT NOT NULL,
+    text TEXT NOT NULL,
+    norm TEXT NOT NULL,
+    shape TEXT NOT NULL,
+    tags TEXT NOT NULL DEFAULT '[]',
+    created_at REAL NOT NULL,
+    superseded_by TEXT,
+    superseded_at REAL,
+    indexed INTEGER NOT NULL DEFAULT 1
+);
+CREATE INDEX IF NOT EXISTS facts_norm ON facts(team, norm);
+CREATE INDEX IF NOT EXISTS facts_shape ON facts(team, shape);
+CREATE INDEX IF NOT EXISTS facts_team_agent ON facts(team, agent_id);
+
+CREATE TABLE IF NOT EXISTS fact_sources (
+    fact_id TEXT NOT NULL,
+    memory_id TEXT NOT NULL,
+    span_start INTEGER NOT NULL,
+    span_end INTEGER NOT NULL,
+    added_at REAL NOT NULL,
+    PRIMARY KEY (fact_id, memory_id, span_start)
+);
+CREATE INDEX IF NOT EXISTS fact_sources_memory ON fact_sources(memory_id);
+
+-- fact vectors still to remove after a forget: the to-do list that survives a crash
+CREATE TABLE IF NOT EXISTS fact_purges (
+    team TEXT NOT NULL,
+    fact_id TEXT NOT NULL,
+    PRIMARY KEY (team, fact_id)
+);
+
+-- one row per time a worker took a job: who, from when to when, and how it ended
+CREATE TABLE IF NOT EXISTS job_attempts (
+    memory_id TEXT NOT NULL,
+    worker TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    ended_at REAL,
+    outcome TEXT,
+    PRIMARY KEY (memory_id, worker, started_at)
+);
+CREATE INDEX IF NOT EXISTS job_attempts_memory ON job_attempts(memory_id);
+
+CREATE VIRTUAL TABLE IF NOT EXISTS memories_fts USING fts5(text, content='memories', content_rowid='rowid', tokenize='porter unicode61');
+CREATE TRIGGER IF NOT EXISTS memories_ai AFTER INSERT ON memories BEGIN
+    INSERT INTO memories_fts(rowid, text) VALUES (new.rowid, new.text);
+END;
+CREATE VIRTUAL TABLE IF NOT EXISTS facts_fts USING fts5(text, content='facts', content_rowid='rowid', tokenize='porter unicode61');
+CREATE TRIGGER IF NOT EXISTS facts_ai AFTER INSERT ON facts BEGIN
+    INSERT INTO facts_fts(rowid, text) VALUES (new.rowid, new.text);
+END;
+"""
+
+POSTGRES_SCHEMA = """
+CREATE TABLE IF NOT EXISTS memories (
+    rowid BIGSERIAL UNIQUE,
+    id TEXT PRIMARY KEY,
+    team TEXT NOT NULL,
+    agent_id TEXT NOT NULL,
+    run_id TEXT,
+    text TEXT NOT NULL,
+    tags TEXT NOT NULL DEFAULT '[]',
+    metadata TEXT NOT NULL DEFAULT '{}',
+    idempotency_key TEXT,
+    created_at DOUBLE PRECISION NOT NULL,
+    status TEXT NOT NULL DEFAULT 'queued',
+    attempts INTEGER NOT NULL DEFAULT 0,
+    deferrals INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at DOUBLE PRECISION NOT NULL,
+    deadline_at DOUBLE PRECISION NOT NULL,
+    started_at DOUBLE PRECISION,
+    finished_at DOUBLE PRECISION,
+    last_error TEXT,
+    raw_reply TEXT,
+    timings TEXT,
+    report TEXT,
+    indexed INTEGER NOT NULL DEFAULT 0,
+    progress TEXT,
+    occurred_at DOUBLE PRECISION,
+    occurred_day TEXT,
+    lease_owner TEXT,
+    lease_until DOUBLE PRECISION,
+    tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED
+);
+CREATE UNIQUE INDEX IF NOT EXISTS memories_idem ON memories(team, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
+CREATE INDEX IF NOT EXISTS memories_queue ON memories(status, next_attempt_at);
+CREATE INDEX IF NOT EXISTS memories_unindexed ON memories(indexed) WHERE indexed = 0;
+CREATE INDEX IF NOT EXISTS memories_team_time ON memories(team, created_at, id);
+CREATE INDEX IF NOT EXISTS memories_team_agent ON memories(team, agent_id);
+CREATE INDEX IF NOT EXISTS memories_conversation ON memories(team, run_id, agent_id, created_at);
+CREATE INDEX IF NOT EXISTS memories_tsv ON memories USING GIN (tsv);
+
+CREATE TABLE IF NOT EXISTS facts (
+    rowid BIGSERIAL UNIQUE,
+    id TEXT PRIMARY KEY,
+    team TEXT NOT NULL,
+    agent_id TEXT NOT NULL,
+    memory_id TEXT NOT NULL,
+    text TEXT NOT NULL,
+    norm TEXT NOT NULL,
+    shape TEXT NOT NULL,
+    tags TEXT NOT NULL DEFAULT '[]',
+    created_at DOUBLE PRECISION NOT NULL,
+    superseded_by TEXT,
+    superseded_at DOUBLE PRECISION,
+    indexed INTEGER NOT NULL DEFAULT 1,
+    tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED
+);
+CREATE INDEX IF NOT EXISTS facts_norm ON facts(team, norm);
+CREATE INDEX IF NOT EXISTS facts_shape ON facts(team, shape);
+CREATE INDEX IF NOT EXISTS facts_team_agent ON facts(team, agent_id);
+CREATE INDEX IF NOT EXISTS facts_unindexed ON facts(indexed) WHERE indexed = 0;
+CREATE INDEX IF NOT EXISTS facts_tsv ON facts USING GIN (tsv);
+
+CREATE TABLE IF NOT EXISTS fact_sources (
+    fact_id TEXT NOT NULL,
+    memory_id TEXT NOT NULL,
+    span_start INTEGER NOT NULL,
+    span_end INTEGER NOT NULL,
+    added_at DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (fact_id, memory_id, span_start)
+);
+CREATE INDEX IF NOT EXISTS fact_sources_memory ON fact_sources(memory_id);
+
+CREATE TABLE IF NOT EXISTS fact_purges (
+    team TEXT NOT NULL,
+    fact_id TEXT NOT NULL,
+    PRIMARY KEY (team, fact_id)
+);
+
+CREATE TABLE IF NOT EXISTS job_attempts (
+    memory_id TEXT NOT NULL,
+    worker TEXT NOT NULL,
+    started_at DOUBLE PRECISION NOT NULL,
+    ended_at DOUBLE PRECISION,
+    outcome TEXT,
+    PRIMARY KEY (memory_id, worker, started_at)
+);
+CREATE INDEX IF NOT EXISTS job_attempts_memory ON job_attempts(memory_id)
+"""
