@@ -16,7 +16,7 @@ from .forgetting import finish_pending, forget
 from .metrics import Metrics
 from .model_handle import ModelHandle
 from .model_pool import ModelPool
-from .storage.database import Database, open_database
+from .storage.database import UNAVAILABLE, Database, open_database
 from .storage.datalock import DataDirBusy, DataDirLock
 from .storage.embedder import Embedder, load_embedder
 from .storage.journal import DONE, FAILED, Journal, Memory
@@ -118,7 +118,10 @@ class Services:
     def close(self) -> None:
         """Close the stores; a job cut off mid-extraction is queued again (on a shared database: this
         process's jobs only, at once rather than when their lease runs out)."""
-        self.journal.recover(owner=self.holder if self.database is not None else None)
+        try:
+            self.journal.recover(owner=self.holder if self.database is not None else None)
+        except UNAVAILABLE as exc:  # the database is down: the leases run out and another process takes over
+            log.warning("could not hand this process's jobs back (%s); they are retried when their lease ends", exc)
         self.journal.close()
         self.limits.close()
         self.keys.close()

@@ -45,7 +45,7 @@ def pg_cluster(tmp_path_factory) -> Iterator[PostgresCluster]:
     """A throwaway PostgreSQL cluster (initdb + pg_ctl, loopback only); tests create a database each."""
     cluster = PostgresCluster(tmp_path_factory.mktemp("postgres")).start()
     yield cluster
-    cluster.stop()
+    cluster.remove()
 
 
 @pytest.fixture

@@ -226,3 +226,36 @@ def test_api_keys_work_across_store_instances(database: Database, tmp_path: Path
     while other.lookup(created.key) is not None and time.monotonic() < deadline:
         time.sleep(0.2)
     assert other.lookup(created.key) is None
+
+
+def test_postgres_down_is_a_503_and_the_service_recovers_when_it_is_back(tmp_path: Path) -> None:
+    """Never a 500 and nothing half-written: while PostgreSQL is down every route that needs it says so."""
+    from memory_service.bench.common import ServiceRunner
+    from memory_service.bench.postgres import PostgresCluster
+
+    cluster = PostgresCluster(tmp_path / "pg").start()
+    service = None
+    try:
+        url = cluster.create_database()
+        service = ServiceRunner(tmp_path / "data", api_keys={"ka": "team-a"}, llm_url="http://127.0.0.1:9",
+                                env={"MEMORY_DATABASE_URL": url}).start()
+        client = service.client("ka")
+        saved = client.post("/v1/remember", json={"agent_id": "bot", "text": "Kept before the outage"})
+        assert saved.status_code == 202, saved.text
+        cluster.stop()
+        for response in (client.post("/v1/remember", json={"agent_id": "bot", "text": "during the outage"}),
+                         client.post("/v1/recall", json={"query": "outage"}),
+                         client.get(f"/v1/memories/{saved.json()['id']}")):
+            assert response.status_code == 503, response.text
+            assert response.headers["Retry-After"] == "1" and "storage unavailable" in response.json()["detail"]
+        cluster.start()
+        deadline = time.monotonic() + 30
+        while (got := client.get(f"/v1/memories/{saved.json()['id']}")).status_code == 503 and \
+                time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert got.status_code == 200 and got.json()["text"] == "Kept before the outage"
+        assert client.post("/v1/remember", json={"agent_id": "bot", "text": "after the outage"}).status_code == 202
+    finally:
+        if service is not None:
+            service.stop()
+        cluster.remove()

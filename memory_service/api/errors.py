@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
+from ..storage.database import UNAVAILABLE
 from .models import ErrorOut
 
 log = logging.getLogger("memory_service.api")
@@ -109,7 +110,16 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"error": "internal", "detail": f"internal error: {type(exc).__name__}"}, status_code=500)
 
 
+async def _storage_unavailable(request: Request, exc: Exception) -> JSONResponse:
+    """The database is locked past its timeout, or PostgreSQL is down or out of connections: retry later."""
+    log.warning("storage unavailable on %s %s: %s", request.method, request.url.path, exc)
+    return JSONResponse({"error": "unavailable", "detail": f"storage unavailable, nothing changed: "
+                         f"{' '.join(str(exc).split())[:300]}"}, status_code=503, headers={"Retry-After": "1"})
+
+
 def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
+    for error in UNAVAILABLE:
+        app.add_exception_handler(error, _storage_unavailable)
     app.add_exception_handler(Exception, _unexpected)

@@ -11,7 +11,6 @@ below only document the shapes in /docs.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -21,16 +20,10 @@ from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from ..storage.limits import (
-    MAX_DAILY_LIMIT,
-    MAX_HISTORY_DAYS,
-    MAX_TTL_DAYS,
-    HandledRecord,
-    IdempotencyConflict,
-    InvalidInput,
-    LimitNotFound,
-    LimitView,
-)
+from ..storage.database import UNAVAILABLE
+from ..storage.limit_rules import MAX_DAILY_LIMIT, MAX_HISTORY_DAYS, MAX_TTL_DAYS, IdempotencyConflict, InvalidInput, \
+    LimitNotFound
+from ..storage.limits import HandledRecord, LimitView
 from .auth import Admin, Team, Writer, check_agent
 from .deps import ServicesDep
 from .errors import error_responses
@@ -131,7 +124,7 @@ def _store_errors() -> Iterator[None]:
         raise HTTPException(status_code=404, detail=str(exc)) from None
     except IdempotencyConflict as exc:
         raise HTTPException(status_code=409, detail=str(exc)) from None
-    except (sqlite3.OperationalError, RuntimeError) as exc:
+    except (*UNAVAILABLE, RuntimeError) as exc:
         raise HTTPException(
             status_code=503, detail=f"limit storage unavailable: {exc}", headers={"Retry-After": "1"}
         ) from None

@@ -14,8 +14,8 @@ from pydantic import (AfterValidator, BeforeValidator, Field, ValidationError, V
 
 from ..ids import ID_PATTERN, ID_RULE, MAX_ID_LEN
 from ..storage.journal import DONE, EXTRACTING, FAILED, QUEUED
-from ..storage.limits import (MAX_HANDLED_KEY_LEN, MAX_IDEMPOTENCY_KEY_LEN, MAX_NAME_LEN, NAME_PATTERN, NAME_RULE,
-                              check_name, check_timezone)
+from ..storage.limit_rules import (MAX_HANDLED_KEY_LEN, MAX_IDEMPOTENCY_KEY_LEN, MAX_NAME_LEN, NAME_PATTERN, NAME_RULE,
+                                   check_name, check_timezone)
 
 REPLAYED = "Idempotent-Replayed"  # response header, `true` when an idempotency key's first answer is replayed
 MAX_TAGS = 32

@@ -97,5 +97,9 @@ class PostgresCluster:
         if (self.data / "postmaster.pid").exists():
             subprocess.run([*self._as, str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w",
                             "stop"], capture_output=True)
+
+    def remove(self) -> None:
+        """Stop, and delete the cluster's files."""
+        self.stop()
         if self._own_root:
             shutil.rmtree(self.root, ignore_errors=True)

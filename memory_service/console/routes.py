@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import urlencode
@@ -25,7 +24,9 @@ from ..api.routes_memories import memory_out
 from ..recall import RecallQuery, recall
 from ..storage.catalog import ListFilter, facets, list_memories, status_counts
 from ..storage.keys import role_allows
-from ..storage.limits import InvalidInput, LimitNotFound, LimitStore, LimitView
+from ..storage.database import UNAVAILABLE
+from ..storage.limit_rules import InvalidInput, LimitNotFound
+from ..storage.limits import LimitStore, LimitView
 from . import pages
 from .session import (COOKIE, COOKIE_PATH, CsrfRejected, LoginRequired, Session, checked_form, cookie_secure,
                       login_token, new_secret, read_form, require_session, resolve, safe_next, same_origin)
@@ -205,7 +206,7 @@ async def limits(request: Request, session: SessionDep) -> Response:
     services = services_of(request)
     try:
         views = await asyncio.to_thread(_limit_views, services.limits, session.team)
-    except (sqlite3.OperationalError, RuntimeError) as exc:
+    except (*UNAVAILABLE, RuntimeError) as exc:
         return render(request, "limits.html", session, 503, views=[], error=f"limit storage unavailable: {exc}")
     return render(request, "limits.html", session, views=views)
 

@@ -174,7 +174,7 @@ class PostgresDatabase(Database):
 
         self.url = url
         psycopg.connect(url, connect_timeout=5).close()  # fail fast, with the server's own words
-        self._pool = ConnectionPool(url, min_size=1, max_size=max_size, open=False, timeout=10,
+        self._pool = ConnectionPool(url, min_size=1, max_size=max_size, open=False, timeout=5,
                                     kwargs={"autocommit": True, "row_factory": _row_factory})
         self._pool.open(wait=True, timeout=10)
 
