@@ -245,6 +245,11 @@ class ModelServerOut(BaseModel):
     throughput: ThroughputOut | None = Field(None, description="This server's measured speed.")
 
 
+class StorageOut(BaseModel):
+    database: str = Field(description="`sqlite` (the data dir's files) or the PostgreSQL URL, password hidden.")
+    vectors: str = Field(description="`embedded` (the data dir's Chroma) or the Chroma server's URL.")
+
+
 class ReadyOut(BaseModel):
     """`/ready`'s body, the same on 200 and 503: the reason is in it."""
 
@@ -256,6 +261,7 @@ class ReadyOut(BaseModel):
     jobs: JobCounts
     throughput: ThroughputOut
     extract_budget_s: float
+    storage: StorageOut
 
 
 class StatsOut(BaseModel):

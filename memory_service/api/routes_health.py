@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse, Response
 
 from ..metrics import CONTENT_TYPE
 from ..model_handle import ModelHandle
+from ..storage.database import describe
 from .deps import ServicesDep
 from .models import HealthOut, StatsOut, ReadyOut
 
@@ -44,6 +45,9 @@ async def ready(services: ServicesDep) -> JSONResponse:
         "jobs": counts,
         "throughput": model.throughput.snapshot(),
         "extract_budget_s": services.settings.extract_budget_s,
+        # where the journal and the vectors live (the counts above just read the first)
+        "storage": {"database": describe(services.settings.database_url) if services.database else "sqlite",
+                    "vectors": services.settings.chroma_url or "embedded"},
     }
     return JSONResponse(body, status_code=200 if ok else 503)
 
