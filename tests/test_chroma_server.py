@@ -48,7 +48,9 @@ def test_service_keeps_its_vectors_on_a_chroma_server(chroma_server, fake, tmp_p
             assert memory["status"] == "done" and memory["facts"], memory
 
             query = {"query": f"who leads the night shift at the depot {marker}", "k": 10}
-            items = a.post("/v1/recall", json=query).json()["items"]
+            found = a.post("/v1/recall", json=query)
+            assert found.status_code == 200, found.text
+            items = found.json()["items"]
             mine = [i for i in items if i["memory_id"] == memory["id"]]
             assert {i["kind"] for i in mine} == {"passage", "fact"}, items
 
