@@ -100,7 +100,7 @@ class ExtractionWorker:
             try:
                 extractor = await self.model.wait_ready()
                 job = await asyncio.to_thread(self.journal.claim_next, f"{self.holder}:{worker_no}",
-                                              self.settings.job_lease_s)
+                                              self.settings.job_lease_s, None, self.settings.max_attempts)
                 if job is None:
                     await wait_for(self.wake, IDLE_POLL_S)
                     continue
@@ -204,21 +204,15 @@ class ExtractionWorker:
             elif job.deferrals:  # not slowness: e.g. its llama-server died mid-request and another took it
                 base["deferred"] = f"finished after {job.deferrals} deferral(s); the last: {job.last_error}"
             timings = {**result.timings, "attempt": _finish(attempt, result.report.get("calls", []))}
-            stored, report = await asyncio.to_thread(
-                self._decide_and_store, job, facts, base, "\n".join(result.raw_replies), timings)
-            if not stored:  # forgotten meanwhile, or the lease was lost: nothing was written
-                self.metrics.job(job.team, "forgotten", time.time() - started)
-            else:
-                self.metrics.job(job.team, "done", time.time() - started)
-                self.metrics.facts(job.team, stored=report["stored"], merged=report["merged"],
-                                   superseded=report["superseded"], rejected=[r.code for r in result.rejected])
+            await asyncio.to_thread(self._decide_and_store, job, facts, base, "\n".join(result.raw_replies),
+                                    timings, started, [r.code for r in result.rejected])
             self.settled(job.id)
         except Exception as exc:  # storing failed: the job must not be left 'extracting'
             log.exception("job %s: storing facts failed", job.id)
             await self._fail(job, ExtractionError(f"storing facts failed: {exc!r}"), attempt, progress)
 
     def _decide_and_store(self, job: Memory, facts: list, base: dict[str, Any], raw_reply: str,
-                          timings: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
+                          timings: dict[str, Any], started: float, rejected: list[str]) -> None:
         """Decide the job's facts and commit them in one transaction, one decision per team at a time;
         then write their vectors (after the commit: the journal is the truth, Chroma follows it)."""
         with self.journal.deciding(job.team):
@@ -227,9 +221,18 @@ class ExtractionWorker:
             report = {**base, "stored": len(plan.new), "merged": len(plan.merged),
                       "superseded": len(plan.superseded) + len(plan.born_superseded)}
             stored = self.journal.complete(job, plan, raw_reply=raw_reply, timings=timings, report=report)
-        if stored:
+        if not stored:  # forgotten meanwhile, or the lease was lost: nothing was written
+            self.metrics.job(job.team, "forgotten", time.time() - started)
+            return
+        # counted at the commit, when the job reads `done`
+        self.metrics.job(job.team, "done", time.time() - started)
+        self.metrics.facts(job.team, stored=report["stored"], merged=report["merged"],
+                           superseded=report["superseded"], rejected=rejected)
+        try:
             write_fact_vectors(self.journal, self.vectors, job.team, items)
-        return stored, report
+        except Exception:  # the facts are stored and keyword-searchable; the indexer writes the vectors later
+            log.warning("job %s: facts stored, writing their vectors failed; the indexer will retry", job.id,
+                        exc_info=True)
 
     async def _fail(self, job: Memory, exc: ExtractionError, attempt: dict, progress: Progress | None) -> None:
         settings = self.settings

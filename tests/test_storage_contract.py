@@ -259,3 +259,15 @@ def test_postgres_down_is_a_503_and_the_service_recovers_when_it_is_back(tmp_pat
         if service is not None:
             service.stop()
         cluster.remove()
+
+
+def test_a_job_whose_process_keeps_dying_ends_failed_not_in_a_loop(journal: Journal) -> None:
+    memory, _ = save(journal, "the text that crashes its extractor")
+    now = time.time()
+    for n in range(3):  # each holder dies (never renews); the next one takes the job over
+        job = journal.claim_next(f"w{n}", lease_s=10, now=now + 20 * n, max_attempts=3)
+        assert job is not None and job.id == memory.id and job.attempts == n
+    assert journal.claim_next("w3", lease_s=10, now=now + 60, max_attempts=3) is None
+    failed = journal.get("a", memory.id)
+    assert failed.status == FAILED and failed.attempts == 3 and "stopped 3 times" in failed.last_error
+    assert [a[3] for a in journal.attempts_of(memory.id)] == ["lease expired"] * 3

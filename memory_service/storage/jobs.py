@@ -37,26 +37,44 @@ class JobQueue:
                 f"WHERE {where}", (QUEUED, *args)
             ).rowcount
 
-    def claim_next(self, worker: str = "local", lease_s: float = 60.0, now: float | None = None) -> Memory | None:
+    def claim_next(self, worker: str = "local", lease_s: float = 60.0, now: float | None = None,
+                   max_attempts: int | None = None) -> Memory | None:
         """Lease the next due job to `worker` for `lease_s` (renewed while it runs), or None.
 
         A job whose lease ran out (its process died) is due again: another worker takes it over, with no
-        restart. On PostgreSQL `SKIP LOCKED` lets every process claim at once without taking the same row.
+        restart, and that counts as an attempt, so a text that kills its process every time ends `failed`
+        after `max_attempts` instead of going round for ever. On PostgreSQL `SKIP LOCKED` lets every
+        process claim at once without taking the same row. Each leg is one index range that stops at its
+        first row: the claim costs the same with a long backlog.
         """
         now = time.time() if now is None else now
         lock = " FOR UPDATE SKIP LOCKED" if self.db.dialect == "postgresql" else ""
         with self.db.transaction() as conn:
-            row = conn.execute(
-                "SELECT * FROM memories WHERE (status = ? AND next_attempt_at <= ?) "
-                "OR (status = ? AND lease_until < ?) "
-                f"ORDER BY next_attempt_at, created_at LIMIT 1{lock}",
-                (QUEUED, now, EXTRACTING, now),
-            ).fetchone()
-            if row is None:
-                return None
-            if row["status"] == EXTRACTING:  # taken over: the previous holder's attempt ended with its lease
+            while True:
+                found = conn.execute(f"SELECT id FROM memories WHERE status = ? AND lease_until < ? LIMIT 1{lock}",
+                                     (EXTRACTING, now)).fetchone()
+                if found is None:
+                    found = conn.execute(
+                        "SELECT id FROM memories WHERE status = ? AND next_attempt_at <= ? "
+                        f"ORDER BY next_attempt_at, created_at LIMIT 1{lock}", (QUEUED, now)).fetchone()
+                if found is None:
+                    return None
+                row = conn.execute("SELECT * FROM memories WHERE id = ?", (found[0],)).fetchone()
+                if row["status"] != EXTRACTING:
+                    break
+                # taken over: the previous holder's attempt ended with its lease, and counts
                 conn.execute("UPDATE job_attempts SET ended_at = ?, outcome = 'lease expired' "
                              "WHERE memory_id = ? AND ended_at IS NULL", (row["lease_until"], row["id"]))
+                attempts = row["attempts"] + 1
+                if max_attempts is None or attempts < max_attempts:
+                    conn.execute("UPDATE memories SET attempts = ? WHERE id = ?", (attempts, row["id"]))
+                    row = conn.execute("SELECT * FROM memories WHERE id = ?", (row["id"],)).fetchone()
+                    break
+                conn.execute(
+                    "UPDATE memories SET status = ?, attempts = ?, finished_at = ?, started_at = NULL, "
+                    "lease_owner = NULL, lease_until = NULL, last_error = ? WHERE id = ?",
+                    (FAILED, attempts, now, f"the process extracting it stopped {attempts} times without "
+                     "finishing (its lease ran out each time); its passage stays recallable", row["id"]))
             conn.execute("UPDATE memories SET status = ?, started_at = ?, lease_owner = ?, lease_until = ? "
                          "WHERE id = ?", (EXTRACTING, now, worker, now + lease_s, row["id"]))
             conn.execute("INSERT INTO job_attempts (memory_id, worker, started_at) VALUES (?, ?, ?)",

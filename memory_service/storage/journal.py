@@ -51,6 +51,7 @@ class Journal(JobQueue, FactStore, KeywordSearch):
             if "indexed" not in {row[1] for row in conn.execute("PRAGMA table_info(facts)")}:
                 conn.execute("ALTER TABLE facts ADD COLUMN indexed INTEGER NOT NULL DEFAULT 1")
             conn.execute("CREATE INDEX IF NOT EXISTS facts_unindexed ON facts(indexed) WHERE indexed = 0")
+            conn.execute("CREATE INDEX IF NOT EXISTS memories_leases ON memories(status, lease_until)")
             with self.db.reading() as reader:  # document frequencies, for the bounded keyword search
                 for fts in ("memories_fts", "facts_fts"):
                     reader.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{fts}_vocab USING fts5vocab(main, {fts}, 'row')")

@@ -133,6 +133,7 @@ CREATE TABLE IF NOT EXISTS memories (
 CREATE UNIQUE INDEX IF NOT EXISTS memories_idem ON memories(team, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
 CREATE INDEX IF NOT EXISTS memories_queue ON memories(status, next_attempt_at);
+CREATE INDEX IF NOT EXISTS memories_leases ON memories(status, lease_until);
 CREATE INDEX IF NOT EXISTS memories_unindexed ON memories(indexed) WHERE indexed = 0;
 CREATE INDEX IF NOT EXISTS memories_team_time ON memories(team, created_at, id);
 CREATE INDEX IF NOT EXISTS memories_team_agent ON memories(team, agent_id);
