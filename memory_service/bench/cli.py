@@ -1,6 +1,6 @@
 """`memory-service bench`: the benchmark suite, each figure printed beside its goal.
 
-Runs the benchmarks of this package (extraction, remember, recall, limits, transfer, rss;
+Runs the benchmarks of this package (extraction, remember, recall, limits, transfer, rss, scale;
 each also runnable alone as `python -m memory_service.bench.<name>`) in one
 process tree with one shared llama-server (default model), so every benchmark
 on a noisy shared machine is compared with a baseline measured in the same run.
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from . import common, extraction, recall, remember, rss, transfer
+from . import common, extraction, recall, remember, rss, scale, transfer
 from .options import add_bench_arguments
 
 LIMITS_CONCURRENCY = 32
@@ -115,6 +115,8 @@ def run_bench(args: argparse.Namespace) -> int:
                 ("transfer", lambda: transfer.run(quick=quick, workdir=workdir), transfer.plot),
                 ("rss", lambda: rss.run(llm_url=llama.url, quick=quick, workdir=workdir,
                                         observed_elsewhere=_rss_seen(results)), rss.plot),
+                # its own PostgreSQL and Chroma server; last, so a machine without PostgreSQL loses only it
+                ("scale", lambda: scale.run(llm_url=llama.url, quick=quick, workdir=workdir), scale.plot),
             ]
             for name, runner, plotter in steps:
                 _log(f"{name}: running")

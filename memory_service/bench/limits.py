@@ -9,6 +9,7 @@ machine the client's own CPU use is part of the number.
 
     python -m memory_service.bench.limits --url http://127.0.0.1:8700 --api-key KEY
     python -m memory_service.bench.limits --self-serve     # own server in a child process
+    python -m memory_service.bench.limits --url URL1 --url URL2 --api-key KEY   # clients spread over both
 
 `--self-serve` starts this module with `--serve-only` as a separate process
 (minimal app: limit routes + LimitStore in a temp dir, access log off), so
@@ -113,7 +114,9 @@ def wait_ready(url: str, headers: dict[str, str], proc: subprocess.Popen[bytes],
 # ---------------------------------------------------------------- client side
 
 
-async def run_bench(url: str, api_key: str | None, concurrency: int, count: int) -> dict[str, object]:
+async def run_bench(url: str | list[str], api_key: str | None, concurrency: int, count: int) -> dict[str, object]:
+    """`url`: one service, or several processes of one deployment that the clients are spread over."""
+    urls = [url] if isinstance(url, str) else list(url)
     name = f"bench-{int(time.time())}-{secrets.token_hex(4)}"
     daily_limit = max(1, count // 2)
     latencies: list[float] = []
@@ -126,7 +129,8 @@ async def run_bench(url: str, api_key: str | None, concurrency: int, count: int)
     # warmed up before the clock starts.
     ssl_context = ssl.create_default_context()
     clients = [
-        async_service_client(url, api_key, timeout=30.0, verify=ssl_context) for _ in range(concurrency)
+        async_service_client(urls[n % len(urls)], api_key, timeout=30.0, verify=ssl_context)
+        for n in range(concurrency)
     ]
 
     async def agent(client: httpx.AsyncClient, agent_id: str) -> None:
@@ -173,6 +177,7 @@ async def run_bench(url: str, api_key: str | None, concurrency: int, count: int)
         "daily_limit": daily_limit,
         "count": count,
         "concurrency": concurrency,
+        "processes": len(urls),
         "elapsed_s": round(elapsed, 3),
         "client_cpu_ms_per_request": round(client_cpu * 1000 / max(1, count), 3),
         "machine": {"cpus": os.cpu_count(), "load_avg_1m_after": round(os.getloadavg()[0], 2)},
@@ -205,7 +210,9 @@ def _run(coro):  # type: ignore[no-untyped-def]
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m memory_service.bench.limits", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--url", default=os.environ.get("MEMORY_URL", "http://127.0.0.1:8700"))
+    parser.add_argument("--url", action="append",
+                        help="the service (default $MEMORY_URL or http://127.0.0.1:8700); repeat it to spread "
+                             "the clients over several processes of one deployment")
     parser.add_argument("--api-key", default=os.environ.get("MEMORY_API_KEY"))
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--count", type=int, default=5000)
@@ -225,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
 
     _fail_fast_without_sniffio()
     if not args.self_serve:
-        result = _run(run_bench(args.url, args.api_key, args.concurrency, args.count))
+        urls = args.url or [os.environ.get("MEMORY_URL", "http://127.0.0.1:8700")]
+        result = _run(run_bench(urls, args.api_key, args.concurrency, args.count))
         print(json.dumps(result, indent=2))
         return 0 if result["over_limit"] == 0 and result["errors"] == 0 else 1
 

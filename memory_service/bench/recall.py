@@ -114,8 +114,9 @@ def queries(count: int, seed: int = 7) -> list[str]:
 class Loader:
     """Adds facts to one team through the journal schema and the VectorStore, from fact index `loaded` on."""
 
-    def __init__(self, data_dir: Path, pool_vectors: np.ndarray) -> None:
+    def __init__(self, data_dir: Path, pool_vectors: np.ndarray, chroma_url: str | None = None) -> None:
         self.data_dir = data_dir
+        self.chroma_url = chroma_url  # vectors on a Chroma server instead of the embedded store
         self.pool_vectors = pool_vectors
         self.loaded = 0
         self.load_s = 0.0
@@ -132,7 +133,7 @@ class Loader:
         Journal(self.data_dir / "journal.sqlite3").close()  # creates the schema and triggers
         conn = sqlite3.connect(self.data_dir / "journal.sqlite3", isolation_level=None)
         conn.execute("PRAGMA synchronous=OFF")
-        vectors = VectorStore(self.data_dir / "chroma")
+        vectors = VectorStore(self.data_dir / "chroma", url=self.chroma_url)
         rng = np.random.default_rng(self.loaded + 1)
         now = time.time()
         start = self.loaded - self.loaded % FACTS_PER_MEMORY
@@ -200,7 +201,7 @@ class Loader:
         from ..storage.journal import Journal
         from ..storage.vectors import VectorStore
 
-        vectors = VectorStore(self.data_dir / "chroma")
+        vectors = VectorStore(self.data_dir / "chroma", url=self.chroma_url)
         journal = Journal(self.data_dir / "journal.sqlite3")
         names = ["chroma_query_k30", "hnsw_k30_ids_only", "chroma_where_agent_2pct_k30", "keyword_leg_limit30",
                  "keyword_leg_limit30_agent_2pct"]

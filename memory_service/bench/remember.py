@@ -92,13 +92,15 @@ def _ready(url: str) -> dict[str, Any]:
     return httpx.get(url + "/ready", timeout=30, trust_env=False).json()
 
 
-def run(*, llm_url: str, quick: bool = False, workdir: Path | None = None) -> dict[str, Any]:
+def run(*, llm_url: str, quick: bool = False, workdir: Path | None = None,
+        env: dict[str, str] | None = None, name: str = "remember-data") -> dict[str, Any]:
+    """`env`: extra service settings (the scale benchmark puts the journal in PostgreSQL with it)."""
     per_client = 10 if quick else 50
     key = secrets.token_urlsafe(12)
     tmp = tempfile.TemporaryDirectory(prefix="bench-remember-") if workdir is None else None
     root = Path(tmp.name) if tmp else workdir
     assert root is not None
-    service = ServiceRunner(root / "remember-data", api_keys={key: "bench-remember"}, llm_url=llm_url).start()
+    service = ServiceRunner(root / name, api_keys={key: "bench-remember"}, llm_url=llm_url, env=env).start()
     try:
         service.wait_model_ready()
         rss_idle = service.rss()
