@@ -21,6 +21,7 @@ from .indexing import PASSAGE_WINDOW_CHARS
 from .text import STOPWORDS, normalize
 from .storage.embedder import Embedder
 from .storage.journal import Journal
+from .storage.occurred import occurred_times
 from .storage.vectors import VectorStore
 from .vector_search import FilteredVectors, VectorFilter
 
@@ -31,6 +32,8 @@ KEYWORD_BASE_WEIGHT = 0.5
 SIBLING_SUPPORT = 0.5  # share of the scores of items from the same saved text added to an item
 REPEAT_DECAY = 0.5  # each further item from an already-shown saved text keeps this share of its score
 QUERY_CACHE_SIZE = 1024
+# a window on occurred_at is applied after both legs (they index created_at): they look this much deeper
+OCCURRED_POOL_FACTOR = 4
 _QUERY_CACHE: "weakref.WeakKeyDictionary[Embedder, OrderedDict[str, np.ndarray]]" = weakref.WeakKeyDictionary()
 _QUERY_CACHE_LOCK = threading.Lock()
 
@@ -58,6 +61,7 @@ class RecallQuery:
     since: float | None = None
     until: float | None = None
     min_score: float | None = None
+    time_field: str = "created_at"  # what since/until compare: the save time, or "occurred_at"
 
 
 @dataclass
@@ -103,6 +107,7 @@ class _Row:
     created_at: float
     tags: list[str]
     text: str
+    occurred_at: float | None = None  # read only for a window on occurred_at
 
 
 def _passes(row: _Row, q: RecallQuery) -> bool:
@@ -111,18 +116,23 @@ def _passes(row: _Row, q: RecallQuery) -> bool:
         return False
     if any(t not in row.tags for t in q.tags):
         return False
-    return not ((q.since is not None and row.created_at < q.since) or (q.until is not None and row.created_at > q.until))
+    when = row.created_at
+    if q.time_field == "occurred_at":
+        when = row.occurred_at if row.occurred_at is not None else row.created_at
+    return not ((q.since is not None and when < q.since) or (q.until is not None and when > q.until))
 
 
 def recall(q: RecallQuery, *, journal: Journal, vectors: VectorStore, embedder: Embedder,
            search: FilteredVectors) -> list[Hit]:
     """Vector and keyword search with the filters inside each, fused by rank; blocking (one thread hop)."""
-    pool = max(q.k * 3, 30)
-    flt = VectorFilter(q.agent_id, q.tags, q.since, q.until)
+    by_occurred = q.time_field == "occurred_at" and (q.since is not None or q.until is not None)
+    since, until = (None, None) if by_occurred else (q.since, q.until)
+    pool = max(q.k * 3, 30) * (OCCURRED_POOL_FACTOR if by_occurred else 1)
+    flt = VectorFilter(q.agent_id, q.tags, since, until)
     vector = _embed_query(embedder, q.query)
     found = {kind: search.search(q.team, kind, vector, pool, flt) for kind in q.kinds}
     keyword = journal.keyword_search(q.team, q.query, kinds=set(q.kinds), limit=pool, agent_id=q.agent_id,
-                                     tags=q.tags, since=q.since, until=q.until)
+                                     tags=q.tags, since=since, until=until)
 
     # every item either leg found, from the journal in one query per kind: a forgotten text or fact
     # (its vector not removed yet: a forget cut off by a crash, a job that raced it) is simply not there
@@ -136,6 +146,10 @@ def recall(q: RecallQuery, *, journal: Journal, vectors: VectorStore, embedder: 
     }
     for mid, (agent_id, created_at, tags, text) in texts.items():
         rows["p:" + mid] = _Row(mid, agent_id, created_at, tags, text)
+    if by_occurred:
+        occurred = occurred_times(journal, q.team, [row.memory_id for row in rows.values()])
+        for row in rows.values():
+            row.occurred_at = occurred.get(row.memory_id)
 
     hits: dict[str, Hit] = {}
     for kind, ranked in found.items():  # one ranked list per kind: facts and passages don't crowd each other out

@@ -113,6 +113,9 @@ class RecallRequest(Strict):
     tags: Tags = Field(default_factory=list, description="Items must carry all of these.")
     since: datetime | None = None
     until: datetime | None = None
+    time_field: Literal["created_at", "occurred_at"] = Field(
+        default="created_at", description="What since/until compare: when the text was saved, or when what it "
+                                          "tells happened (its `occurred_at`; a text saved without one: its save time).")
     min_score: JsonFloat | None = Field(default=None, ge=-1, le=1, description="Minimum cosine similarity of an item to the query.")
 
     @field_validator("query")
