@@ -20,6 +20,7 @@ import numpy as np
 from .indexing import PASSAGE_WINDOW_CHARS
 from .text import STOPWORDS, normalize
 from .storage.embedder import Embedder
+from .storage.consolidation import store_for
 from .storage.journal import Journal
 from .storage.occurred import occurred_times
 from .storage.vectors import VectorStore
@@ -55,7 +56,7 @@ class RecallQuery:
     team: str
     query: str
     k: int = 10
-    kinds: tuple[str, ...] = ("fact", "passage")
+    kinds: tuple[str, ...] = ("fact", "passage", "consolidated")
     agent_id: str | None = None  # only items of this agent
     tags: tuple[str, ...] = ()
     since: float | None = None
@@ -144,18 +145,23 @@ def recall(q: RecallQuery, *, journal: Journal, vectors: VectorStore, embedder: 
     rows: dict[str, _Row] = {
         fid: _Row(f.memory_id, f.agent_id, f.created_at, f.tags, f.text) for fid, f in facts.items()
     }
+    # consolidated items: vector leg only; a dropped item (a source forgotten) has no row and is not shown
+    items = store_for(journal).items_by_ids(q.team, [i for i, _ in found.get("consolidated", [])])
+    for iid, item in items.items():
+        rows[iid] = _Row(item.memory_id, item.agent_id, item.created_at, item.tags, item.text, item.occurred_at)
     for mid, (agent_id, created_at, tags, text) in texts.items():
         rows["p:" + mid] = _Row(mid, agent_id, created_at, tags, text)
     if by_occurred:
-        occurred = occurred_times(journal, q.team, [row.memory_id for row in rows.values()])
-        for row in rows.values():
-            row.occurred_at = occurred.get(row.memory_id)
+        occurred = occurred_times(journal, q.team, [row.memory_id for key, row in rows.items() if key not in items])
+        for key, row in rows.items():
+            if key not in items:
+                row.occurred_at = occurred.get(row.memory_id)
 
     hits: dict[str, Hit] = {}
     for kind, ranked in found.items():  # one ranked list per kind: facts and passages don't crowd each other out
         rank = 0
         for item_id, similarity in ranked:
-            key = item_id if kind == "fact" else "p:" + _passage_memory(item_id)
+            key = "p:" + _passage_memory(item_id) if kind == "passage" else item_id
             row = rows.get(key)
             if row is None or not _passes(row, q):
                 continue
@@ -167,7 +173,7 @@ def recall(q: RecallQuery, *, journal: Journal, vectors: VectorStore, embedder: 
                     text = text[start:start + PASSAGE_WINDOW_CHARS]
                 hit = hits[key] = Hit(
                     key=key, kind=kind, text=text, memory_id=row.memory_id,
-                    fact_id=item_id if kind == "fact" else None, agent_id=row.agent_id,
+                    fact_id=None if kind == "passage" else item_id, agent_id=row.agent_id,
                     created_at=row.created_at, tags=list(row.tags), similarity=similarity,
                 )
             elif hit.similarity is not None and hit.similarity >= similarity:
@@ -202,9 +208,11 @@ def recall(q: RecallQuery, *, journal: Journal, vectors: VectorStore, embedder: 
     if q.min_score is not None:
         candidates = [h for h in candidates if h.similarity is not None and h.similarity >= q.min_score]
     ranked = diversify(candidates, q.k)
-    sources = journal.fact_sources([h.fact_id for h in ranked if h.fact_id])
+    sources = journal.fact_sources([h.fact_id for h in ranked if h.kind == "fact" and h.fact_id])
     for hit in ranked:
-        if hit.fact_id:
+        if hit.kind == "consolidated":
+            hit.source_memory_ids = items[hit.key].memory_ids
+        elif hit.fact_id:
             hit.source_memory_ids = list(dict.fromkeys(m for m, _, _ in sources.get(hit.fact_id, []))) or [hit.memory_id]
         else:
             hit.source_memory_ids = [hit.memory_id]
