@@ -169,16 +169,7 @@ class Consolidator:
         return summary.complete(group.subject, points, group.facts)
 
     def _index(self, items: list[Item]) -> None:
-        vectors = self.embedder.embed([item.text for item in items])
-        by_team: dict[str, list[VectorItem]] = {}
-        for item, vec in zip(items, vectors):
-            meta = item_metadata(item.memory_id, item.agent_id, None, item.created_at, item.tags)
-            by_team.setdefault(item.team, []).append(
-                VectorItem(id=item.id, text=item.text, embedding=np.asarray(vec),
-                           metadata={**meta, "kind": "consolidated"}))
-        for team, batch in by_team.items():
-            self.vectors.upsert(team, batch)
-        self.store.mark_indexed([item.id for item in items])
+        index_items(self.store, self.embedder, self.vectors, items)
 
     def _finish_purges(self) -> None:
         """Vectors of dropped items, and of items a stop left unindexed."""
@@ -192,6 +183,19 @@ class Consolidator:
         """What /v1/stats shows: on or off, running now, items, and the latest runs."""
         return {"enabled": True, "running": self.running, "items": self.store.count(),
                 "runs": self.store.runs(5), "last_error": self.last_error}
+
+
+def index_items(store: ConsolidationStore, embedder: Embedder, vectors: VectorStore, items: list[Item]) -> None:
+    """Embed items into their Chroma kind, then mark them indexed (a stop in between: embedded again)."""
+    embeddings = embedder.embed([item.text for item in items])
+    by_team: dict[str, list[VectorItem]] = {}
+    for item, vec in zip(items, embeddings):
+        meta = item_metadata(item.memory_id, item.agent_id, None, item.created_at, item.tags)
+        by_team.setdefault(item.team, []).append(
+            VectorItem(id=item.id, text=item.text, embedding=np.asarray(vec), metadata={**meta, "kind": "consolidated"}))
+    for team, batch in by_team.items():
+        vectors.upsert(team, batch)
+    store.mark_indexed([item.id for item in items])
 
 
 def _item(group: Group, text: str) -> Item:

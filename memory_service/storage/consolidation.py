@@ -188,10 +188,12 @@ class ConsolidationStore:
         with self.journal.reading() as conn:
             return int(conn.execute("SELECT COUNT(*) FROM consolidated").fetchone()[0])
 
-    def unindexed(self, limit: int) -> list[Item]:
-        """Items whose vector was never written (a stop between the commit and the upsert)."""
+    def unindexed(self, limit: int, team: str | None = None) -> list[Item]:
+        """Items whose vector was never written (a stop between the commit and the upsert, a reindex)."""
+        scope, args = ("AND team = ?", (team,)) if team is not None else ("", ())
         with self.journal.reading() as conn:
-            rows = conn.execute("SELECT id, team FROM consolidated WHERE indexed = 0 LIMIT ?", (limit,)).fetchall()
+            rows = conn.execute(f"SELECT id, team FROM consolidated WHERE indexed = 0 {scope} LIMIT ?",
+                                (*args, limit)).fetchall()
         out: list[Item] = []
         for team in {r[1] for r in rows}:
             out += self.items_by_ids(team, [r[0] for r in rows if r[1] == team]).values()
@@ -232,6 +234,12 @@ class ConsolidationStore:
             conn.executemany("INSERT INTO consolidated_sources (item_id, fact_id, memory_id) VALUES (?, ?, ?)",
                              sorted({(item.id, f, m) for f, m in item.sources}))
         return True
+
+    def mark_unindexed(self, team: str | None = None) -> None:
+        """Every item (of a team) to be embedded again: after its vectors were dropped (reindex)."""
+        scope, args = ("WHERE team = ?", (team,)) if team is not None else ("", ())
+        with self.journal.transaction() as conn:
+            conn.execute(f"UPDATE consolidated SET indexed = 0 {scope}", args)
 
     def mark_indexed(self, item_ids: list[str]) -> None:
         if item_ids:
