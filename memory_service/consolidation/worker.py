@@ -20,7 +20,7 @@ from ..config import Settings
 from ..extraction.errors import ExtractionError, LlmUnavailable
 from ..indexing import item_metadata
 from ..model_pool import ModelPool
-from ..storage.consolidation import DONE, FAILED, YIELDED, ConsolidationStore, Item
+from ..storage.consolidation import DONE, FAILED, INTERRUPTED, YIELDED, ConsolidationStore, Item
 from ..storage.embedder import Embedder
 from ..storage.vectors import VectorItem, VectorStore
 from . import summary
@@ -112,6 +112,9 @@ class Consolidator:
         except LlmUnavailable as exc:
             outcome, detail = FAILED, str(exc)
             await handle.went_down(str(exc))
+        except asyncio.CancelledError:
+            outcome, detail = INTERRUPTED, "the service stopped"
+            raise
         except BaseException as exc:
             outcome, detail = FAILED, repr(exc)
             raise
