@@ -56,7 +56,7 @@ class RecallQuery:
     team: str
     query: str
     k: int = 10
-    kinds: tuple[str, ...] = ("fact", "passage", "consolidated")
+    kinds: tuple[str, ...] = ("fact", "passage")  # "consolidated" only when asked for (see the README)
     agent_id: str | None = None  # only items of this agent
     tags: tuple[str, ...] = ()
     since: float | None = None

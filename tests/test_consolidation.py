@@ -173,8 +173,11 @@ def test_a_save_never_waits_behind_consolidation_and_items_cite_every_source(ser
         assert sorted(items[0]["source_memory_ids"]) == sorted(first + [third])
         assert items[0]["text"].startswith("Caroline: ") and "sunsets" in items[0]["text"]
         assert items[0]["fact_id"].startswith("c:")
+        every = client.post("/v1/recall", json={"query": "Caroline painting sunsets", "k": 10,
+                                                "kinds": ["fact", "passage", "consolidated"]}).json()["items"]
+        assert "consolidated" in {i["kind"] for i in every}
         default = client.post("/v1/recall", json={"query": "Caroline painting sunsets", "k": 10}).json()["items"]
-        assert "consolidated" in {i["kind"] for i in default}
+        assert "consolidated" not in {i["kind"] for i in default}  # asked for only
 
         # forgetting one source drops the item that cites it (the two facts left are consolidated again)
         assert client.delete(f"/v1/memories/{third}").status_code == 204

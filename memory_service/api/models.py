@@ -110,9 +110,9 @@ class RecallRequest(Strict):
     scope: Literal["team", "agent"] = "team"
     k: JsonInt = Field(default=10, ge=1, le=100)
     kinds: list[Literal["fact", "passage", "consolidated"]] = Field(
-        default_factory=lambda: ["fact", "passage", "consolidated"], min_length=1,
-        description="consolidated: one line per subject summing up its facts (MEMORY_CONSOLIDATE), with all "
-                    "their sources.")
+        default_factory=lambda: ["fact", "passage"], min_length=1,
+        description="consolidated (asked for explicitly): one line per subject summing up its facts "
+                    "(MEMORY_CONSOLIDATE), with all their sources.")
     tags: Tags = Field(default_factory=list, description="Items must carry all of these.")
     since: datetime | None = None
     until: datetime | None = None

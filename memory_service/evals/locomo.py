@@ -5,8 +5,8 @@ team per conversation, or one agent per conversation when only one API key is
 given), extraction is waited for, then every question (category 5,
 adversarial, skipped) is asked through POST /v1/recall with k=20 in three
 configurations in the same run: raw turns only (`kinds: ["passage"]`), facts
-only (`kinds: ["fact"]`), consolidated items only, facts and passages, and the product default (all
-three kinds). Items map back to
+only (`kinds: ["fact"]`), consolidated items only, the product default (facts and passages) and all
+three kinds. Items map back to
 turn ids through provenance (memory_id / source_memory_ids -> dia_id, from our
 own map of remember responses), so facts are judged by the turns they came
 from. Metrics: evidence recall@1/5/10/20, hit@10, MRR, overall and per category.
@@ -36,9 +36,9 @@ CUTOFFS = (1, 5, 10, 20)
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 SKIP_CATEGORIES = {5}
 # name -> `kinds` sent to /v1/recall (None: the product default, fields left out)
-# "facts+passages" is the default without consolidated items: the same run shows what consolidation adds
+# "all" adds consolidated items (MEMORY_CONSOLIDATE) to the default facts and passages: what they add
 CONFIGS: dict[str, list[str] | None] = {"passages": ["passage"], "facts": ["fact"], "consolidated": ["consolidated"],
-                                        "facts+passages": ["fact", "passage"], "default": None}
+                                        "default": None, "all": ["fact", "passage", "consolidated"]}
 # for comparison only: README of the data set, raw-turn MiniLM exact cosine, all 5 conversations (760 questions)
 PUBLISHED_BASELINE = {"recall@10": 0.493, "recall@10_date_prefixed": 0.522, "recall@5": 0.401,
                       "recall@20": 0.603, "mrr": 0.314, "questions": 760}
