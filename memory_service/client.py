@@ -92,7 +92,7 @@ class _Surface:
         return self._run(self._requests.get(memory_id))
 
     def recall(self, query: str, **options: Any) -> Any:
-        """RecallResponse; options: k, agent_id (searches only that agent), kinds, tags, since, until, min_score."""
+        """RecallResponse; options: k, agent_id (searches only that agent), kinds, tags, since, until, min_score, time_field."""
         return self._run(self._requests.recall(query, **options))
 
     def list(self, **filters: Any) -> Any:

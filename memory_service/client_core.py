@@ -152,10 +152,11 @@ class Requests:
 
     def recall(self, query: str, *, k: int = 10, agent_id: str | None = None, kinds: list[str] | None = None,
                tags: list[str] | None = None, since: datetime | str | None = None,
-               until: datetime | str | None = None, min_score: float | None = None) -> Call[RecallResponse]:
+               until: datetime | str | None = None, min_score: float | None = None,
+               time_field: str | None = None) -> Call[RecallResponse]:
         body = _drop_none({"query": query, "k": k, "agent_id": agent_id, "scope": "agent" if agent_id else "team",
                            "kinds": kinds, "tags": tags, "since": _iso(since), "until": _iso(until),
-                           "min_score": min_score})
+                           "min_score": min_score, "time_field": time_field})
         return Call("POST", "/v1/recall", _model(RecallResponse), json=body)
 
     def list(self, *, agent_id: str | None = None, run_id: str | None = None, status: str | None = None,

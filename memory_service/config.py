@@ -69,6 +69,9 @@ class Settings(BaseSettings):
     # held by a process that died goes to another worker after at most this long
     job_lease_s: float = Field(60.0, ge=1.0, le=3600)
     skip_small_talk: bool = True
+    # while no save waits, group each team's recent facts by subject and write one consolidated item per
+    # group (recall kind "consolidated"); yields to any save at once
+    consolidate: bool = False
     # earlier saves of the same run (or agent) shown to the model as past turns, so "it", "that" and
     # "yes" resolve: 1 to `saves` of them, each cut to its last `chars` characters. Off (0) by default:
     # with the default 0.5B model it made facts worse on the dev conversations (see the README)

@@ -3,6 +3,8 @@
 The journal marks them forgotten first (one transaction: reads skip them from then on), then their
 passage and fact vectors are removed, then the rows are purged. A crash between the steps leaves
 rows marked `deleted`; `finish_pending` (run at start-up and after every forget) completes them.
+A consolidated item citing a forgotten memory or a removed fact is dropped on the way (see
+storage/consolidation.py): no item outlives one of its sources.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import threading
 
 from .indexing import passage_windows
+from .storage.consolidation import ConsolidationStore, store_for
 from .storage.forget import Pending, mark_forgotten, pending, purge
 from .storage.journal import Journal
 from .storage.vectors import VectorStore
@@ -29,12 +32,24 @@ def finish_pending(journal: Journal, vectors: VectorStore) -> int:
         while True:
             todo: Pending = pending(journal)
             if not todo:
+                _purge_consolidated(store_for(journal), vectors)
                 return purged
+            consolidated = store_for(journal)
             for team in set(todo.memories) | set(todo.facts):
+                # consolidated items citing a forgotten memory or a removed fact go first (rows at once)
+                consolidated.drop_citing(team, [m for m, _ in todo.memories.get(team, [])], todo.facts.get(team, []))
                 ids = [i for memory_id, text in todo.memories.get(team, []) for i in passage_ids(memory_id, text)]
                 vectors.delete(team, ids + todo.facts.get(team, []))
+            _purge_consolidated(consolidated, vectors)
             purge(journal, todo)
             purged += sum(len(m) for m in todo.memories.values())
+
+
+def _purge_consolidated(store: ConsolidationStore, vectors: VectorStore) -> None:
+    """The vectors of dropped consolidated items (their rows are gone already: recall never shows them)."""
+    for team, ids in store.purges().items():
+        vectors.delete(team, ids)
+        store.purged(team, ids)
 
 
 def forget(journal: Journal, vectors: VectorStore, team: str, *, memory_ids: list[str] | None = None,

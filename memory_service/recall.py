@@ -20,7 +20,9 @@ import numpy as np
 from .indexing import PASSAGE_WINDOW_CHARS
 from .text import STOPWORDS, normalize
 from .storage.embedder import Embedder
+from .storage.consolidation import store_for
 from .storage.journal import Journal
+from .storage.occurred import occurred_times
 from .storage.vectors import VectorStore
 from .vector_search import FilteredVectors, VectorFilter
 
@@ -31,6 +33,8 @@ KEYWORD_BASE_WEIGHT = 0.5
 SIBLING_SUPPORT = 0.5  # share of the scores of items from the same saved text added to an item
 REPEAT_DECAY = 0.5  # each further item from an already-shown saved text keeps this share of its score
 QUERY_CACHE_SIZE = 1024
+# a window on occurred_at is applied after both legs (they index created_at): they look this much deeper
+OCCURRED_POOL_FACTOR = 4
 _QUERY_CACHE: "weakref.WeakKeyDictionary[Embedder, OrderedDict[str, np.ndarray]]" = weakref.WeakKeyDictionary()
 _QUERY_CACHE_LOCK = threading.Lock()
 
@@ -52,12 +56,13 @@ class RecallQuery:
     team: str
     query: str
     k: int = 10
-    kinds: tuple[str, ...] = ("fact", "passage")
+    kinds: tuple[str, ...] = ("fact", "passage")  # "consolidated" only when asked for (see the README)
     agent_id: str | None = None  # only items of this agent
     tags: tuple[str, ...] = ()
     since: float | None = None
     until: float | None = None
     min_score: float | None = None
+    time_field: str = "created_at"  # what since/until compare: the save time, or "occurred_at"
 
 
 @dataclass
@@ -103,6 +108,7 @@ class _Row:
     created_at: float
     tags: list[str]
     text: str
+    occurred_at: float | None = None  # read only for a window on occurred_at
 
 
 def _passes(row: _Row, q: RecallQuery) -> bool:
@@ -111,18 +117,23 @@ def _passes(row: _Row, q: RecallQuery) -> bool:
         return False
     if any(t not in row.tags for t in q.tags):
         return False
-    return not ((q.since is not None and row.created_at < q.since) or (q.until is not None and row.created_at > q.until))
+    when = row.created_at
+    if q.time_field == "occurred_at":
+        when = row.occurred_at if row.occurred_at is not None else row.created_at
+    return not ((q.since is not None and when < q.since) or (q.until is not None and when > q.until))
 
 
 def recall(q: RecallQuery, *, journal: Journal, vectors: VectorStore, embedder: Embedder,
            search: FilteredVectors) -> list[Hit]:
     """Vector and keyword search with the filters inside each, fused by rank; blocking (one thread hop)."""
-    pool = max(q.k * 3, 30)
-    flt = VectorFilter(q.agent_id, q.tags, q.since, q.until)
+    by_occurred = q.time_field == "occurred_at" and (q.since is not None or q.until is not None)
+    since, until = (None, None) if by_occurred else (q.since, q.until)
+    pool = max(q.k * 3, 30) * (OCCURRED_POOL_FACTOR if by_occurred else 1)
+    flt = VectorFilter(q.agent_id, q.tags, since, until)
     vector = _embed_query(embedder, q.query)
     found = {kind: search.search(q.team, kind, vector, pool, flt) for kind in q.kinds}
     keyword = journal.keyword_search(q.team, q.query, kinds=set(q.kinds), limit=pool, agent_id=q.agent_id,
-                                     tags=q.tags, since=q.since, until=q.until)
+                                     tags=q.tags, since=since, until=until)
 
     # every item either leg found, from the journal in one query per kind: a forgotten text or fact
     # (its vector not removed yet: a forget cut off by a crash, a job that raced it) is simply not there
@@ -134,14 +145,23 @@ def recall(q: RecallQuery, *, journal: Journal, vectors: VectorStore, embedder: 
     rows: dict[str, _Row] = {
         fid: _Row(f.memory_id, f.agent_id, f.created_at, f.tags, f.text) for fid, f in facts.items()
     }
+    # consolidated items: vector leg only; a dropped item (a source forgotten) has no row and is not shown
+    items = store_for(journal).items_by_ids(q.team, [i for i, _ in found.get("consolidated", [])])
+    for iid, item in items.items():
+        rows[iid] = _Row(item.memory_id, item.agent_id, item.created_at, item.tags, item.text, item.occurred_at)
     for mid, (agent_id, created_at, tags, text) in texts.items():
         rows["p:" + mid] = _Row(mid, agent_id, created_at, tags, text)
+    if by_occurred:
+        occurred = occurred_times(journal, q.team, [row.memory_id for key, row in rows.items() if key not in items])
+        for key, row in rows.items():
+            if key not in items:
+                row.occurred_at = occurred.get(row.memory_id)
 
     hits: dict[str, Hit] = {}
     for kind, ranked in found.items():  # one ranked list per kind: facts and passages don't crowd each other out
         rank = 0
         for item_id, similarity in ranked:
-            key = item_id if kind == "fact" else "p:" + _passage_memory(item_id)
+            key = "p:" + _passage_memory(item_id) if kind == "passage" else item_id
             row = rows.get(key)
             if row is None or not _passes(row, q):
                 continue
@@ -153,7 +173,7 @@ def recall(q: RecallQuery, *, journal: Journal, vectors: VectorStore, embedder: 
                     text = text[start:start + PASSAGE_WINDOW_CHARS]
                 hit = hits[key] = Hit(
                     key=key, kind=kind, text=text, memory_id=row.memory_id,
-                    fact_id=item_id if kind == "fact" else None, agent_id=row.agent_id,
+                    fact_id=None if kind == "passage" else item_id, agent_id=row.agent_id,
                     created_at=row.created_at, tags=list(row.tags), similarity=similarity,
                 )
             elif hit.similarity is not None and hit.similarity >= similarity:
@@ -188,9 +208,11 @@ def recall(q: RecallQuery, *, journal: Journal, vectors: VectorStore, embedder: 
     if q.min_score is not None:
         candidates = [h for h in candidates if h.similarity is not None and h.similarity >= q.min_score]
     ranked = diversify(candidates, q.k)
-    sources = journal.fact_sources([h.fact_id for h in ranked if h.fact_id])
+    sources = journal.fact_sources([h.fact_id for h in ranked if h.kind == "fact" and h.fact_id])
     for hit in ranked:
-        if hit.fact_id:
+        if hit.kind == "consolidated":
+            hit.source_memory_ids = items[hit.key].memory_ids
+        elif hit.fact_id:
             hit.source_memory_ids = list(dict.fromkeys(m for m, _, _ in sources.get(hit.fact_id, []))) or [hit.memory_id]
         else:
             hit.source_memory_ids = [hit.memory_id]

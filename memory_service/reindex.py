@@ -16,6 +16,7 @@ import json
 from dataclasses import dataclass
 
 from .indexing import index_passages, item_metadata
+from .storage.consolidation import store_for
 from .storage.embedder import Embedder
 from .storage.journal import DELETED, Journal, Memory
 from .storage.vectors import VectorItem, VectorStore
@@ -50,7 +51,20 @@ def reindex(journal: Journal, embedder: Embedder, vectors: VectorStore, *, team:
         index_passages(todo, embedder, vectors)
         journal.mark_indexed([m.id for m in todo])
         passages += len(todo)
-    return Reindexed(passages=passages, facts=_reindex_facts(journal, embedder, vectors, team, batch))
+    facts = _reindex_facts(journal, embedder, vectors, team, batch)
+    _reindex_consolidated(journal, embedder, vectors, team, batch)
+    return Reindexed(passages=passages, facts=facts)
+
+
+def _reindex_consolidated(journal: Journal, embedder: Embedder, vectors: VectorStore, team: str | None,
+                          batch: int) -> None:
+    """Consolidated items too: their rows stay, so their vectors must come back with the rest."""
+    from .consolidation.worker import index_items
+
+    store = store_for(journal)
+    store.mark_unindexed(team)
+    while todo := store.unindexed(batch, team):
+        index_items(store, embedder, vectors, todo)
 
 
 def _reindex_facts(journal: Journal, embedder: Embedder, vectors: VectorStore, team: str | None,

@@ -12,10 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .config import Settings
+from .consolidation.worker import Consolidator
 from .forgetting import finish_pending, forget
 from .metrics import Metrics
 from .model_handle import ModelHandle
 from .model_pool import ModelPool
+from .storage.consolidation import store_for
 from .storage.database import UNAVAILABLE, Database, open_database
 from .storage.datalock import DataDirBusy, DataDirLock
 from .storage.embedder import Embedder, load_embedder
@@ -58,6 +60,10 @@ class Services:
         self.metrics.watch(self)
         self.models.set_on_timings(self.metrics.llm_timings)  # before start(): every extractor counts its tokens
         self.passages = PassageIndexer(self.journal, self.embedder, self.vectors)
+        self.consolidator: Consolidator | None = None
+        if self.settings.consolidate:
+            self.consolidator = Consolidator(self.settings, store_for(self.journal), self.models, self.embedder,
+                                             self.vectors, holder=self.holder)
         # created before any write, so it sees them all (it listens to the vector store)
         self.search = FilteredVectors(self.journal, self.vectors)
 
@@ -106,6 +112,9 @@ class Services:
                 self._tasks.append(asyncio.create_task(extractor.run(workers), name=f"extract-{workers}"))
                 workers += 1
         log.info("started %d extraction worker(s) on %d llama-server(s)", workers, len(self.extractors))
+        if self.consolidator is not None:
+            self._tasks.append(asyncio.create_task(self.consolidator.run(), name="consolidate"))
+            log.info("consolidation on: runs while no save waits")
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -145,6 +154,14 @@ class Services:
         """Wake the workers: there is new work."""
         self.extractors[0].wake.set()  # the one event all workers share
         self.passages.wake.set()
+        if self.consolidator is not None:
+            self.consolidator.wake.set()  # its own event: a save must stop it even after a worker took the wake-up
+
+    def consolidation_status(self) -> dict[str, Any]:
+        """What /v1/stats shows of consolidation (blocking: call it in a thread)."""
+        if self.consolidator is None:
+            return {"enabled": False, "running": False, "items": store_for(self.journal).count(), "runs": []}
+        return self.consolidator.status()
 
     def job_counts(self) -> dict[str, int]:
         """Texts by extraction status, and active facts (blocking: the scrape calls it in a thread)."""

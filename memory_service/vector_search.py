@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from .indexing import window_starts
+from .storage.consolidation import store_for
 from .storage.journal import DELETED, Journal
 from .storage.vectors import KINDS, VectorItem, VectorStore, kind_of_id, tag_key
 
@@ -353,7 +354,9 @@ def _meta_of(meta: dict[str, Any]) -> tuple[str, tuple[str, ...], float]:
 
 
 def _journal_rows(journal: Journal, team: str, kind: str) -> list[tuple[str, str, tuple[str, ...], float]]:
-    """The vectors the journal says the team has: active facts, or the windows of live texts."""
+    """The vectors the journal says the team has: active facts, consolidated items, or the windows of live texts."""
+    if kind == "consolidated":
+        return store_for(journal).vector_rows(team)
     with journal.reading() as conn:
         if kind == "fact":
             rows = conn.execute("SELECT id, agent_id, tags, created_at FROM facts WHERE team = ? "

@@ -158,3 +158,22 @@ def test_directory_follows_writes_and_forgets_after_it_is_loaded(stores):
                         if h.similarity is not None}
     forget(stores.journal, stores.vectors, TEAM, agent_id="small")
     assert stores.recall("boiler room key", k=3, agent_id="small") == []
+
+
+def test_since_until_can_filter_on_when_it_happened(stores):
+    # saved the same second, told of different days: occurred_at decides; absent, the save time counts
+    may = stores.journal.insert(team=TEAM, agent_id="a", text="Caroline went to the support group meeting",
+                                run_id=None, tags=[], metadata={}, idempotency_key=None, budget_s=60.0, now=5000.0,
+                                occurred_at=1000.0, occurred_day="1970-01-01")[0]
+    june = stores.journal.insert(team=TEAM, agent_id="a", text="Caroline went to the adoption agency meeting",
+                                 run_id=None, tags=[], metadata={}, idempotency_key=None, budget_s=60.0, now=5000.0,
+                                 occurred_at=3000.0, occurred_day="1970-01-01")[0]
+    plain = stores.save("Caroline went to the pottery class meeting", "a", now=5000.0)
+    index_passages([may, june], stores.embedder, stores.vectors)
+    stores.journal.mark_indexed([may.id, june.id])
+    ids = lambda **kw: {h.memory_id for h in stores.recall("Caroline meeting", k=10, **kw)}  # noqa: E731
+    assert ids(since=2000.0, until=4000.0, time_field="occurred_at") == {june.id}
+    assert ids(until=2000.0, time_field="occurred_at") == {may.id}
+    assert ids(since=4000.0, time_field="occurred_at") == {plain.id}
+    assert ids(since=2000.0, until=4000.0) == set()  # the save time: all three were saved at 5000
+    assert ids(since=4000.0) == {may.id, june.id, plain.id}

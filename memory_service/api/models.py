@@ -109,10 +109,16 @@ class RecallRequest(Strict):
     agent_id: AgentId | None = None
     scope: Literal["team", "agent"] = "team"
     k: JsonInt = Field(default=10, ge=1, le=100)
-    kinds: list[Literal["fact", "passage"]] = Field(default_factory=lambda: ["fact", "passage"], min_length=1)
+    kinds: list[Literal["fact", "passage", "consolidated"]] = Field(
+        default_factory=lambda: ["fact", "passage"], min_length=1,
+        description="consolidated (asked for explicitly): one line per subject summing up its facts "
+                    "(MEMORY_CONSOLIDATE), with all their sources.")
     tags: Tags = Field(default_factory=list, description="Items must carry all of these.")
     since: datetime | None = None
     until: datetime | None = None
+    time_field: Literal["created_at", "occurred_at"] = Field(
+        default="created_at", description="What since/until compare: when the text was saved, or when what it "
+                                          "tells happened (its `occurred_at`; a text saved without one: its save time).")
     min_score: JsonFloat | None = Field(default=None, ge=-1, le=1, description="Minimum cosine similarity of an item to the query.")
 
     @field_validator("query")
@@ -124,13 +130,13 @@ class RecallRequest(Strict):
 
 
 class RecallItem(BaseModel):
-    kind: Literal["fact", "passage"]
+    kind: Literal["fact", "passage", "consolidated"]
     text: str
     score: float = Field(description="Rank-fusion score of vector and keyword search; higher is better.")
     similarity: float | None = Field(description="Cosine similarity to the query, when the vector search found it.")
     memory_id: str
     source_memory_ids: list[str]
-    fact_id: str | None = None
+    fact_id: str | None = Field(default=None, description="The fact's id; for a consolidated item, its id (c:...).")
     agent_id: str
     created_at: datetime
     tags: list[str]
@@ -264,7 +270,18 @@ class ReadyOut(BaseModel):
     storage: StorageOut
 
 
+class ConsolidationOut(BaseModel):
+    enabled: bool
+    running: bool = Field(description="A consolidation model call or write is in progress now.")
+    items: int = Field(description="Consolidated items stored (all teams).")
+    runs: list[dict[str, Any]] = Field(default_factory=list, description="The latest passes, newest first: "
+                                       "started_at, ended_at, outcome (running, done, yielded, interrupted, "
+                                       "failed), groups_due, written, removed.")
+    last_error: str | None = None
+
+
 class StatsOut(BaseModel):
     jobs: JobCounts
     throughput: ThroughputOut
     model_ready: bool
+    consolidation: ConsolidationOut

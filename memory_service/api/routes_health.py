@@ -73,7 +73,8 @@ def _server(model: ModelHandle, throughput: bool = False) -> dict[str, Any]:
 async def stats(services: ServicesDep) -> dict:
     """Jobs by status, the measured model speed and readiness, as JSON (for people and scripts)."""
     counts = await asyncio.to_thread(services.journal.counts)
-    return {"jobs": counts, "throughput": services.model.throughput.snapshot(), "model_ready": services.model.ready}
+    return {"jobs": counts, "throughput": services.model.throughput.snapshot(), "model_ready": services.model.ready,
+            "consolidation": await asyncio.to_thread(services.consolidation_status)}
 
 
 @router.get("/metrics", response_class=Response,

@@ -29,7 +29,7 @@ async def recall_route(body: RecallRequest, team: Team, services: ServicesDep) -
     query = RecallQuery(
         team=team, query=body.query, k=body.k, kinds=tuple(dict.fromkeys(body.kinds)),
         agent_id=body.agent_id if body.scope == "agent" else None, tags=tuple(body.tags),
-        since=since, until=until, min_score=body.min_score,
+        since=since, until=until, min_score=body.min_score, time_field=body.time_field,
     )
     hits = await asyncio.to_thread(
         recall, query, journal=services.journal, vectors=services.vectors, embedder=services.embedder,

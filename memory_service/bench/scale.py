@@ -174,7 +174,7 @@ def run(*, llm_url: str | None, quick: bool = False, model: str = "default",
         if tmp:
             stack.callback(tmp.cleanup)
         pg = PostgresCluster(root / "postgres").start()
-        stack.callback(pg.stop)
+        stack.callback(pg.remove)
         chroma = ChromaServer(root / "chroma-server", root / "chroma-server.log").start()
         stack.callback(chroma.stop)
         if llm_url is None:

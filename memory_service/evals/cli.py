@@ -64,8 +64,9 @@ def run_eval(args: argparse.Namespace) -> int:
             team_keys = {key: f"{scope.split(':', 1)[0]}-{label}-{n}"
                          for n, ((scope, label), key) in enumerate(keys.items()) if key}
             _progress(f"starting a service (model {model}) in a temp data dir")
+            env = {"MEMORY_CONSOLIDATE": "1"} if getattr(args, "consolidate", False) else None
             service = common.ServiceRunner(Path(tmp.name) / "data", api_keys=team_keys, llm_url=llm_url,
-                                                 model=model).start()
+                                           model=model, env=env).start()
             service.wait_model_ready()
             url = service.url
         ready = _ready(url)

@@ -5,7 +5,8 @@ team per conversation, or one agent per conversation when only one API key is
 given), extraction is waited for, then every question (category 5,
 adversarial, skipped) is asked through POST /v1/recall with k=20 in three
 configurations in the same run: raw turns only (`kinds: ["passage"]`), facts
-only (`kinds: ["fact"]`) and the product default (both). Items map back to
+only (`kinds: ["fact"]`), consolidated items only, the product default (facts and passages) and all
+three kinds. Items map back to
 turn ids through provenance (memory_id / source_memory_ids -> dia_id, from our
 own map of remember responses), so facts are judged by the turns they came
 from. Metrics: evidence recall@1/5/10/20, hit@10, MRR, overall and per category.
@@ -35,7 +36,9 @@ CUTOFFS = (1, 5, 10, 20)
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 SKIP_CATEGORIES = {5}
 # name -> `kinds` sent to /v1/recall (None: the product default, fields left out)
-CONFIGS: dict[str, list[str] | None] = {"passages": ["passage"], "facts": ["fact"], "default": None}
+# "all" adds consolidated items (MEMORY_CONSOLIDATE) to the default facts and passages: what they add
+CONFIGS: dict[str, list[str] | None] = {"passages": ["passage"], "facts": ["fact"], "consolidated": ["consolidated"],
+                                        "default": None, "all": ["fact", "passage", "consolidated"]}
 # for comparison only: README of the data set, raw-turn MiniLM exact cosine, all 5 conversations (760 questions)
 PUBLISHED_BASELINE = {"recall@10": 0.493, "recall@10_date_prefixed": 0.522, "recall@5": 0.401,
                       "recall@20": 0.603, "mrr": 0.314, "questions": 760}
@@ -350,6 +353,28 @@ def embedding_baseline(conversations: list[Conversation]) -> list[dict[str, Any]
     return rows
 
 
+def wait_consolidated(client: httpx.Client, timeout_s: float, settle_s: float = 8.0) -> dict[str, Any]:
+    """When the service consolidates: until no pass runs and the item count held for `settle_s` (a pass with
+    nothing due writes no run); the last stats either way."""
+    deadline = time.monotonic() + timeout_s
+    last: dict[str, Any] = {}
+    seen: tuple | None = None
+    stable_since = time.monotonic()
+    while time.monotonic() < deadline:
+        last = client.get("/v1/stats").json().get("consolidation") or {}
+        if not last.get("enabled"):
+            return last
+        runs = last.get("runs") or []
+        now = (last.get("items"), len(runs), runs[0].get("id") if runs else None, runs[0].get("outcome") if runs else None)
+        busy = last.get("running") or (runs and runs[0].get("outcome") == "running")
+        if busy or now != seen:
+            seen, stable_since = now, time.monotonic()
+        elif time.monotonic() - stable_since >= settle_s:
+            return last
+        time.sleep(2.0)
+    return last
+
+
 def run(
     conversations: list[Conversation],
     *,
@@ -376,7 +401,10 @@ def run(
         ready = wait_queue_empty(url, extraction_timeout_s or max(600.0, total_turns * 30.0),
                                  progress="locomo extraction", total=total_turns)
         extraction_s = time.monotonic() - started - ingest_s
-        _log(f"extraction finished in {extraction_s:.0f}s; asking questions")
+        _log(f"extraction finished in {extraction_s:.0f}s")
+        consolidation = wait_consolidated(clients[conversations[0].sample_id],
+                                          extraction_timeout_s or max(600.0, total_turns * 10.0))
+        _log(f"consolidation: {consolidation}; asking questions")
         per_conv: list[dict[str, Any]] = []
         all_rows: dict[str, list[dict[str, Any]]] = {name: [] for name in CONFIGS}
         all_lat: dict[str, list[float]] = {name: [] for name in CONFIGS}
@@ -433,6 +461,7 @@ def run(
                      "isolation": isolation, "skip_categories": sorted(SKIP_CATEGORIES),
                      "text_format": "[<session date>] <speaker>: <text> (shared a photo: <blip_caption>)"},
         "ready_after_extraction": {k: ready.get(k) for k in ("model_server", "jobs", "throughput", "extract_budget_s")},
+        "consolidation": consolidation,
         "timing_s": {"ingest": round(ingest_s, 1), "extraction_wait": round(extraction_s, 1),
                      "questions": round(questions_s, 1), "total": round(time.monotonic() - started, 1)},
         "sample_rows": {name: all_rows[name][:5] for name in CONFIGS},

@@ -43,7 +43,7 @@ class VectorHit:
     metadata: dict[str, Any]
 
 
-KINDS = ("passage", "fact")
+KINDS = ("passage", "fact", "consolidated")
 
 
 class VectorListener(Protocol):
@@ -60,10 +60,12 @@ def collection_name(team: str, kind: str) -> str:
     return f"team_{hashlib.sha256(team.encode()).hexdigest()[:40]}_{kind}"
 
 
-OUR_COLLECTION = re.compile(r"^team_[0-9a-f]{40}_(passage|fact)$")
+OUR_COLLECTION = re.compile(r"^team_[0-9a-f]{40}_(passage|fact|consolidated)$")
 
 
 def kind_of_id(item_id: str) -> str:
+    if item_id.startswith("c:"):
+        return "consolidated"
     return "fact" if item_id.startswith("f:") else "passage"
 
 

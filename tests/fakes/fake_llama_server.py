@@ -181,6 +181,9 @@ class Settings:
     tool_style: str = "hermes"  # tool_call: "hermes" (<tool_call>{json}) or "qwen_xml" (<function=...>)
     drop_style: str = "close"  # drop: "close" (no response) or "partial" (headers + half a body)
     content: str | None = None  # ok: reply with exactly this content instead of facts JSON
+    # any mode: a chat request whose messages contain this text takes a slot and holds it until the client
+    # leaves (a long request that only a disconnect ends, as llama-server cancels a task whose client left)
+    hang_when: str | None = None
 
     def check(self) -> None:
         if self.mode not in MODES:
@@ -619,6 +622,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         try:
+            if settings.hang_when and settings.hang_when in json.dumps(body.get("messages"), ensure_ascii=False):
+                self.fake._held += 1
+                self._wait(None)
+                self.fake._held -= 1
+                self.close_connection = True
+                return
             if body.get("stream"):
                 self._stream(body, reply, prompt_n, predicted_n, tokens_per_s)
                 return
@@ -761,6 +770,7 @@ class FakeLlamaServer:
         self._lock = threading.Lock()
         self._failures_left = fail_count_of(self._settings)
         self._slots = threading.BoundedSemaphore(slots)
+        self._held = 0  # requests held by `hang_when` right now
         self._last_prompt = ""
         self._stop_event = threading.Event()
         self._server: _Server | None = None
@@ -838,6 +848,7 @@ class FakeLlamaServer:
         with self._lock:
             state = asdict(self._settings)
         state["slots"] = self.slots
+        state["held"] = self._held
         return state
 
     def recorded(self) -> list[dict[str, Any]]:
