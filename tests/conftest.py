@@ -20,6 +20,8 @@ from chroma_server import ChromaServer
 from memory_service.api.app import create_app
 from memory_service.bench.common import ServiceRunner
 from memory_service.bench.postgres import PostgresCluster
+from memory_service.storage.database import Database, PostgresDatabase, SqliteDatabase
+from memory_service.storage.journal import Journal
 from memory_service.config import Settings
 from memory_service.services import Services
 from memory_service.llm_runtime.models import ensure_model
@@ -52,6 +54,22 @@ def pg_cluster(tmp_path_factory) -> Iterator[PostgresCluster]:
 def postgres_url(pg_cluster: PostgresCluster) -> str:
     """A fresh, empty database on the session's cluster."""
     return pg_cluster.create_database()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+    """The same storage contract on both backends: a SQLite file, then a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        db: Database = SqliteDatabase(tmp_path / "journal.sqlite3")
+    else:
+        db = PostgresDatabase(request.getfixturevalue("postgres_url"))
+    yield db
+    db.close()
+
+
+@pytest.fixture
+def journal(database: Database) -> Journal:
+    return Journal(database)
 
 
 @pytest.fixture(scope="session")

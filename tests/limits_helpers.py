@@ -11,9 +11,11 @@ import sqlite3
 import ssl
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Callable
 
 import httpx
 import uvicorn
@@ -95,3 +97,15 @@ def dump(db_path: Path) -> list[tuple[str, list[tuple[object, ...]]]]:
 
 def utc(text: str) -> datetime:
     return datetime.fromisoformat(text).astimezone(timezone.utc)
+
+
+def concurrently(calls: list[Callable[[], httpx.Response]]) -> list[httpx.Response]:
+    """Run every call on its own thread, released together by a barrier."""
+    barrier = threading.Barrier(len(calls))
+
+    def run(call: Callable[[], httpx.Response]) -> httpx.Response:
+        barrier.wait()
+        return call()
+
+    with ThreadPoolExecutor(len(calls)) as pool:
+        return list(pool.map(run, calls))

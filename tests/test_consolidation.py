@@ -9,17 +9,14 @@ default model.
 from __future__ import annotations
 
 import time
-from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import httpx
-import pytest
 
 from memory_service.consolidation import summary
 from memory_service.consolidation.groups import GROUP_MAX_FACTS, group_facts, subject_of
 from memory_service.storage.consolidation import DONE, INTERRUPTED, YIELDED, ConsolidationStore, Item, SourceFact
 from memory_service.storage.forget import mark_forgotten
-from memory_service.storage.database import Database, PostgresDatabase, SqliteDatabase
 from memory_service.storage.journal import FactPlan, Journal, NewFact
 from tests.conftest import wait_status
 from tests.fakes.fake_llama_server import FakeLlamaServer
@@ -64,14 +61,6 @@ def test_a_point_must_be_made_of_the_facts_words_and_no_fact_is_lost():
 
 
 # ---------------------------------------------------------------- storage, SQLite and PostgreSQL
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def journal(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Journal]:
-    db: Database = SqliteDatabase(tmp_path / "journal.sqlite3") if request.param == "sqlite" \
-        else PostgresDatabase(request.getfixturevalue("postgres_url"))
-    yield Journal(db)
-    db.close()
 
 
 def _with_fact(journal: Journal, text: str, fid: str) -> str:

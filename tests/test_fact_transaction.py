@@ -9,13 +9,11 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 from memory_service.extraction.grounding import GroundedFact
 from memory_service.indexing import decide_facts
-from memory_service.storage.database import Database, PostgresDatabase, SqliteDatabase
 from memory_service.storage.embedder import Embedder, load_embedder
 from memory_service.storage.journal import DONE, Journal, Memory
 from memory_service.storage.vectors import VectorStore
@@ -25,16 +23,6 @@ from memory_service.worker import PassageIndexer, write_fact_vectors
 @pytest.fixture(scope="module")
 def embedder() -> Embedder:
     return load_embedder("onnx")
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def journal(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Journal]:
-    if request.param == "sqlite":
-        db: Database = SqliteDatabase(tmp_path / "journal.sqlite3")
-    else:
-        db = PostgresDatabase(request.getfixturevalue("postgres_url"))
-    yield Journal(db)
-    db.close()
 
 
 @pytest.fixture

@@ -5,16 +5,14 @@ Every test of the `env` fixture runs on both backends: the same contract.
 
 from __future__ import annotations
 
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import httpx
 import pytest
 
-from limits_helpers import Clock, Server, dump, make_app, utc
+from limits_helpers import Clock, Server, concurrently, dump, make_app, utc
 from memory_service import limits_cli
 from memory_service.storage.database import PostgresDatabase
 from memory_service.storage.limits import LimitStore
@@ -69,18 +67,6 @@ def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Env]:
     e = Env(tmp_path, url)
     yield e
     e.close()
-
-
-def concurrently(calls: list[Callable[[], httpx.Response]]) -> list[httpx.Response]:
-    """Run every call on its own thread, released together by a barrier."""
-    barrier = threading.Barrier(len(calls))
-
-    def run(call: Callable[[], httpx.Response]) -> httpx.Response:
-        barrier.wait()
-        return call()
-
-    with ThreadPoolExecutor(len(calls)) as pool:
-        return list(pool.map(run, calls))
 
 
 # ---------------------------------------------------------------- atomicity

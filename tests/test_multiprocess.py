@@ -13,13 +13,14 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 import httpx
 import psycopg
 import pytest
 
 from memory_service.bench.common import AGENT_TEXTS
+from limits_helpers import concurrently
 from memory_service.bench.group import ServiceGroup, shared_env
 
 LEASE_S = 4.0
@@ -29,18 +30,6 @@ PROCESSES = 3
 def deployment(tmp: Path, database_url: str, chroma_url: str, llm_url: str, keys: dict[str, str]) -> ServiceGroup:
     env = {**shared_env(database_url, chroma_url, LEASE_S), "MEMORY_LOG_LEVEL": "INFO", "MEMORY_RETRY_BASE_S": "0.2"}
     return ServiceGroup(tmp, PROCESSES, api_keys=keys, llm_url=llm_url, env=env, model="tiny")
-
-
-def concurrently(calls: list[Callable[[], httpx.Response]]) -> list[httpx.Response]:
-    """Every call on its own thread, released together by a barrier."""
-    barrier = threading.Barrier(len(calls))
-
-    def run(call: Callable[[], httpx.Response]) -> httpx.Response:
-        barrier.wait()
-        return call()
-
-    with ThreadPoolExecutor(len(calls)) as pool:
-        return list(pool.map(run, calls))
 
 
 class Teams:

@@ -1,4 +1,5 @@
-"""One storage contract, two backends: every test here runs on SQLite and on a real PostgreSQL.
+"""One storage contract, two backends: every test here runs on SQLite and on a real PostgreSQL
+(the `database` and `journal` fixtures of conftest).
 
 The journal (texts, jobs, facts, keyword search), listing, forgetting and export behave the same
 whichever database holds them; limits and the handled ledger are covered the same way in test_limits.
@@ -9,30 +10,12 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Iterator
-
-import pytest
 
 from memory_service.storage.catalog import ListFilter, export_records, facets, list_memories
-from memory_service.storage.database import Database, PostgresDatabase, SqliteDatabase
+from memory_service.storage.database import Database
 from memory_service.storage.forget import mark_forgotten, pending, purge
 from memory_service.storage.journal import DONE, EXTRACTING, FAILED, LOST, QUEUED, FactPlan, Journal, NewFact
 from memory_service.storage.keys import KeyStore
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
-    if request.param == "sqlite":
-        db: Database = SqliteDatabase(tmp_path / "journal.sqlite3")
-    else:
-        db = PostgresDatabase(request.getfixturevalue("postgres_url"))
-    yield db
-    db.close()
-
-
-@pytest.fixture
-def journal(database: Database) -> Journal:
-    return Journal(database)
 
 
 def save(journal: Journal, text: str, *, team: str = "a", agent: str = "bot", key: str | None = None,

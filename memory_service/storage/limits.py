@@ -160,33 +160,8 @@ CREATE TABLE IF NOT EXISTS handled (
 CREATE INDEX IF NOT EXISTS handled_expires ON handled (expires_us) WHERE expires_us IS NOT NULL;
 """
 
-# PostgreSQL: the same tables; microsecond clocks need 64-bit integers.
-_POSTGRES_SCHEMA = """
-CREATE TABLE IF NOT EXISTS limit_defs (
-    team TEXT NOT NULL, name TEXT NOT NULL,
-    daily_limit BIGINT NOT NULL, timezone TEXT NOT NULL, per TEXT NOT NULL,
-    created_us BIGINT NOT NULL, updated_us BIGINT NOT NULL,
-    PRIMARY KEY (team, name)
-);
-CREATE TABLE IF NOT EXISTS limit_usage (
-    team TEXT NOT NULL, name TEXT NOT NULL, day TEXT NOT NULL, agent_id TEXT NOT NULL,
-    used BIGINT NOT NULL,
-    PRIMARY KEY (team, name, day, agent_id)
-);
-CREATE TABLE IF NOT EXISTS limit_idempotency (
-    team TEXT NOT NULL, name TEXT NOT NULL, day TEXT NOT NULL, idem_key TEXT NOT NULL,
-    agent_id TEXT NOT NULL, amount BIGINT NOT NULL, response TEXT NOT NULL, created_us BIGINT NOT NULL,
-    PRIMARY KEY (team, name, day, idem_key)
-);
-CREATE INDEX IF NOT EXISTS limit_idempotency_created ON limit_idempotency (created_us);
-CREATE TABLE IF NOT EXISTS handled (
-    team TEXT NOT NULL, agent_id TEXT NOT NULL, key TEXT NOT NULL,
-    first_seen_us BIGINT NOT NULL, last_seen_us BIGINT NOT NULL,
-    seen_count BIGINT NOT NULL, expires_us BIGINT,
-    PRIMARY KEY (team, agent_id, key)
-);
-CREATE INDEX IF NOT EXISTS handled_expires ON handled (expires_us) WHERE expires_us IS NOT NULL
-"""
+# PostgreSQL: the same tables; microsecond clocks need 64-bit integers, and every table has a primary key.
+_POSTGRES_SCHEMA = _SCHEMA.replace(" WITHOUT ROWID", "").replace("INTEGER", "BIGINT")
 
 # Adds `amount` only while the day's total stays within the limit; no row back = denied.
 _CONSUME = """
