@@ -308,12 +308,20 @@ def extraction_stats(client: httpx.Client, memory_ids: list[str]) -> dict[str, A
     }
 
 
+def configs_for(consolidation: dict[str, Any]) -> dict[str, list[str] | None]:
+    """The recall modes worth asking: those naming consolidated items only when the service consolidated."""
+    if consolidation.get("enabled"):
+        return CONFIGS
+    return {name: kinds for name, kinds in CONFIGS.items() if name not in ("consolidated", "all")}
+
+
 def ask(client: httpx.Client, conv: Conversation, memory_to_dia: dict[str, str], isolation: str,
+        configs: dict[str, list[str] | None] = CONFIGS,
         ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[float]]]:
-    rows: dict[str, list[dict[str, Any]]] = {name: [] for name in CONFIGS}
-    latencies: dict[str, list[float]] = {name: [] for name in CONFIGS}
+    rows: dict[str, list[dict[str, Any]]] = {name: [] for name in configs}
+    latencies: dict[str, list[float]] = {name: [] for name in configs}
     for question in conv.questions:
-        for name, kinds in CONFIGS.items():
+        for name, kinds in configs.items():
             body: dict[str, Any] = {"query": question.question, "k": K}
             if kinds is not None:
                 body["kinds"] = kinds
@@ -405,31 +413,32 @@ def run(
         consolidation = wait_consolidated(clients[conversations[0].sample_id],
                                           extraction_timeout_s or max(600.0, total_turns * 10.0))
         _log(f"consolidation: {consolidation}; asking questions")
+        configs = configs_for(consolidation)
         per_conv: list[dict[str, Any]] = []
-        all_rows: dict[str, list[dict[str, Any]]] = {name: [] for name in CONFIGS}
-        all_lat: dict[str, list[float]] = {name: [] for name in CONFIGS}
+        all_rows: dict[str, list[dict[str, Any]]] = {name: [] for name in configs}
+        all_lat: dict[str, list[float]] = {name: [] for name in configs}
         q_started = time.monotonic()
         for conv in conversations:
             client = clients[conv.sample_id]
             stats = extraction_stats(client, list(maps[conv.sample_id]))
-            rows, latencies = ask(client, conv, maps[conv.sample_id], isolation)
-            for name in CONFIGS:
+            rows, latencies = ask(client, conv, maps[conv.sample_id], isolation, configs)
+            for name in configs:
                 all_rows[name] += rows[name]
                 all_lat[name] += latencies[name]
             per_conv.append({
                 "sample_id": conv.sample_id, "turns": len(conv.turns), "questions": len(conv.questions),
                 "skipped_questions": conv.skipped, "extraction": stats,
-                "recall@10": {name: aggregate(rows[name])["overall"].get("recall@10") for name in CONFIGS},
+                "recall@10": {name: aggregate(rows[name])["overall"].get("recall@10") for name in configs},
             })
             _log(f"{conv.sample_id}: {len(conv.questions)} questions, recall@10 "
-                 + ", ".join(f"{n} {per_conv[-1]['recall@10'][n]}" for n in CONFIGS))
+                 + ", ".join(f"{n} {per_conv[-1]['recall@10'][n]}" for n in configs))
         questions_s = time.monotonic() - q_started
     finally:
         for client in clients.values():
             client.close()
 
     results = {name: {**aggregate(all_rows[name]), "recall_latency": latency_summary(all_lat[name])}
-               for name in CONFIGS}
+               for name in configs}
     _log("computing the embedding baseline (raw turns, MiniLM, exact cosine) in-process")
     results["embedding_baseline"] = aggregate(embedding_baseline(conversations))
     default_r10 = results["default"]["overall"].get("recall@10")
@@ -457,14 +466,14 @@ def run(
             },
         },
         "published_baseline": PUBLISHED_BASELINE,
-        "settings": {"k": K, "configs": {n: (k or "default (fact+passage)") for n, k in CONFIGS.items()},
+        "settings": {"k": K, "configs": {n: (k or "default (fact+passage)") for n, k in configs.items()},
                      "isolation": isolation, "skip_categories": sorted(SKIP_CATEGORIES),
                      "text_format": "[<session date>] <speaker>: <text> (shared a photo: <blip_caption>)"},
         "ready_after_extraction": {k: ready.get(k) for k in ("model_server", "jobs", "throughput", "extract_budget_s")},
         "consolidation": consolidation,
         "timing_s": {"ingest": round(ingest_s, 1), "extraction_wait": round(extraction_s, 1),
                      "questions": round(questions_s, 1), "total": round(time.monotonic() - started, 1)},
-        "sample_rows": {name: all_rows[name][:5] for name in CONFIGS},
+        "sample_rows": {name: all_rows[name][:5] for name in configs},
     }
 
 
