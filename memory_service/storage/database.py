@@ -167,7 +167,10 @@ class _PgConn:
 class PostgresDatabase(Database):
     dialect: Dialect = "postgresql"
 
-    def __init__(self, url: str, *, max_size: int = 8) -> None:
+    # a worker storing facts holds up to three at once (the team's decision lock, its reads, the commit),
+    # next to the API's requests and the passage indexer: 16 a process, well under PostgreSQL's default 100
+    # connections for a few processes
+    def __init__(self, url: str, *, max_size: int = 16) -> None:
         if psycopg is None:  # pragma: no cover
             raise RuntimeError("MEMORY_DATABASE_URL needs the psycopg package: pip install 'psycopg[binary,pool]'")
         from psycopg_pool import ConnectionPool
