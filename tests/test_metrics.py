@@ -154,8 +154,10 @@ def test_extraction_outcomes_tokens_and_facts(client: httpx.Client, fake: FakeLl
 
 def test_stats_is_the_json_summary(client: httpx.Client) -> None:
     body = client.get("/v1/stats").json()
-    assert set(body) == {"jobs", "throughput", "model_ready"}
+    assert set(body) == {"jobs", "throughput", "model_ready", "consolidation"}
     assert body["model_ready"] is True and body["jobs"]["done"] >= 1
+    # Consolidation is off by default: reported, never running.
+    assert body["consolidation"]["enabled"] is False and body["consolidation"]["running"] is False
 
 
 def test_json_logs_carry_the_request_id_it_answered_with(client: httpx.Client, service: ServiceProcess) -> None:
