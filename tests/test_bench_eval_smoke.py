@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from memory_service.bench import common, limits, transfer
+from memory_service.bench import common, consolidation, limits, transfer
 from memory_service.bench.common import goal, percentile
 from memory_service.evals import locomo
 from memory_service.evals import personaext as persona
@@ -157,6 +157,24 @@ def test_transfer_benchmark_quick_mode(tmp_path: Path) -> None:
     assert after["forgotten"] == 170 and after["list_count"] == after["export_count"] == 330
     assert after["recall_control_found"] > 0  # recall works at all, so finding no forgotten id means something
     common.save_plot(transfer.plot, result, tmp_path / "transfer.png")
+
+
+def test_consolidation_benchmark_seed_gives_every_subject_a_group_due() -> None:
+    """The seed must keep consolidation busy: one group per subject, each fact grounded in its memory's text."""
+    from memory_service.consolidation.groups import group_facts
+    from memory_service.storage.consolidation import SourceFact
+
+    lines = consolidation.records(1_700_000_000.0)
+    facts = []
+    for line in lines:
+        for fact in line["facts"]:
+            (start, end), = fact["spans"]
+            assert line["text"][start:end] == fact["text"]
+            facts.append(SourceFact(id=fact["id"], agent_id=line["agent_id"], text=fact["text"], tags=[],
+                                    created_at=fact["created_at"], memory_ids=[line["id"]]))
+    groups = group_facts("t", facts)
+    assert sorted(g.subject for g in groups) == sorted(consolidation.SUBJECTS)
+    assert all(len(g.facts) == consolidation.FACTS_PER_SUBJECT for g in groups)
 
 
 SYNTHETIC = [{

@@ -1,11 +1,10 @@
 """`memory-service bench`: the benchmark suite, each figure printed beside its goal.
 
-Runs the benchmarks of this package (extraction, remember, recall, limits, transfer, rss, scale;
-each also runnable alone as `python -m memory_service.bench.<name>`) in one
-process tree with one shared llama-server (default model), so every benchmark
-on a noisy shared machine is compared with a baseline measured in the same run.
-Writes one JSON and one PNG per benchmark into --out (PNGs need the `bench`
-extra), plus summary.json with every goal and its verdict.
+Runs the benchmarks of this package (extraction, remember, consolidation, recall, limits, transfer,
+rss, scale; each also runnable alone as `python -m memory_service.bench.<name>`) in one process
+tree with one shared llama-server (default model), so every benchmark on a noisy shared machine is
+compared with a baseline measured in the same run. Writes one JSON and one PNG per benchmark into
+--out (PNGs need the `bench` extra), plus summary.json with every goal and its verdict.
 --quick shrinks sizes (1k/10k facts, 500 memories to list/export/forget, fewer requests) for a smoke run.
 """
 
@@ -21,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from . import common, extraction, recall, remember, rss, scale, transfer
+from . import common, consolidation, extraction, recall, remember, rss, scale, transfer
 from .options import add_bench_arguments
 
 LIMITS_CONCURRENCY = 32
@@ -110,6 +109,8 @@ def run_bench(args: argparse.Namespace) -> int:
                 ("extraction", lambda: extraction.run(quick=quick, workdir=workdir), extraction.plot),
                 ("remember", lambda: remember.run(llm_url=llama.url, quick=quick, workdir=workdir),
                  remember.plot),
+                ("consolidation", lambda: consolidation.run(llm_url=llama.url, quick=quick, workdir=workdir),
+                 consolidation.plot),
                 ("recall", lambda: recall.run(quick=quick, workdir=workdir), recall.plot),
                 ("limits", lambda: run_limits(llama.url, quick, workdir), plot_limits),
                 ("transfer", lambda: transfer.run(quick=quick, workdir=workdir), transfer.plot),
