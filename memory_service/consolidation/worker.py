@@ -2,9 +2,10 @@
 
 Between groups it looks for a save (the wake event every save sets, and the journal's queue, which other
 processes write too); while a model call is in flight it keeps looking and, when one arrives, cancels the
-call: closing the request makes llama-server free its slot, so the save's extraction never queues behind
-consolidation. What a pass wrote stays; the next pass recomputes what is due from the digests, so a stop
-or a yield anywhere resumes without writing a group twice.
+call: the call is streamed, so closing it stops llama-server at its next token and frees the slot, and
+the save's extraction never queues behind consolidation. What a pass wrote stays; the next pass
+recomputes what is due from the digests, so a stop or a yield anywhere resumes without writing a group
+twice.
 """
 
 from __future__ import annotations
@@ -151,7 +152,7 @@ class Consolidator:
         call = asyncio.create_task(client.complete_json(
             summary.build_messages(group.subject, group.facts), schema=summary.schema(GROUP_MAX_FACTS + 2),
             max_tokens=min(MAX_POINT_TOKENS, self.settings.max_output_tokens),
-            timeout_s=self.settings.extract_budget_s))
+            timeout_s=self.settings.extract_budget_s, stream=True))  # streamed: a cancel frees the slot at once
         try:
             while not call.done():
                 await asyncio.wait({call}, timeout=YIELD_POLL_S)

@@ -58,17 +58,60 @@ class LlamaClient:
             raise LlmTimeout(f"llama-server did not answer {path} within {timeout or 30:.1f}s (request cancelled)") from exc
         except httpx.HTTPError as exc:
             raise LlmUnavailable(f"llama-server at {self.base_url} unreachable on {path}: {exc!r}") from exc
-        if response.status_code >= 400:
-            message = _error_message(response)
-            if response.status_code == 400 and "context" in message.lower():
-                raise ContextOverflow(f"llama-server refused the prompt: {message}")
-            if response.status_code >= 500 or response.status_code == 429:
-                raise LlmUnavailable(f"llama-server answered {response.status_code} on {path}: {message}")
-            raise BadReply(f"llama-server answered {response.status_code} on {path}: {message}")
+        _raise_for_status(response, path)
         try:
             return response.json()
         except ValueError as exc:
             raise LlmUnavailable(f"llama-server sent a non-JSON body on {path}", raw_reply=response.text[:2000]) from exc
+
+    async def _streamed_chat(self, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """A chat completion read as server-sent events, assembled into the shape of a non-streamed reply.
+
+        Why stream: llama-server writes every token to the socket, so once we close it the task stops at
+        the next token. A non-streamed request is only checked for a closed connection once a second,
+        and the slot stays busy until then: too long for a call that must give way to a save.
+        """
+        path = "/v1/chat/completions"
+        content: list[str] = []
+        reasoning: list[str] = []
+        finish_reason = ""
+        timings: dict[str, Any] = {}
+        try:
+            async with self._http.stream("POST", path, json={**body, "stream": True},
+                                         timeout=httpx.Timeout(timeout)) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    _raise_for_status(response, path)
+                async for line in response.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue  # blank separators and ":" keep-alive pings
+                    payload = line[5:].strip()
+                    if payload == "[DONE]":
+                        break
+                    try:
+                        chunk = json.loads(payload)
+                    except ValueError as exc:
+                        raise BadReply("llama-server sent a malformed stream chunk", raw_reply=payload[:2000]) from exc
+                    if not isinstance(chunk, dict):
+                        raise BadReply("llama-server sent a stream chunk that is not an object", raw_reply=payload[:2000])
+                    if "error" in chunk:
+                        raise LlmUnavailable(f"llama-server failed during the reply: {chunk['error']}")
+                    for choice in chunk.get("choices") or []:
+                        delta = choice.get("delta") or {}
+                        content.append(delta.get("content") or "")
+                        reasoning.append(delta.get("reasoning_content") or "")
+                        finish_reason = choice.get("finish_reason") or finish_reason
+                    timings = chunk.get("timings") or timings
+        except httpx.TimeoutException as exc:
+            raise LlmTimeout(f"llama-server did not answer {path} within {timeout:.1f}s (request cancelled)") from exc
+        except httpx.HTTPError as exc:
+            raise LlmUnavailable(f"llama-server at {self.base_url} broke off the reply on {path}: {exc!r}") from exc
+        if not finish_reason:
+            raise LlmUnavailable(f"llama-server at {self.base_url} ended the reply on {path} before it finished",
+                                 raw_reply="".join(content)[:2000])
+        return {"choices": [{"finish_reason": finish_reason,
+                             "message": {"content": "".join(content), "reasoning_content": "".join(reasoning)}}],
+                "timings": timings}
 
     async def health(self, timeout: float = 2.0) -> bool:
         try:
@@ -105,7 +148,10 @@ class LlamaClient:
         schema: dict[str, Any],
         max_tokens: int,
         timeout_s: float,
+        stream: bool = False,
     ) -> Completion:
+        """One completion under the contract above; `stream`: read it token by token, so that cancelling
+        the call frees llama-server's slot at once (see `_streamed_chat`)."""
         body = {
             "messages": messages,
             "temperature": 0,
@@ -119,7 +165,10 @@ class LlamaClient:
         # deadline is a total: cancelling closes the connection, which cancels the llama-server task.
         try:
             async with asyncio.timeout(timeout_s):
-                data = await self._request("POST", "/v1/chat/completions", json=body, timeout=timeout_s)
+                if stream:
+                    data = await self._streamed_chat(body, timeout_s)
+                else:
+                    data = await self._request("POST", "/v1/chat/completions", json=body, timeout=timeout_s)
         except TimeoutError as exc:
             raise LlmTimeout(f"llama-server did not answer within the job's remaining {timeout_s:.1f}s") from exc
         try:
@@ -137,6 +186,17 @@ class LlamaClient:
             raw=data,
             reasoning=reasoning,
         )
+
+
+def _raise_for_status(response: httpx.Response, path: str) -> None:
+    if response.status_code < 400:
+        return
+    message = _error_message(response)
+    if response.status_code == 400 and "context" in message.lower():
+        raise ContextOverflow(f"llama-server refused the prompt: {message}")
+    if response.status_code >= 500 or response.status_code == 429:
+        raise LlmUnavailable(f"llama-server answered {response.status_code} on {path}: {message}")
+    raise BadReply(f"llama-server answered {response.status_code} on {path}: {message}")
 
 
 def _error_message(response: httpx.Response) -> str:
