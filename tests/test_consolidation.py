@@ -194,7 +194,9 @@ def test_a_kill_in_the_middle_resumes_without_writing_a_group_twice(service_fact
         wait_for(lambda: stats(client)["items"] == 2, what="Caroline's item after the restart")
         asked = [r for r in fake.recorded() if CONSOLIDATION_PROMPT in str(r.get("messages"))]
         assert len(asked) == 1 and "Subject: Caroline" in str(asked[0]["messages"])  # Melanie not redone
-        runs = stats(client)["runs"]
+        # the item is written before its run is closed: wait for the run to end
+        runs = wait_for(lambda: (r := stats(client)["runs"]) and r[0]["outcome"] != "running" and r,
+                        what="the resumed pass to end")
         assert runs[0]["outcome"] == DONE and runs[0]["written"] == 1
         assert any(r["outcome"] == INTERRUPTED for r in runs[1:])
 

@@ -1,8 +1,9 @@
 """Streamed completions: the same reply as a plain request, and a cancel that really frees llama-server.
 
-Consolidation streams its model calls so that a save can take the slot at once: llama-server stops a
-streamed task at the next token once the client is gone. A cancelled plain request was found to run to
-its token cap on the real server (10 s for 600 tokens of the tiny model), which is why this matters.
+Extraction and consolidation stream their model calls so that a deadline or a save frees the slot at
+once: llama-server stops a streamed task at the next token once the client is gone. A cancelled plain
+request was found to run on to its token cap on the real server (10 s for 600 tokens of the tiny
+model), which is why this matters.
 Real llama-server with the tiny model, plus the fake for the failures a real server won't produce.
 """
 
@@ -49,8 +50,8 @@ def test_a_streamed_reply_equals_the_plain_one(tiny_llama) -> None:
     async def both() -> tuple[Any, Any]:
         client = LlamaClient(tiny_llama.url)
         try:
-            plain = await client.complete_json(MESSAGES, schema=SHORT, max_tokens=48, timeout_s=120)
-            streamed = await client.complete_json(MESSAGES, schema=SHORT, max_tokens=48, timeout_s=120, stream=True)
+            plain = await client.complete_json(MESSAGES, schema=SHORT, max_tokens=48, timeout_s=120, stream=False)
+            streamed = await client.complete_json(MESSAGES, schema=SHORT, max_tokens=48, timeout_s=120)
             return plain, streamed
         finally:
             await client.aclose()
@@ -69,7 +70,7 @@ def test_cancelling_a_streamed_call_stops_the_server_task_long_before_its_cap(ti
         client = LlamaClient(tiny_llama.url)
         try:
             call = asyncio.create_task(client.complete_json(MESSAGES, schema=LONG, max_tokens=LONG_CAP,
-                                                            timeout_s=300, stream=True))
+                                                            timeout_s=300))
             await until(lambda: slot(tiny_llama.url).get("is_processing") and decoded(slot(tiny_llama.url)) >= 10,
                         "the call to be generating")
             call.cancel()
@@ -93,7 +94,7 @@ def test_a_streamed_call_maps_server_failures_like_a_plain_one() -> None:
     async def call(fake: FakeLlamaServer) -> None:
         client = LlamaClient(fake.url)
         try:
-            await client.complete_json(MESSAGES, schema=SHORT, max_tokens=48, timeout_s=10, stream=True)
+            await client.complete_json(MESSAGES, schema=SHORT, max_tokens=48, timeout_s=10)
         finally:
             await client.aclose()
 

@@ -1,7 +1,7 @@
 """Extraction overhead: the service's whole extraction path vs one direct llama-server call, same texts.
 
 Direct: POST /v1/chat/completions with the byte-identical body LlamaClient.complete_json
-sends (system prompt, schema, temperature 0, max_tokens, cache_prompt, thinking off).
+sends (system prompt, schema, temperature 0, max_tokens, cache_prompt, thinking off, streamed).
 Service: POST /v1/remember, then GET /v1/memories/{id} every 20 ms until done;
 wall time from the POST to the first `done` (tokenize, queue, model call,
 parse, grounding, fact embedding, dedup, journal commit).
@@ -55,7 +55,22 @@ def direct_body(text: str, max_tokens: int) -> dict[str, Any]:
         "cache_prompt": True,
         "chat_template_kwargs": {"enable_thinking": False},
         "response_format": {"type": "json_schema", "json_schema": {"name": "facts", "strict": True, "schema": schema}},
+        "stream": True,
     }
+
+
+def read_stream(response: httpx.Response) -> dict[str, Any]:
+    """The streamed reply's content and llama.cpp timings (carried by its last chunk)."""
+    content: list[str] = []
+    timings: dict[str, Any] = {}
+    for line in response.iter_lines():
+        if not line.startswith("data:") or line[5:].strip() == "[DONE]":
+            continue
+        chunk = json.loads(line[5:])
+        for choice in chunk.get("choices") or []:
+            content.append((choice.get("delta") or {}).get("content") or "")
+        timings = chunk.get("timings") or timings
+    return {"content": "".join(content), "timings": timings}
 
 
 def service_cap(llm: httpx.Client) -> int:
@@ -88,12 +103,11 @@ def via_service(client: httpx.Client, text: str) -> dict[str, Any]:
 def direct(llm: httpx.Client, text: str, max_tokens: int) -> dict[str, Any]:
     body = direct_body(text, max_tokens)
     started = time.perf_counter()
-    response = llm.post("/v1/chat/completions", json=body)
+    with llm.stream("POST", "/v1/chat/completions", json=body) as response:
+        response.raise_for_status()
+        data = read_stream(response)
     wall = time.perf_counter() - started
-    response.raise_for_status()
-    data = response.json()
-    timings = data.get("timings") or {}
-    content = ((data.get("choices") or [{}])[0].get("message") or {}).get("content") or ""
+    timings, content = data["timings"], data["content"]
     try:
         facts = len(json.loads(content).get("facts") or [])
     except (ValueError, AttributeError):

@@ -152,7 +152,7 @@ class Consolidator:
         call = asyncio.create_task(client.complete_json(
             summary.build_messages(group.subject, group.facts), schema=summary.schema(GROUP_MAX_FACTS + 2),
             max_tokens=min(MAX_POINT_TOKENS, self.settings.max_output_tokens),
-            timeout_s=self.settings.extract_budget_s, stream=True))  # streamed: a cancel frees the slot at once
+            timeout_s=self.settings.extract_budget_s))  # streamed: a cancel frees the slot at once
         try:
             while not call.done():
                 await asyncio.wait({call}, timeout=YIELD_POLL_S)

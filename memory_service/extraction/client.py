@@ -2,8 +2,9 @@
 
 Every completion request carries the contract from the design: thinking off
 (`chat_template_kwargs.enable_thinking = false`), temperature 0, an output cap,
-`cache_prompt`, a JSON schema, and an httpx timeout equal to the job's remaining
-budget (llama-server cancels the task when we disconnect).
+`cache_prompt`, a JSON schema, and a total timeout equal to the job's remaining
+budget. It is streamed: llama-server stops a streamed task at the next token once we
+disconnect, while a plain request was measured running on to its token cap.
 """
 
 from __future__ import annotations
@@ -148,10 +149,11 @@ class LlamaClient:
         schema: dict[str, Any],
         max_tokens: int,
         timeout_s: float,
-        stream: bool = False,
+        stream: bool = True,
     ) -> Completion:
-        """One completion under the contract above; `stream`: read it token by token, so that cancelling
-        the call frees llama-server's slot at once (see `_streamed_chat`)."""
+        """One completion under the contract above, streamed by default: read token by token, so that
+        cancelling the call (its deadline, a save that consolidation gives way to, a stop) frees
+        llama-server's slot at once (see `_streamed_chat`). `stream=False`: one plain request."""
         body = {
             "messages": messages,
             "temperature": 0,

@@ -200,7 +200,7 @@ class Extractor:
             try:
                 completion = await self.client.complete_json(
                     build_messages(chunk.text, history_of(shown)), schema=schema, max_tokens=cap,
-                    timeout_s=budget_s,
+                    timeout_s=budget_s,  # streamed: a call cut off at its deadline frees the slot at once
                 )
             except ExtractionError as exc:
                 call["error"] = type(exc).__name__

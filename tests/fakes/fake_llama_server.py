@@ -628,10 +628,13 @@ class _Handler(BaseHTTPRequestHandler):
                 self.fake._held -= 1
                 self.close_connection = True
                 return
-            if body.get("stream"):
-                self._stream(body, reply, prompt_n, predicted_n, tokens_per_s)
-                return
             reading = (prompt_n - self._cache_n) / settings.prompt_tokens_per_s if settings.prompt_tokens_per_s else 0.0
+            if body.get("stream"):
+                # the prompt is read before the first token, as llama-server does; a client gone meanwhile cancels
+                if self._wait(reading):
+                    self._stream(body, reply, prompt_n, predicted_n, tokens_per_s)
+                self.close_connection = True
+                return
             if not self._wait(reading + predicted_n / tokens_per_s):
                 self.close_connection = True  # client gave up or server stopping: cancel the task
                 return
