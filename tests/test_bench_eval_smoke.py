@@ -219,6 +219,9 @@ def test_locomo_runner_end_to_end_on_tiny_model(tiny_llama, tmp_path: Path) -> N
     assert conv["skipped_questions"] == {"adversarial": 1, "no_valid_evidence": 1}
     assert conv["extraction"]["memories"] == 4
     assert sum(conv["extraction"]["status"].values()) == 4
+    # the cost: llama.cpp's own seconds per save, and no idle-time figure when consolidation is off
+    assert conv["extraction"]["model_s_per_save_mean"] > 0 and conv["extraction"]["model_s_total"] > 0
+    assert result["timing_s"]["consolidation_wait_at_idle"] is None
     assert set(result["results"]) == {"passages", "facts", "default", "embedding_baseline"}
     # 4 turns and k=20: raw-turn recall must find every evidence turn; the default includes the passages
     assert result["results"]["passages"]["overall"]["recall@20"] == 1.0

@@ -279,7 +279,7 @@ def ingest(client: httpx.Client, conv: Conversation, isolation: str) -> dict[str
 def extraction_stats(client: httpx.Client, memory_ids: list[str]) -> dict[str, Any]:
     """Per-job outcome from GET /v1/memories: status, facts, tokens, cache share."""
     statuses: dict[str, int] = {}
-    facts, predicted, proposed, stored, cache = [], [], 0, 0, []
+    facts, predicted, proposed, stored, cache, model_s = [], [], 0, 0, [], []
     skipped = deferrals = attempts = calls = 0
     for memory_id in memory_ids:
         body = client.get(f"/v1/memories/{memory_id}").json()
@@ -288,6 +288,7 @@ def extraction_stats(client: httpx.Client, memory_ids: list[str]) -> dict[str, A
         timings = body.get("timings") or {}
         if timings.get("predicted_n") is not None:
             predicted.append(float(timings["predicted_n"]))
+            model_s.append(((timings.get("prompt_ms") or 0) + (timings.get("predicted_ms") or 0)) / 1000)
         report = body.get("extraction") or {}
         proposed += int(report.get("proposed") or 0)
         stored += int(report.get("stored") or 0)
@@ -303,6 +304,9 @@ def extraction_stats(client: httpx.Client, memory_ids: list[str]) -> dict[str, A
         "turns_with_no_fact": sum(1 for f in facts if f == 0),
         "proposed": proposed, "stored_new": stored,
         "predicted_tokens_median": statistics.median(predicted) if predicted else None,
+        # llama.cpp's own prompt + generation time of each save's extraction (model seconds per save)
+        "model_s_per_save_mean": round(statistics.fmean(model_s), 3) if model_s else None,
+        "model_s_total": round(sum(model_s), 1),
         "cache_ratio_median": statistics.median(cache) if cache else None,
         "model_calls": calls, "skipped_small_talk": skipped, "deferrals": deferrals, "attempts": attempts,
     }
@@ -410,8 +414,10 @@ def run(
                                  progress="locomo extraction", total=total_turns)
         extraction_s = time.monotonic() - started - ingest_s
         _log(f"extraction finished in {extraction_s:.0f}s")
+        idle_started = time.monotonic()
         consolidation = wait_consolidated(clients[conversations[0].sample_id],
                                           extraction_timeout_s or max(600.0, total_turns * 10.0))
+        consolidation_s = time.monotonic() - idle_started  # the model's time at idle (includes the settle wait)
         _log(f"consolidation: {consolidation}; asking questions")
         configs = configs_for(consolidation)
         per_conv: list[dict[str, Any]] = []
@@ -472,6 +478,7 @@ def run(
         "ready_after_extraction": {k: ready.get(k) for k in ("model_server", "jobs", "throughput", "extract_budget_s")},
         "consolidation": consolidation,
         "timing_s": {"ingest": round(ingest_s, 1), "extraction_wait": round(extraction_s, 1),
+                     "consolidation_wait_at_idle": round(consolidation_s, 1) if consolidation.get("enabled") else None,
                      "questions": round(questions_s, 1), "total": round(time.monotonic() - started, 1)},
         "sample_rows": {name: all_rows[name][:5] for name in configs},
     }
