@@ -60,6 +60,28 @@ def test_concurrent_saves_of_one_key_store_one_row(journal: Journal) -> None:
     assert len(set(ids)) == 1 and journal.counts()[QUEUED] == 1
 
 
+def test_backlog_is_exact_when_short_and_recounted_each_second_when_long(journal: Journal) -> None:
+    """The work ahead of a save, which every save asks for: it must not cost a scan of a long queue."""
+    from memory_service.storage.jobs import EXACT_BACKLOG, LONG_BACKLOG_REFRESH_S
+
+    texts = [f"Crate {n} of the Puffin order left bay {n % 7}." for n in range(EXACT_BACKLOG + 50)]
+    saved = [save(journal, t, now=1000.0 + n)[0] for n, t in enumerate(texts[:3])]
+    assert journal.backlog() == (3, sum(len(t) for t in texts[:3]))
+    assert journal.backlog(saved[1].created_at) == (2, len(texts[0]) + len(texts[1]))
+    for n, text in enumerate(texts[3:], start=3):
+        save(journal, text, now=1000.0 + n)
+    counted_at = 5000.0
+    whole = (len(texts), sum(len(t) for t in texts))
+    assert journal.backlog(now=counted_at) == whole  # long: counted in full
+    late = [save(journal, f"Late crate {n} for the Puffin order.", now=counted_at + 0.1)[0] for n in range(5)]
+    # a save within the second has the whole counted queue ahead of it, without a recount
+    assert journal.backlog(late[-1].created_at, now=counted_at + 0.5) == whole
+    # an earlier save is still counted exactly; after the second, the count is made again
+    assert journal.backlog(saved[1].created_at, now=counted_at + 0.5) == (2, len(texts[0]) + len(texts[1]))
+    fresh = journal.backlog(late[-1].created_at, now=counted_at + LONG_BACKLOG_REFRESH_S + 0.1)
+    assert fresh == (whole[0] + 5, whole[1] + sum(len(m.text) for m in late))
+
+
 def test_claim_leases_a_job_to_one_worker_and_an_expired_lease_is_taken_over(journal: Journal) -> None:
     memory, _ = save(journal, "Lease me")
     now = time.time()

@@ -15,10 +15,15 @@ from .database import Database
 from .records import DELETED, EXTRACTING, FAILED, LOST, QUEUED, Memory, dumps_or_none as _dumps
 
 
+EXACT_BACKLOG = 200  # jobs ahead counted exactly on every save; past this, see JobQueue.backlog
+LONG_BACKLOG_REFRESH_S = 1.0
+
+
 class JobQueue:
     """The journal's job methods (a mixin over the journal's `db`)."""
 
     db: Database
+    _long_backlog: tuple[float, int, int] | None  # (counted at, jobs, chars), set up by the journal
 
     def recover(self, owner: str | None = None) -> int:
         """Jobs taken but not finished go back to the queue: every one (one process owns this journal,
@@ -213,13 +218,30 @@ class JobQueue:
                 (QUEUED, now, now + budget_s, memory_id, team, FAILED),
             ).rowcount == 1
 
-    def backlog(self, created_at: float | None = None) -> tuple[int, int]:
-        """(jobs, characters) waiting or running, optionally only those saved by `created_at`: the work ahead."""
-        sql = "SELECT COUNT(*), COALESCE(SUM(LENGTH(text)), 0) FROM memories WHERE status IN (?, ?)"
-        args: tuple[Any, ...] = (QUEUED, EXTRACTING)
+    def backlog(self, created_at: float | None = None, now: float | None = None) -> tuple[int, int]:
+        """(jobs, characters) waiting or running, optionally only those saved by `created_at`: the work ahead.
+
+        Every save asks, so this must not grow with the queue. Up to `EXACT_BACKLOG` jobs it is counted
+        exactly (one bounded index range). A longer backlog is counted in full at most once every
+        `LONG_BACKLOG_REFRESH_S`: the full count is a scan of the queue (22 ms at 20k jobs, measured),
+        and a figure one second old serves an estimate as well.
+        """
+        where, args = "status IN (?, ?)", (QUEUED, EXTRACTING)
         if created_at is not None:
-            sql += " AND created_at <= ?"
-            args += (created_at,)
+            where, args = where + " AND created_at <= ?", (*args, created_at)
         with self.db.reading() as conn:
-            jobs, chars = conn.execute(sql, args).fetchone()
+            jobs, chars = conn.execute(
+                f"SELECT COUNT(*), COALESCE(SUM(n), 0) FROM (SELECT LENGTH(text) AS n FROM memories WHERE {where} "
+                "LIMIT ?) AS ahead", (*args, EXACT_BACKLOG + 1)).fetchone()
+            if jobs <= EXACT_BACKLOG:
+                return int(jobs), int(chars)
+            now = time.time() if now is None else now
+            cached = self._long_backlog
+            if cached is not None and now - cached[0] < LONG_BACKLOG_REFRESH_S and (
+                    created_at is None or created_at >= cached[0]):
+                return cached[1], cached[2]
+            jobs, chars = conn.execute(
+                f"SELECT COUNT(*), COALESCE(SUM(LENGTH(text)), 0) FROM memories WHERE {where}", args).fetchone()
+        # the count covers every job saved by `created_at` (or by now): a later save has all of them ahead
+        self._long_backlog = (now if created_at is None else min(created_at, now), int(jobs), int(chars))
         return int(jobs), int(chars)

@@ -56,6 +56,7 @@ class Journal(JobQueue, FactStore, KeywordSearch):
                 for fts in ("memories_fts", "facts_fts"):
                     reader.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{fts}_vocab USING fts5vocab(main, {fts}, 'row')")
         self._df_cache: dict[tuple[str, str], tuple[int, float]] = {}
+        self._long_backlog: tuple[float, int, int] | None = None  # (counted at, jobs, chars): see backlog()
         self._team_locks: dict[str, threading.Lock] = {}
         self._team_locks_guard = threading.Lock()
 
