@@ -53,21 +53,19 @@ def _log(message: str) -> None:
 def records(epoch: float) -> list[dict[str, Any]]:
     """Export lines, done, with grounded facts: every subject gets FACTS_PER_SUBJECT facts, two a memory."""
     out: list[dict[str, Any]] = []
-    for s, name in enumerate(SUBJECTS):
-        facts = [f"{name} {DOINGS[(s + j) % len(DOINGS)].format(p=PROJECTS[(s + j) % len(PROJECTS)])}."
+    for number, name in enumerate(SUBJECTS):
+        facts = [f"{name} {DOINGS[(number + j) % len(DOINGS)].format(p=PROJECTS[(number + j) % len(PROJECTS)])}."
                  for j in range(FACTS_PER_SUBJECT)]
-        for m in range(0, len(facts), 2):
-            pair = facts[m:m + 2]
+        for first in range(0, len(facts), 2):
+            pair = facts[first:first + 2]
             n = len(out)
             created = epoch + n * 60.0
-            spans, pos = [], 0
-            for text in pair:
-                spans.append([pos, pos + len(text)])
-                pos += len(text) + 1
-            out.append({"id": f"seed-{n}", "text": " ".join(pair), "agent_id": "team-notes", "tags": [],
-                        "metadata": {}, "created_at": created, "status": "done",
-                        "facts": [{"id": f"seed-{n}-{j}", "text": t, "spans": [s_], "created_at": created}
-                                  for j, (t, s_) in enumerate(zip(pair, spans))]})
+            text = " ".join(pair)
+            starts = [0, len(pair[0]) + 1][:len(pair)]
+            out.append({"id": f"seed-{n}", "text": text, "agent_id": "team-notes", "tags": [], "metadata": {},
+                        "created_at": created, "status": "done",
+                        "facts": [{"id": f"seed-{n}-{j}", "text": fact, "spans": [[start, start + len(fact)]],
+                                   "created_at": created} for j, (fact, start) in enumerate(zip(pair, starts))]})
     return out
 
 

@@ -69,8 +69,8 @@ class LlamaClient:
         """A chat completion read as server-sent events, assembled into the shape of a non-streamed reply.
 
         Why stream: llama-server writes every token to the socket, so once we close it the task stops at
-        the next token. A non-streamed request is only checked for a closed connection once a second,
-        and the slot stays busy until then: too long for a call that must give way to a save.
+        the next token. A cancelled plain request was measured running on to its token cap (the tiny
+        model's slot busy 10 s more for 600 tokens), holding the slot that the next job or a save needs.
         """
         path = "/v1/chat/completions"
         content: list[str] = []

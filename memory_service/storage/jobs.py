@@ -243,5 +243,7 @@ class JobQueue:
             jobs, chars = conn.execute(
                 f"SELECT COUNT(*), COALESCE(SUM(LENGTH(text)), 0) FROM memories WHERE {where}", args).fetchone()
         # the count covers every job saved by `created_at` (or by now): a later save has all of them ahead
-        self._long_backlog = (now if created_at is None else min(created_at, now), int(jobs), int(chars))
+        stamp = now if created_at is None else min(created_at, now)
+        if cached is None or stamp >= cached[0]:
+            self._long_backlog = (stamp, int(jobs), int(chars))
         return int(jobs), int(chars)
