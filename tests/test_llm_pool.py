@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from conftest import start_llama, wait_status
+from memory_service.bench.common import llama_busy
 from memory_service.config import ConfigError, Settings
 from memory_service.doctor import run_doctor
 from memory_service.model_pool import ModelPool
@@ -51,15 +52,6 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 60) -> Any:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def busy(url: str) -> bool:
-    """Is this llama-server in the middle of a completion (its /slots say so)?"""
-    try:
-        slots = httpx.get(url + "/slots", timeout=2, trust_env=False).json()
-    except (httpx.HTTPError, ValueError):
-        return False
-    return isinstance(slots, list) and any(slot.get("is_processing") for slot in slots)
-
-
 def servers_up(client: httpx.Client) -> dict[str, bool]:
     return {s["url"]: s["reachable"] for s in client.get("/ready").json()["model_servers"]}
 
@@ -85,7 +77,7 @@ def test_a_pool_keeps_extracting_when_one_server_dies_and_uses_it_again_once_it_
 
             ids = [save(client, template.format(n=1)) for template in TEXTS]
             # SIGKILL the first server while it is in the middle of extracting one of them
-            wait_for("the first server to be extracting", lambda: busy(first.url))
+            wait_for("the first server to be extracting", lambda: llama_busy(first.url))
             first.stop(grace_s=0)
             memories = [wait_status(client, memory_id, timeout=180) for memory_id in ids]
             assert [m["status"] for m in memories] == ["done"] * len(ids), [m["last_error"] for m in memories]

@@ -96,6 +96,15 @@ def machine_info() -> dict[str, Any]:
     return info
 
 
+def llama_busy(url: str) -> bool:
+    """Is this llama-server in the middle of a completion (its /slots say so)? False when it does not answer."""
+    try:
+        slots = httpx.get(url + "/slots", timeout=2, trust_env=False).json()
+    except (httpx.HTTPError, ValueError):
+        return False
+    return isinstance(slots, list) and any(slot.get("is_processing") for slot in slots)
+
+
 def start_llama(model: str = "default", log_dir: Path | None = None, threads: int | None = None,
                 extra_args: tuple[str, ...] = ()):  # type: ignore[no-untyped-def]
     """One llama-server child with the service's own defaults (threads = cores - 1, 4096 ctx, one slot)."""

@@ -28,7 +28,9 @@ from typing import Any
 import httpx
 
 from ..http_client import service_client
-from .common import ServiceRunner, agent_text, goal, latency_summary, machine_info, main_with_llama, pyplot, write_figure
+from .common import (
+    ServiceRunner, agent_text, goal, latency_summary, llama_busy, machine_info, main_with_llama, pyplot, write_figure,
+)
 from .transfer import ndjson, wait_indexed
 
 TEAM = "bench-consolidation"
@@ -67,14 +69,6 @@ def records(epoch: float) -> list[dict[str, Any]]:
                         "facts": [{"id": f"seed-{n}-{j}", "text": fact, "spans": [[start, start + len(fact)]],
                                    "created_at": created} for j, (fact, start) in enumerate(zip(pair, starts))]})
     return out
-
-
-def _slot_busy(llm_url: str) -> bool:
-    try:
-        slots = httpx.get(llm_url + "/slots", timeout=2, trust_env=False).json()
-    except (httpx.HTTPError, ValueError):
-        return False
-    return isinstance(slots, list) and any(slot.get("is_processing") for slot in slots)
 
 
 def _consolidation(client: httpx.Client) -> dict[str, Any]:
@@ -128,7 +122,7 @@ def arm(root: Path, llm_url: str, *, consolidate: bool, saves: int) -> dict[str,
                     if not _wait_running(client, timeout_s=120):
                         not_running += 1
                     time.sleep(IN_FLIGHT_S)
-                    busy_at_save += _slot_busy(llm_url)
+                    busy_at_save += llama_busy(llm_url)
                 else:
                     time.sleep(QUIET_WAIT_S + IN_FLIGHT_S)
                 samples.append(_save_and_wait(client, i, timeout_s=300))
