@@ -99,6 +99,8 @@ class StateSource(Protocol):
 
     def model_servers(self) -> Mapping[str, bool]: ...
 
+    def vector_indexes(self) -> int: ...
+
 
 class ServiceState:
     """Gauges computed when scraped, so nothing on a hot path keeps them up to date."""
@@ -125,4 +127,8 @@ class ServiceState:
         for server, ready in self.source.model_servers().items():
             up.add_metric([server], 1.0 if ready else 0.0)
         yield up
+        indexes = GaugeMetricFamily("memory_vector_indexes_ready",
+                                    "Teams' fact or passage vectors searched by the in-process clustered index")
+        indexes.add_metric([], self.source.vector_indexes())
+        yield indexes
 

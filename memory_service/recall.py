@@ -11,9 +11,10 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import OrderedDict
+from concurrent.futures import Executor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from functools import lru_cache
+from functools import lru_cache, partial
 
 import numpy as np
 
@@ -124,16 +125,27 @@ def _passes(row: _Row, q: RecallQuery) -> bool:
 
 
 def recall(q: RecallQuery, *, journal: Journal, vectors: VectorStore, embedder: Embedder,
-           search: FilteredVectors) -> list[Hit]:
-    """Vector and keyword search with the filters inside each, fused by rank; blocking (one thread hop)."""
+           search: FilteredVectors, legs: Executor | None = None) -> list[Hit]:
+    """Vector and keyword search with the filters inside each, fused by rank; blocking (one thread hop).
+
+    With `legs`, the keyword leg runs there while this thread embeds the query and searches vectors: both
+    spend their time outside the GIL (SQLite, onnxruntime), so on two cores they overlap.
+    """
     by_occurred = q.time_field == "occurred_at" and (q.since is not None or q.until is not None)
     since, until = (None, None) if by_occurred else (q.since, q.until)
     pool = max(q.k * 3, 30) * (OCCURRED_POOL_FACTOR if by_occurred else 1)
     flt = VectorFilter(q.agent_id, q.tags, since, until)
-    vector = _embed_query(embedder, q.query)
-    found = {kind: search.search(q.team, kind, vector, pool, flt) for kind in q.kinds}
-    keyword = journal.keyword_search(q.team, q.query, kinds=set(q.kinds), limit=pool, agent_id=q.agent_id,
-                                     tags=q.tags, since=since, until=until)
+    keyword_leg = partial(journal.keyword_search, q.team, q.query, kinds=set(q.kinds), limit=pool,
+                          agent_id=q.agent_id, tags=q.tags, since=since, until=until)
+    pending = legs.submit(keyword_leg) if legs is not None else None
+    try:
+        vector = _embed_query(embedder, q.query)
+        found = {kind: search.search(q.team, kind, vector, pool, flt) for kind in q.kinds}
+    except BaseException:
+        if pending is not None:  # not left running behind an error: it holds a database connection
+            wait([pending])
+        raise
+    keyword = pending.result() if pending is not None else keyword_leg()
 
     # every item either leg found, from the journal in one query per kind: a forgotten text or fact
     # (its vector not removed yet: a forget cut off by a crash, a job that raced it) is simply not there

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,7 @@ from .forgetting import finish_pending, forget
 from .metrics import Metrics
 from .model_handle import ModelHandle
 from .model_pool import ModelPool
+from .recall import Hit, RecallQuery, recall
 from .storage.consolidation import store_for
 from .storage.database import UNAVAILABLE, Database, open_database
 from .storage.datalock import DataDirBusy, DataDirLock
@@ -66,6 +68,8 @@ class Services:
                                              self.vectors, holder=self.holder)
         # created before any write, so it sees them all (it listens to the vector store)
         self.search = FilteredVectors(self.journal, self.vectors)
+        # recall's keyword leg runs here while the request's thread embeds the query (see `recall`)
+        self._recall_legs = ThreadPoolExecutor(max_workers=4, thread_name_prefix="recall-keyword")
 
     @classmethod
     def open(cls, settings: Settings, *, speed_prior: tuple[float, float] | None = None) -> "Services":
@@ -131,6 +135,7 @@ class Services:
             self.journal.recover(owner=self.holder if self.database is not None else None)
         except UNAVAILABLE as exc:  # the database is down: the leases run out and another process takes over
             log.warning("could not hand this process's jobs back (%s); they are retried when their lease ends", exc)
+        self._recall_legs.shutdown(wait=True)
         self.journal.close()
         self.limits.close()
         self.keys.close()
@@ -145,6 +150,11 @@ class Services:
         """Commit a text and its job (blocking: call it in a thread); also the backlog up to it."""
         memory, created = self.journal.insert(**fields, budget_s=self.settings.extract_budget_s)
         return memory, created, self.journal.backlog(memory.created_at)
+
+    def recall(self, query: RecallQuery) -> list[Hit]:
+        """Recall over this team's stores (blocking: call it in a thread; the keyword leg runs beside it)."""
+        return recall(query, journal=self.journal, vectors=self.vectors, embedder=self.embedder,
+                      search=self.search, legs=self._recall_legs)
 
     def forget(self, team: str, **selector: Any) -> list[str]:
         """Forget the team's memories matching the selector (blocking: call it in a thread)."""
@@ -171,6 +181,10 @@ class Services:
     def model(self) -> ModelHandle:
         """The server single-server views show (speed, readiness): the first one that is up."""
         return self.models.primary
+
+    def vector_indexes(self) -> int:
+        """Team vectors (per kind) that recall searches in process, through a clustered index."""
+        return self.search.clustered_indexes()
 
     def model_servers(self) -> dict[str, bool]:
         """Every llama-server this service extracts with, and whether it is up."""

@@ -5,7 +5,10 @@ Instead each team keeps a directory of its vectors (id, agent, tags, time), load
 and kept current by the vector store's upserts and deletes, so the number of rows a filter keeps is
 counted, not guessed:
 
-- no filter: the HNSW index, k nearest;
+- no filter: up to `UNFILTERED_EXACT_MAX_ROWS` vectors, exact search over all of them (cached); past
+  that, an in-process clustered index (`vector_clusters`), built in the background the first time the
+  team is searched; until it is ready, or when it would not fit `CLUSTERED_BYTES_MAX`, Chroma's HNSW.
+  Chroma's query costs ~3.5 ms however small the collection; these cost well under one;
 - the filter keeps few rows (one agent's items): exact search, a matrix product over just their
   vectors, fetched from Chroma once and cached (a write or forget updates the cache);
 - it keeps many: over-fetch from HNSW and keep the matching ids; when that comes up short (one agent's
@@ -25,8 +28,10 @@ from __future__ import annotations
 
 import collections
 import json
+import logging
 import math
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,8 +39,12 @@ import numpy as np
 
 from .indexing import window_starts
 from .storage.consolidation import store_for
+from .storage.embedder import DIMENSIONS
 from .storage.journal import DELETED, Journal
 from .storage.vectors import KINDS, VectorItem, VectorStore, kind_of_id, tag_key
+from .vector_clusters import ClusteredVectors
+
+log = logging.getLogger("memory_service")
 
 EXACT_MAX_ROWS = 5000  # exact search up to here: 5000 x 384 floats is well under a millisecond to score
 OVERFETCH_MAX = 1000  # the most HNSW results asked for when post-filtering
@@ -45,6 +54,9 @@ TIME_ONLY_EXACT_MAX_ROWS = 256  # a time window alone is not cached: its vectors
 EXACT_FALLBACK_ROWS = 50_000  # a bigger filter whose over-fetch came up short: exact too, and cached
 EXACT_CACHED_MAX_ROWS = 15_000  # once cached, exact beats a large over-fetch up to about here
 REPLAY_EVENTS = 4096  # writes remembered for a team whose directory is not loaded yet
+UNFILTERED_EXACT_MAX_ROWS = 5000  # no filter: exact search over the whole team up to here (~0.5 ms)
+CLUSTERED_BYTES_MAX = 1 << 30  # clustered indexes, all teams (~650k vectors); past it, Chroma's HNSW
+BUILD_RETRY_S = 60.0  # a clustered index whose build failed is tried again after this
 
 FilterKey = tuple[str, str, str | None, tuple[str, ...]]  # team, kind, agent, tags
 
@@ -188,6 +200,9 @@ class FilteredVectors:
         self._dirs: dict[tuple[str, str], _Directory] = {}
         self._unloaded: dict[str, collections.deque] = {}
         self._matrices: collections.OrderedDict[FilterKey, _Matrix] = collections.OrderedDict()
+        self._clustered: dict[tuple[str, str], ClusteredVectors] = {}
+        self._building: dict[tuple[str, str], dict[int, np.ndarray]] = {}  # writes during a build
+        self._build_failed: dict[tuple[str, str], float] = {}  # when a build last failed: retried later
         self._lock = threading.RLock()
         self.last_plan = ""  # for benchmarks and tests: which path the last search took
         self.plans: collections.Counter[str] = collections.Counter()
@@ -211,6 +226,11 @@ class FilteredVectors:
                         matrix.dropped.add(old)
                     if _key_matches(key, agent, tags):
                         matrix.added[r] = np.asarray(item.embedding, dtype=np.float32)
+                # a clustered index drops the old row by the directory's `alive`, at search
+                if (team, kind) in self._clustered:
+                    self._clustered[(team, kind)].add(r, item.embedding)
+                elif (team, kind) in self._building:
+                    self._building[(team, kind)][r] = np.asarray(item.embedding, dtype=np.float32)
 
     def deleted(self, team: str, ids: list[str]) -> None:
         with self._lock:
@@ -238,6 +258,9 @@ class FilteredVectors:
     def search(self, team: str, kind: str, embedding: np.ndarray, k: int, flt: VectorFilter) -> list[tuple[str, float]]:
         """The k nearest (id, similarity) of one kind that pass the filter, best first."""
         if not flt:
+            found = None if self.vectors.shared else self._whole_team(team, kind, embedding, k)
+            if found is not None:
+                return found
             self._plan("hnsw")
             return [(h.id, h.similarity) for h in self.vectors.query(team, embedding, k, kind=kind, payload=False)]
         if self.vectors.shared:
@@ -262,16 +285,25 @@ class FilteredVectors:
         # then exact search over the filter's vectors (cached from then on) if they fit, else a larger
         # over-fetch, then Chroma's `where`
         fits = base is not None and len(base) <= EXACT_FALLBACK_ROWS
+        with self._lock:
+            if (team, kind) not in self._clustered and d.live > UNFILTERED_EXACT_MAX_ROWS:
+                self._start_build(team, kind, d)  # for the next searches
         want = min(total, math.ceil(k * total / kept * OVERFETCH_FACTOR))
         attempts = [(want, max(1, k // 2))] + ([] if fits else [(min(total, max(want * 4, OVERFETCH_MAX)), 1)])
         for attempt, need in attempts:
             if attempt > OVERFETCH_MAX:
                 break
-            hits = self.vectors.query(team, embedding, attempt, kind=kind, payload=False)
+            with self._lock:  # the nearest `attempt` from the clustered index if it is ready, else Chroma
+                index = self._clustered.get((team, kind))
+                near = None if index is None else \
+                    [(d.ids[r], similarity) for r, similarity in index.search(embedding, attempt, d.alive)]
+            if near is None:
+                near = [(h.id, h.similarity) for h in self.vectors.query(team, embedding, attempt, kind=kind,
+                                                                          payload=False)]
             with self._lock:
-                passed = [(h.id, h.similarity) for h in hits if d.passes(h.id, base, flt)]
+                passed = [(item_id, similarity) for item_id, similarity in near if d.passes(item_id, base, flt)]
             if len(passed) >= min(need, kept) or attempt >= total:
-                self._plan("overfetch")
+                self._plan("overfetch" if index is None else "clusters+filter")
                 return passed[:k]
         if fits:
             with self._lock:
@@ -285,18 +317,76 @@ class FilteredVectors:
         self.last_plan = name
         self.plans[name] += 1
 
+    def _whole_team(self, team: str, kind: str, embedding: np.ndarray, k: int) -> list[tuple[str, float]] | None:
+        """No filter, in process: exact for a small team, else the clustered index (None: not ready)."""
+        with self._lock:
+            d = self._directory(team, kind)
+            if d.live == 0:
+                self._plan("empty")
+                return []
+            if d.live <= UNFILTERED_EXACT_MAX_ROWS:
+                self._plan("exact")
+                return self._exact((team, kind, None, ()), d, None, d.rows(None, VectorFilter()), embedding, k,
+                                   whole=True)
+            index = self._clustered.get((team, kind))
+            if index is None:
+                self._start_build(team, kind, d)
+                return None
+            if index.needs_fold():
+                index = self._clustered[(team, kind)] = index.folded(d.alive)
+            self._plan("clusters")
+            return [(d.ids[r], similarity) for r, similarity in index.search(embedding, k, d.alive)]
+
+    def _start_build(self, team: str, kind: str, d: _Directory) -> None:
+        """Build the team's clustered index on a thread of its own (seconds at 100k), if it fits."""
+        if (team, kind) in self._building or \
+                time.monotonic() - self._build_failed.get((team, kind), -BUILD_RETRY_S) < BUILD_RETRY_S:
+            return
+        used = sum(index.nbytes for index in self._clustered.values())
+        if used + d.live * DIMENSIONS * 4 > CLUSTERED_BYTES_MAX:
+            return
+        rows = d.rows(None, VectorFilter())
+        self._building[(team, kind)] = {}
+        threading.Thread(target=self._build, args=(team, kind, d, rows), daemon=True,
+                         name=f"vector-clusters-{kind}").start()
+
+    def _build(self, team: str, kind: str, d: _Directory, rows: np.ndarray) -> None:
+        started = time.monotonic()
+        try:
+            matrix = self._fetch(team, kind, d, rows)  # outside the lock: recall goes on through Chroma
+            index = ClusteredVectors.build(matrix.rows, matrix.vectors) if len(matrix.rows) else None
+        except Exception:  # noqa: BLE001 - the cache is optional: recall keeps using Chroma
+            log.exception("could not build the in-process vector index of a team's %ss", kind)
+            index = None
+            with self._lock:
+                self._build_failed[(team, kind)] = time.monotonic()
+        with self._lock:
+            written = self._building.pop((team, kind), {})
+            if index is not None:
+                index.added.update(written)
+                self._clustered[(team, kind)] = index
+                log.info("in-process vector index of %d %ss ready in %.1f s", len(index), kind,
+                         time.monotonic() - started)
+
+    def clustered_indexes(self) -> int:
+        """How many team-kinds are searched through a clustered index (for /metrics and benchmarks)."""
+        with self._lock:
+            return len(self._clustered)
+
     def _exact(self, key: FilterKey, d: _Directory, base: set[int] | None, rows: np.ndarray | None,
-               embedding: np.ndarray, k: int) -> list[tuple[str, float]]:
+               embedding: np.ndarray, k: int, whole: bool = False) -> list[tuple[str, float]]:
         """Cosine by matrix product over the filter's rows (unit vectors); `rows` None means all of `base`.
 
-        An agent/tag filter's vectors are cached (kept current by writes and forgets; a time window only
-        masks them); a small time window alone fetches its rows' vectors each time.
+        An agent/tag filter's vectors, and a small team's (`whole`), are cached (kept current by writes and
+        forgets; a time window only masks them); a small time window alone fetches its rows' vectors each time.
         """
         team, kind = key[0], key[1]
-        if base is not None and len(base) <= EXACT_FALLBACK_ROWS:
+        if whole or (base is None and key in self._matrices) or (base is not None and len(base) <= EXACT_FALLBACK_ROWS):
             matrix = self._matrices.get(key)
             if matrix is None:
-                matrix = self._matrices[key] = self._fetch(team, kind, d, np.fromiter(base, np.int64, len(base)))
+                source = rows if whole else np.fromiter(base or (), np.int64, len(base or ()))
+                assert source is not None
+                matrix = self._matrices[key] = self._fetch(team, kind, d, source)
                 self._evict()
             self._matrices.move_to_end(key)
             matrix = matrix.current()

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 
 from fastapi import APIRouter, HTTPException
 
-from ..recall import RecallQuery, recall, to_epoch
+from ..recall import RecallQuery, to_epoch
 from .auth import Team
 from .deps import ServicesDep
 from .errors import error_responses
@@ -31,10 +31,7 @@ async def recall_route(body: RecallRequest, team: Team, services: ServicesDep) -
         agent_id=body.agent_id if body.scope == "agent" else None, tags=tuple(body.tags),
         since=since, until=until, min_score=body.min_score, time_field=body.time_field,
     )
-    hits = await asyncio.to_thread(
-        recall, query, journal=services.journal, vectors=services.vectors, embedder=services.embedder,
-        search=services.search,
-    )
+    hits = await asyncio.to_thread(services.recall, query)
     answer = RecallResponse(items=[
         RecallItem(
             kind=h.kind, text=h.text, score=round(h.score, 6),

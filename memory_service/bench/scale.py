@@ -144,7 +144,8 @@ def recall_stores(root: Path, chroma: ChromaServer, quick: bool) -> dict[str, An
             service = ServiceRunner(loader.data_dir, api_keys={key: recall.TEAM}, llm_url=recall.DEAD_LLM_URL,
                                     env=env).start()
             try:
-                measured = recall._measure(service.url, key, texts, {v: variants[v] for v in RECALL_VARIANTS})
+                measured = recall._measure(service.url, key, texts, {v: variants[v] for v in RECALL_VARIANTS},
+                                           0 if loader.chroma_url else recall.indexes_for(level))
             finally:
                 service.stop()
             per_store[store] = {"facts": loader.facts_in_journal, "vectors": loader.rows_in_collection,

@@ -21,7 +21,7 @@ from jinja2 import Environment, FileSystemLoader
 from ..api import cursor as cursors
 from ..api.auth import caller_of_key, open_access
 from ..api.routes_memories import memory_out
-from ..recall import RecallQuery, recall
+from ..recall import RecallQuery
 from ..storage.catalog import ListFilter, facets, list_memories, status_counts
 from ..storage.keys import role_allows
 from ..storage.database import UNAVAILABLE
@@ -139,8 +139,7 @@ async def memories(request: Request, session: SessionDep, agent_id: str = "", st
     if q.strip():
         query = RecallQuery(team=team, query=q, k=SEARCH_K, agent_id=filters["agent_id"] or None,
                             tags=(filters["tag"],) if filters["tag"] else (), since=lo, until=hi)
-        hits = await asyncio.to_thread(recall, query, journal=services.journal, vectors=services.vectors,
-                                       embedder=services.embedder, search=services.search)
+        hits = await asyncio.to_thread(services.recall, query)
         return render(request, "memories.html", session, items=[], hits=hits, **context)
     flt = ListFilter(agent_id=filters["agent_id"] or None, status=status or None, tag=filters["tag"] or None,
                      since=lo, until=hi)

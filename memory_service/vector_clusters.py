@@ -1,0 +1,121 @@
+"""An in-process inverted-file index over one team's vectors, so a large team's recall skips Chroma's query.
+
+Chroma's embedded query costs about 3.5 ms whatever the collection holds (measured here: 3.3 ms at 100
+vectors, 4.2 ms at 100k, nearly all of it inside its engine), and recall asks twice, facts and passages.
+Exact search in numpy is cheaper up to a few thousand vectors but grows with them (14 ms at 100k). This
+index keeps recall at about a millisecond at 100k:
+
+- the vectors are split into about sqrt(n) clusters by a few rounds of spherical k-means on a sample, and
+  stored grouped by cluster, so a search scores the centroids, then the few clusters nearest the query;
+- vectors written after the build are scanned exactly until there are enough of them to fold in;
+- rows that were deleted or rewritten stay in the arrays until the next fold; the caller drops them.
+
+Measured on 100k facts (real query embeddings, sentence vectors): 16 of 316 clusters probed found 0.98 of
+the exact top 30 in 1.2 ms, the same share Chroma's HNSW found. The vectors and graph of Chroma stay the
+record; this is a cache built from them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+PROBE_SHARE = 0.06  # share of the clusters scanned per search
+PROBE_MIN = 12
+KMEANS_ROUNDS = 5
+SAMPLE_PER_CLUSTER = 40
+FOLD_MIN_ROWS = 2000  # pending writes folded into the clusters past this, or a twentieth of the index
+
+
+def _scores(matrix: np.ndarray, vector: np.ndarray) -> np.ndarray:
+    """On this thread, not BLAS's (see `vector_search._scores`)."""
+    return np.einsum("ij,j->i", matrix, vector)
+
+
+@dataclass
+class ClusteredVectors:
+    centroids: np.ndarray  # (clusters, dims), unit length
+    rows: np.ndarray  # directory row of each stored vector, grouped by cluster
+    vectors: np.ndarray  # the vectors in the same order
+    offsets: np.ndarray  # cluster c holds rows[offsets[c]:offsets[c + 1]]
+    added: dict[int, np.ndarray] = field(default_factory=dict)  # row -> vector, written since the build
+
+    @classmethod
+    def build(cls, rows: np.ndarray, vectors: np.ndarray, seed: int = 0) -> "ClusteredVectors":
+        """Cluster the vectors (unit length) of these directory rows; about a second at 100k here."""
+        n = len(rows)
+        clusters = max(1, int(math.sqrt(n)))
+        rng = np.random.default_rng(seed)
+        sample = vectors[rng.choice(n, min(n, clusters * SAMPLE_PER_CLUSTER), replace=False)]
+        centroids = sample[rng.choice(len(sample), clusters, replace=False)].copy()
+        for _ in range(KMEANS_ROUNDS):
+            nearest = _nearest(sample, centroids)
+            sums = np.zeros_like(centroids)
+            np.add.at(sums, nearest, sample)
+            empty = ~sums.any(axis=1)
+            sums[empty] = centroids[empty]  # a cluster that lost every member keeps its centre
+            centroids = sums / np.linalg.norm(sums, axis=1, keepdims=True)
+        return cls._grouped(centroids, rows, vectors)
+
+    @classmethod
+    def _grouped(cls, centroids: np.ndarray, rows: np.ndarray, vectors: np.ndarray) -> "ClusteredVectors":
+        nearest = _nearest(vectors, centroids)
+        order = np.argsort(nearest, kind="stable")
+        offsets = np.searchsorted(nearest[order], np.arange(len(centroids) + 1))
+        return cls(centroids, rows[order], np.ascontiguousarray(vectors[order]), offsets)
+
+    def __len__(self) -> int:
+        return len(self.rows) + len(self.added)
+
+    @property
+    def nbytes(self) -> int:
+        return self.vectors.nbytes + self.centroids.nbytes + len(self.added) * self.vectors.shape[1] * 4
+
+    def add(self, row: int, vector: np.ndarray) -> None:
+        self.added[row] = np.asarray(vector, dtype=np.float32)
+
+    def needs_fold(self) -> bool:
+        return len(self.added) > max(FOLD_MIN_ROWS, len(self.rows) // 20)
+
+    def folded(self, alive: np.ndarray) -> "ClusteredVectors":
+        """The pending writes placed in their nearest clusters, dead rows dropped; centroids kept."""
+        keep = alive[self.rows]
+        rows = [self.rows[keep]]
+        vectors = [self.vectors[keep]]
+        if self.added:
+            new_rows = np.fromiter(self.added, dtype=np.int64, count=len(self.added))
+            live = alive[new_rows]
+            rows.append(new_rows[live])
+            vectors.append(np.stack(list(self.added.values()))[live])
+        return self._grouped(self.centroids, np.concatenate(rows), np.concatenate(vectors))
+
+    def search(self, vector: np.ndarray, k: int, alive: np.ndarray) -> list[tuple[int, float]]:
+        """The k nearest live rows found in the probed clusters and the pending writes, best first."""
+        vector = np.asarray(vector, dtype=np.float32)
+        clusters = len(self.centroids)
+        probe = min(clusters, max(PROBE_MIN, math.ceil(clusters * PROBE_SHARE)))
+        near = np.argpartition(-_scores(self.centroids, vector), probe - 1)[:probe] if probe < clusters \
+            else np.arange(clusters)
+        parts_rows = [self.rows[self.offsets[c]:self.offsets[c + 1]] for c in near]
+        parts_sims = [_scores(self.vectors[self.offsets[c]:self.offsets[c + 1]], vector) for c in near]
+        if self.added:
+            parts_rows.append(np.fromiter(self.added, dtype=np.int64, count=len(self.added)))
+            parts_sims.append(_scores(np.stack(list(self.added.values())), vector))
+        rows, sims = np.concatenate(parts_rows), np.concatenate(parts_sims)
+        live = alive[rows]
+        rows, sims = rows[live], sims[live]
+        if len(sims) > k:
+            top = np.argpartition(-sims, k - 1)[:k]
+            rows, sims = rows[top], sims[top]
+        order = np.argsort(-sims, kind="stable")
+        return [(int(rows[i]), float(sims[i])) for i in order]
+
+
+def _nearest(vectors: np.ndarray, centroids: np.ndarray, batch: int = 8192) -> np.ndarray:
+    """The index of each vector's most similar centroid (in batches: a bounded score matrix)."""
+    if not len(vectors):
+        return np.zeros(0, dtype=np.int64)
+    return np.concatenate([np.argmax(vectors[i:i + batch] @ centroids.T, axis=1)
+                           for i in range(0, len(vectors), batch)])
