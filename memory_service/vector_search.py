@@ -203,6 +203,7 @@ class FilteredVectors:
         self._clustered: dict[tuple[str, str], ClusteredVectors] = {}
         self._building: dict[tuple[str, str], dict[int, np.ndarray]] = {}  # writes during a build
         self._build_failed: dict[tuple[str, str], float] = {}  # when a build last failed: retried later
+        self._loading: set[str] = set()  # teams whose directory a thread is loading
         self._lock = threading.RLock()
         self.last_plan = ""  # for benchmarks and tests: which path the last search took
         self.plans: collections.Counter[str] = collections.Counter()
@@ -318,7 +319,14 @@ class FilteredVectors:
         self.plans[name] += 1
 
     def _whole_team(self, team: str, kind: str, embedding: np.ndarray, k: int) -> list[tuple[str, float]] | None:
-        """No filter, in process: exact for a small team, else the clustered index (None: not ready)."""
+        """No filter, in process: exact for a small team, else the clustered index (None: not ready).
+
+        The first search of a team loads its directory on another thread (a second or two at 100k) and is
+        answered by Chroma meanwhile, so a service's first recalls after a start do not wait for it.
+        """
+        if (team, kind) not in self._dirs:  # read without the lock: the loading thread holds it
+            self._load_later(team, kind)
+            return None
         with self._lock:
             d = self._directory(team, kind)
             if d.live == 0:
@@ -336,6 +344,27 @@ class FilteredVectors:
                 index = self._clustered[(team, kind)] = index.folded(d.alive)
             self._plan("clusters")
             return [(d.ids[r], similarity) for r, similarity in index.search(embedding, k, d.alive)]
+
+    def _load_later(self, team: str, kind: str) -> None:
+        """Load the team's directory, then start its clustered index if it is large, on a thread of its own."""
+        with self._lock:
+            if team in self._loading:
+                return
+            self._loading.add(team)
+
+        def load() -> None:
+            try:
+                with self._lock:
+                    d = self._directory(team, kind)
+                    if d.live > UNFILTERED_EXACT_MAX_ROWS:
+                        self._start_build(team, kind, d)
+            except Exception:  # noqa: BLE001 - the next search loads it in its own thread instead
+                log.exception("could not load the vector directory of a team")
+            finally:
+                with self._lock:
+                    self._loading.discard(team)
+
+        threading.Thread(target=load, daemon=True, name="vector-directory").start()
 
     def _start_build(self, team: str, kind: str, d: _Directory) -> None:
         """Build the team's clustered index on a thread of its own (seconds at 100k), if it fits."""
