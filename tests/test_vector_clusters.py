@@ -61,6 +61,9 @@ def test_dead_rows_are_never_returned_and_new_rows_are_found_before_and_after_a_
     assert not folded.added and len(folded) == 6_000 - 1 + 1 + 2_100
     assert folded.search(query, 1, alive)[0][0] == 6_000
     assert 42 not in folded.rows
+    # stored vectors keep their clusters and only pending ones are assigned: the same grouping as assigning all
+    again = ClusteredVectors._grouped(folded.centroids, folded.rows, folded.vectors)
+    assert np.array_equal(again.offsets, folded.offsets)
 
 
 def test_a_large_team_is_searched_in_process_once_its_index_is_built(tmp_path, monkeypatch):
