@@ -84,8 +84,9 @@ class ClusteredVectors:
 
     def folded(self, alive: np.ndarray) -> "ClusteredVectors":
         """The pending writes placed in their nearest clusters, dead rows dropped; centroids kept, so the
-        stored vectors keep their clusters and only the pending ones are assigned (measured at 100k with
-        5,000 pending: 0.6-1.8 s when every vector was assigned again, on the request thread that folds)."""
+        stored vectors keep their clusters and only the pending ones are assigned. At 100k with 5,000 pending,
+        best of 11 on a loaded machine: 149 ms, against 512 ms when every vector was assigned again (the rest
+        is copying the vectors). It runs on the search thread that finds the fold due, under the lock."""
         keep = alive[self.rows]
         clusters = np.repeat(np.arange(len(self.centroids)), np.diff(self.offsets))
         rows, vectors, nearest = [self.rows[keep]], [self.vectors[keep]], [clusters[keep]]
