@@ -62,6 +62,9 @@ class Settings(BaseSettings):
     embed_threads: int = Field(1, ge=1, le=64)
     embedder: Literal["onnx", "torch"] = "onnx"
     chroma_url: str | None = None
+    # the embedded store runs in a child process: its calls hold Python's lock for their whole length, and
+    # in the API process every request waited behind them (see storage/chroma_process.py). 0 runs it in-process
+    chroma_process: bool = True
     # postgresql://user@host/db: the journal, jobs, limits, handled ledger and keys live there instead of
     # the data dir's SQLite files, so several API processes can share them (see "Outgrowing one machine")
     database_url: str | None = None

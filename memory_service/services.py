@@ -90,7 +90,7 @@ class Services:
             if recovered:
                 log.info("resumed %d job(s) that were mid-extraction at the last stop", recovered)
         # shared database: jobs held by processes that died come back when their lease runs out
-        vectors = VectorStore(data / "chroma", url=settings.chroma_url)
+        vectors = VectorStore(data / "chroma", url=settings.chroma_url, process=settings.chroma_process)
         purged = finish_pending(journal, vectors)
         if purged:
             log.info("finished forgetting %d memory(ies) that a stop cut off half-way", purged)
@@ -136,6 +136,7 @@ class Services:
         except UNAVAILABLE as exc:  # the database is down: the leases run out and another process takes over
             log.warning("could not hand this process's jobs back (%s); they are retried when their lease ends", exc)
         self._recall_legs.shutdown(wait=True)
+        self.vectors.close()
         self.journal.close()
         self.limits.close()
         self.keys.close()

@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
+from ..storage.chroma_process import ChromaProcessFailed
 from ..storage.database import UNAVAILABLE
 from .models import ErrorOut
 
@@ -111,7 +112,8 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _storage_unavailable(request: Request, exc: Exception) -> JSONResponse:
-    """The database is locked past its timeout, or PostgreSQL is down or out of connections: retry later."""
+    """The database is locked past its timeout, PostgreSQL is down or out of connections, or the vector
+    store's process died (the next call starts another): retry later."""
     log.warning("storage unavailable on %s %s: %s", request.method, request.url.path, exc)
     return JSONResponse({"error": "unavailable", "detail": f"storage unavailable, nothing changed: "
                          f"{' '.join(str(exc).split())[:300]}"}, status_code=503, headers={"Retry-After": "1"})
@@ -120,6 +122,6 @@ async def _storage_unavailable(request: Request, exc: Exception) -> JSONResponse
 def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
-    for error in UNAVAILABLE:
+    for error in (*UNAVAILABLE, ChromaProcessFailed):
         app.add_exception_handler(error, _storage_unavailable)
     app.add_exception_handler(Exception, _unexpected)

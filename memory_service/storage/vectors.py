@@ -5,6 +5,8 @@
   facts each get a full candidate list instead of crowding each other out of one.
 - We always pass embeddings: Chroma's own embedding function would try a hub download.
 - Deterministic ids + `upsert`, so a batch replayed after a crash stores nothing twice.
+- The embedded store runs in a child process of its own by default (`process=True`, see
+  `chroma_process`): chromadb's calls hold Python's lock, and requests must not wait behind them.
 - Embedded `PersistentClient` allows one writer process per path; pointing
   `MEMORY_CHROMA_URL` at a Chroma server is the multi-process deployment. Its client gets a
   heartbeat at start-up (an unreachable server is one clear error, not a traceback mid-request)
@@ -74,18 +76,22 @@ def tag_key(tag: str) -> str:
 
 
 class VectorStore:
-    def __init__(self, path: Path | None = None, *, url: str | None = None) -> None:
-        import chromadb
-        from chromadb.config import Settings as ChromaSettings
-
-        chroma_settings = ChromaSettings(anonymized_telemetry=False, allow_reset=False)
+    def __init__(self, path: Path | None = None, *, url: str | None = None, process: bool = False) -> None:
         if url:
-            self._client = _http_client(url, chroma_settings)
+            self._client = _http_client(url)
         else:
             assert path is not None
             path.mkdir(parents=True, exist_ok=True)
-            self._client = chromadb.PersistentClient(path=str(path), settings=chroma_settings)
-        self._batch = min(MAX_BATCH, _max_batch(self._client))
+            if process:  # chromadb is imported by the child only
+                from .chroma_process import ChromaProcess
+
+                self._client = ChromaProcess(path)
+            else:
+                import chromadb
+
+                self._client = chromadb.PersistentClient(path=str(path), settings=chroma_settings())
+        # the child's store is the embedded one, whose limit is known: asking would wait for it to start
+        self._batch = MAX_BATCH if process and not url else min(MAX_BATCH, _max_batch(self._client))
         # a server is written by other processes too: caches of its vectors in this one cannot be kept current
         self.shared = bool(url)
         self._collections: dict[tuple[str, str], Any] = {}
@@ -216,14 +222,20 @@ def probe_server(url: str) -> tuple[str, int, bool]:
     return host, port, ssl
 
 
-def _http_client(url: str, chroma_settings: Any) -> Any:
+def chroma_settings() -> Any:
+    from chromadb.config import Settings as ChromaSettings
+
+    return ChromaSettings(anonymized_telemetry=False, allow_reset=False)
+
+
+def _http_client(url: str) -> Any:
     """A client of the Chroma server at `url`, after its heartbeat answered, with timeouts on every request."""
     import chromadb
     import httpx
 
     host, port, ssl = probe_server(url)
     try:
-        client = chromadb.HttpClient(host=host, port=port, ssl=ssl, settings=chroma_settings)
+        client = chromadb.HttpClient(host=host, port=port, ssl=ssl, settings=chroma_settings())
     except ValueError as exc:  # chromadb's words for a server that went away or lacks the default tenant
         raise ChromaUnreachable(f"the Chroma server at MEMORY_CHROMA_URL={url} refused the client: {exc}") from None
     session = getattr(getattr(client, "_server", None), "_session", None)

@@ -1,0 +1,261 @@
+"""The embedded Chroma store, run in a child process that the API process talks to over a pipe.
+
+Why: chromadb's embedded calls hold Python's lock for their whole length. Measured in the API process, an
+upsert of 16 passages took 40 ms and stalled every other thread for 33 ms of it, so each save acked
+behind whatever passage batch was being indexed. In a child process the same call costs the API process
+a pickled request and a wait on a pipe, and that wait releases the lock.
+
+The child owns the data dir's store alone (one writer per path, as with the embedded client), serves one
+call at a time, and exits when its pipe closes, so it cannot outlive the service. It is a fresh interpreter
+(`python -m` this module) joined by a socket pair, not a `multiprocessing` child: those re-run the parent's
+main script, and forking a process whose threads may hold locks can deadlock the child. A child that dies or
+hangs is replaced: a call that found it dead, or that it died during, is asked once more of the new one
+(every call is safe to repeat). Only a second failure, or a hang, raises `ChromaProcessFailed`, which the
+API answers with 503 and the indexers treat as a failed vector write (the journal keeps the text; the
+vectors are written later).
+"""
+
+from __future__ import annotations
+
+import builtins
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 120.0  # importing chromadb and opening a large store on a slow, busy machine
+CALL_TIMEOUT_S = 300.0  # a get of a whole 5,000-row batch with embeddings on a slow, busy machine
+STOP_TIMEOUT_S = 10.0
+
+
+class ChromaProcessFailed(RuntimeError):
+    """The child serving the vector store died or stopped answering; the next call starts a new one."""
+
+
+class ChromaCallError(RuntimeError):
+    """Chroma raised an error of its own type in the child; the message keeps its type and text."""
+
+
+def _serve(conn: Any, path: str) -> None:
+    """The child's loop: one request at a time, until the pipe closes or `close` is asked."""
+    import chromadb
+    import numpy as np
+
+    from .vectors import chroma_settings
+
+    try:
+        client = chromadb.PersistentClient(path=path, settings=chroma_settings())
+    except BaseException as exc:  # noqa: BLE001 - told to the parent, which raises it
+        conn.send(("error", (type(exc).__name__, str(exc))))
+        return
+    conn.send(("ok", None))
+    collections: dict[str, Any] = {}
+
+    def collection(name: str) -> Any:
+        coll = collections.get(name)
+        if coll is None:
+            coll = client.get_or_create_collection(name, metadata={"hnsw:space": "cosine"}, embedding_function=None)
+            collections[name] = coll
+        return coll
+
+    while True:
+        try:
+            op, name, kwargs = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            if op == "close":
+                client.close()
+                conn.send(("ok", None))
+                return
+            if op == "list":
+                result: Any = [c.name for c in client.list_collections()]
+            elif op == "drop":
+                client.delete_collection(name)
+                collections.pop(name, None)
+                result = None
+            elif op == "max_batch":
+                result = int(client.get_max_batch_size())
+            elif op == "open":
+                collection(name)
+                result = None
+            elif op in ("upsert", "delete", "query", "get", "count"):
+                result = getattr(collection(name), op)(**kwargs)
+                if op == "get" and result.get("embeddings") is not None:
+                    result = dict(result, embeddings=np.asarray(result["embeddings"], dtype=np.float32))
+                elif isinstance(result, dict):
+                    result = dict(result)
+            else:
+                raise ValueError(f"unknown vector store call {op!r}")
+            conn.send(("ok", result))
+        except BaseException as exc:  # noqa: BLE001 - the parent re-raises it; the child serves on
+            conn.send(("error", (type(exc).__name__, str(exc))))
+
+
+def _raise(kind: str, message: str) -> None:
+    builtin = getattr(builtins, kind, None)
+    if isinstance(builtin, type) and issubclass(builtin, Exception):
+        raise builtin(message)
+    raise ChromaCallError(f"{kind}: {message}")
+
+
+class ChildCollection:
+    """One collection of the child's store, with the calls of a chromadb collection that `VectorStore` uses."""
+
+    def __init__(self, process: "ChromaProcess", name: str) -> None:
+        self._process, self.name = process, name
+
+    def upsert(self, **kwargs: Any) -> None:
+        self._process.call("upsert", self.name, **kwargs)
+
+    def delete(self, **kwargs: Any) -> None:
+        self._process.call("delete", self.name, **kwargs)
+
+    def query(self, **kwargs: Any) -> dict[str, Any]:
+        return self._process.call("query", self.name, **kwargs)
+
+    def get(self, **kwargs: Any) -> dict[str, Any]:
+        return self._process.call("get", self.name, **kwargs)
+
+    def count(self) -> int:
+        return self._process.call("count", self.name)
+
+
+class ChromaProcess:
+    """The client side: the calls of a chromadb client that `VectorStore` uses, answered by the child."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = str(path)
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen | None = None
+        self._conn: Connection | None = None
+        self._ready = False
+        self._closed = False
+        with self._lock:
+            self._start()
+
+    # -- the calls VectorStore makes on a chromadb client
+    def get_or_create_collection(self, name: str, **_: Any) -> ChildCollection:
+        self.call("open", name)
+        return ChildCollection(self, name)
+
+    def list_collections(self) -> list[ChildCollection]:
+        return [ChildCollection(self, name) for name in self.call("list")]
+
+    def delete_collection(self, name: str) -> None:
+        self.call("drop", name)
+
+    def get_max_batch_size(self) -> int:
+        return self.call("max_batch")
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._stop()
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def call(self, op: str, name: str | None = None, **kwargs: Any) -> Any:
+        """One call in the child. Every call is safe to repeat (upserts by id, deletes, reads), so a child
+        found dead, or dying during the call, is replaced and the call asked once more of the new one."""
+        with self._lock:
+            if self._closed:
+                raise ChromaProcessFailed("the vector store is closed")
+            for attempt in (1, 2):
+                if self._process is None or self._process.poll() is not None:
+                    self._stop()
+                    self._start()
+                if not self._ready:
+                    self._wait_ready()
+                try:
+                    self._conn.send((op, name, kwargs))
+                    if not self._conn.poll(CALL_TIMEOUT_S):
+                        raise TimeoutError(f"no answer in {CALL_TIMEOUT_S:.0f} s")
+                    status, value = self._conn.recv()
+                    break
+                except (EOFError, OSError, TimeoutError) as exc:
+                    self._process.kill()  # a hung child too: the next call needs a fresh one
+                    code = self._process.wait()
+                    self._stop()
+                    if attempt == 2 or isinstance(exc, TimeoutError):
+                        raise ChromaProcessFailed(
+                            f"the vector store's process stopped during {op} ({exc or type(exc).__name__}, "
+                            f"exit code {code}); the next call starts a new one") from None
+                    log.warning("the vector store's process stopped during %s (exit code %s); starting another",
+                                op, code)
+        if status == "error":
+            _raise(*value)
+        return value
+
+    def _start(self) -> None:
+        """Start the child; it opens the store while this process goes on (the first call waits for it)."""
+        mine, theirs = socket.socketpair()
+        with theirs:
+            process = subprocess.Popen(
+                [sys.executable, "-m", __name__, str(theirs.fileno()), self._path],
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, close_fds=True,
+                env=dict(os.environ, ANONYMIZED_TELEMETRY="False"),
+            )
+        self._process, self._conn, self._ready = process, Connection(mine.detach()), False
+        log.debug("vector store process %d serves %s", process.pid, self._path)
+
+    def _wait_ready(self) -> None:
+        conn, process = self._conn, self._process
+        try:
+            if not conn.poll(START_TIMEOUT_S):
+                raise TimeoutError(f"it did not open the store in {START_TIMEOUT_S:.0f} s")
+            status, value = conn.recv()
+        except (EOFError, OSError, TimeoutError) as exc:
+            self._stop()
+            raise ChromaProcessFailed(
+                f"the vector store's process could not open {self._path} ({exc or 'it exited'}, exit code "
+                f"{process.poll()}); its error is in the service's log") from None
+        if status == "error":
+            self._stop()
+            _raise(*value)
+        self._ready = True
+
+    def _stop(self) -> None:
+        """Ask the child to close its store, then make sure it is gone."""
+        process, conn, ready = self._process, self._conn, self._ready
+        self._process = self._conn = None
+        self._ready = False
+        if process is None:
+            return
+        try:
+            if process.poll() is None:
+                conn.send(("close", None, {}))
+                for _ in range(1 if ready else 2):  # a child still opening answers "ready" first
+                    if conn.poll(STOP_TIMEOUT_S):
+                        conn.recv()
+        except (EOFError, OSError):
+            pass
+        finally:
+            conn.close()
+        try:
+            process.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(STOP_TIMEOUT_S)
+
+
+def main(argv: list[str]) -> None:
+    """The child's entry: `python -m memory_service.storage.chroma_process FD PATH`."""
+    fd, path = int(argv[0]), argv[1]
+    try:
+        _serve(Connection(fd), path)
+    except (BrokenPipeError, ConnectionResetError):  # the service went away mid-answer: nothing to tell
+        pass
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
