@@ -31,6 +31,7 @@ RRF_K = 60.0
 # A keyword hit weighs 0.5 plus the share of the query's words it contains: an item holding every
 # word of the query (an id, a name, "email quota") outranks vector noise; a one-word overlap does not.
 KEYWORD_BASE_WEIGHT = 0.5
+KEYWORD_KINDS = ("passage", "fact")  # the kinds with a keyword index (consolidated items: vector leg only)
 SIBLING_SUPPORT = 0.5  # share of the scores of items from the same saved text added to an item
 REPEAT_DECAY = 0.5  # each further item from an already-shown saved text keeps this share of its score
 QUERY_CACHE_SIZE = 1024
@@ -128,24 +129,27 @@ def recall(q: RecallQuery, *, journal: Journal, vectors: VectorStore, embedder: 
            search: FilteredVectors, legs: Executor | None = None) -> list[Hit]:
     """Vector and keyword search with the filters inside each, fused by rank; blocking (one thread hop).
 
-    With `legs`, the keyword leg runs there while this thread embeds the query and searches vectors: both
-    spend their time outside the GIL (SQLite, onnxruntime), so on two cores they overlap.
+    With `legs`, the keyword leg runs there, one task per kind, while this thread embeds the query and
+    searches vectors: all spend their time outside the GIL (SQLite, onnxruntime), so they overlap.
     """
     by_occurred = q.time_field == "occurred_at" and (q.since is not None or q.until is not None)
     since, until = (None, None) if by_occurred else (q.since, q.until)
     pool = max(q.k * 3, 30) * (OCCURRED_POOL_FACTOR if by_occurred else 1)
     flt = VectorFilter(q.agent_id, q.tags, since, until)
-    keyword_leg = partial(journal.keyword_search, q.team, q.query, kinds=set(q.kinds), limit=pool,
-                          agent_id=q.agent_id, tags=q.tags, since=since, until=until)
-    pending = legs.submit(keyword_leg) if legs is not None else None
+    keyword_legs = [partial(journal.keyword_search, q.team, q.query, kinds={kind}, limit=pool, agent_id=q.agent_id,
+                            tags=q.tags, since=since, until=until) for kind in KEYWORD_KINDS if kind in q.kinds]
+    pending = [legs.submit(leg) for leg in keyword_legs] if legs is not None else []
     try:
         vector = _embed_query(embedder, q.query)
         found = {kind: search.search(q.team, kind, vector, pool, flt) for kind in q.kinds}
     except BaseException:
-        if pending is not None:  # not left running behind an error: it holds a database connection
-            wait([pending])
+        wait(pending)  # not left running behind an error: each holds a database connection
         raise
-    keyword = pending.result() if pending is not None else keyword_leg()
+    if pending:
+        wait(pending)  # every leg done before any error is raised: no connection left in use
+        keyword = [hit for leg in pending for hit in leg.result()]
+    else:
+        keyword = [hit for leg in keyword_legs for hit in leg()]
 
     # every item either leg found, from the journal in one query per kind: a forgotten text or fact
     # (its vector not removed yet: a forget cut off by a crash, a job that raced it) is simply not there

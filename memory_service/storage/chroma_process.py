@@ -35,6 +35,13 @@ CALL_TIMEOUT_S = 300.0  # a get of a whole 5,000-row batch with embeddings on a 
 STOP_TIMEOUT_S = 10.0
 
 
+def chroma_settings() -> Any:
+    """Chroma's settings for every client this service opens: no telemetry, no reset."""
+    from chromadb.config import Settings as ChromaSettings
+
+    return ChromaSettings(anonymized_telemetry=False, allow_reset=False)
+
+
 class ChromaProcessFailed(RuntimeError):
     """The child serving the vector store died or stopped answering; the next call starts a new one."""
 
@@ -47,8 +54,6 @@ def _serve(conn: Any, path: str) -> None:
     """The child's loop: one request at a time, until the pipe closes or `close` is asked."""
     import chromadb
     import numpy as np
-
-    from .vectors import chroma_settings
 
     try:
         client = chromadb.PersistentClient(path=path, settings=chroma_settings())
@@ -203,7 +208,7 @@ class ChromaProcess:
             process = subprocess.Popen(
                 [sys.executable, "-m", __name__, str(theirs.fileno()), self._path],
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, close_fds=True,
-                env=dict(os.environ, ANONYMIZED_TELEMETRY="False"),
+                env=_child_env(),
             )
         self._process, self._conn, self._ready = process, Connection(mine.detach()), False
         log.debug("vector store process %d serves %s", process.pid, self._path)
@@ -246,6 +251,14 @@ class ChromaProcess:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(STOP_TIMEOUT_S)
+
+
+def _child_env() -> dict[str, str]:
+    """The service's environment, with this package's own copy first on the path (the child runs the same
+    code even when the service was started from a checkout) and Chroma's telemetry off."""
+    root = str(Path(__file__).resolve().parents[2])
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    return dict(os.environ, PYTHONPATH=path, ANONYMIZED_TELEMETRY="False")
 
 
 def main(argv: list[str]) -> None:

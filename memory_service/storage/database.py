@@ -6,8 +6,9 @@ read. Where the engines really differ (full-text search, job claiming, JSON arra
 store looks at `db.dialect` and says so in place.
 
 SQLite: one write connection behind a lock (`BEGIN IMMEDIATE`: SQLite has one writer anyway,
-and a Python lock hands it over faster than SQLite's sleeping busy handler) and one read
-connection (WAL: reads never wait for the writer). PostgreSQL: a connection pool shared by
+and a Python lock hands it over faster than SQLite's sleeping busy handler) and a few read
+connections (WAL: reads never wait for the writer, nor for each other: recall's keyword leg reads
+beside the request's own reads, and concurrent recalls do not queue for one connection). PostgreSQL: a connection pool shared by
 the threads; each transaction takes its own connection, so several processes and threads
 write at once and row locks do the serialising.
 """
@@ -66,6 +67,9 @@ class Database:
         raise NotImplementedError
 
 
+READERS = 4  # read connections per SQLite file: a recall uses two at once; more only hold page caches
+
+
 class SqliteDatabase(Database):
     dialect: Dialect = "sqlite"
 
@@ -77,8 +81,10 @@ class SqliteDatabase(Database):
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute(f"PRAGMA synchronous={synchronous}")
         self._lock = threading.RLock()
-        self._reader = _sqlite(path)
-        self._read_lock = threading.Lock()
+        self._idle: list[sqlite3.Connection] = [_sqlite(path)]  # read connections not in use
+        self._readers = 1  # opened so far, at most READERS
+        self._reader_setup: list[str] = []
+        self._read_free = threading.Condition()
 
     def create_schema(self, sqlite_schema: str, postgres_schema: str) -> None:
         with self._lock:
@@ -95,18 +101,51 @@ class SqliteDatabase(Database):
                 raise
             self._conn.execute("COMMIT")
 
+    def on_reader(self, sql: str) -> None:
+        """Run `sql` on every read connection, now and when one is opened (per-connection state: temp tables)."""
+        with self._read_free:
+            if len(self._idle) != self._readers:  # a connection in use would miss it
+                raise RuntimeError("on_reader is for set-up: call it before any read starts")
+            self._reader_setup.append(sql)
+            for conn in self._idle:
+                conn.execute(sql)
+
     @contextmanager
     def reading(self) -> Iterator[sqlite3.Connection]:
-        with self._read_lock:
-            yield self._reader
+        with self._read_free:
+            while not self._idle and self._readers >= READERS:
+                self._read_free.wait()
+            if self._idle:
+                conn = self._idle.pop()
+            else:
+                self._readers += 1
+                conn = None
+        if conn is None:
+            try:
+                conn = _sqlite(self.path)
+                for sql in self._reader_setup:
+                    conn.execute(sql)
+            except BaseException:
+                with self._read_free:
+                    self._readers -= 1
+                    self._read_free.notify()
+                raise
+        try:
+            yield conn
+        finally:
+            with self._read_free:
+                self._idle.append(conn)
+                self._read_free.notify()
 
     def writer(self) -> sqlite3.Connection:
         """The write connection outside any transaction (pragmas, one-statement writes), lock held by caller."""
         return self._conn
 
     def close(self) -> None:
-        with self._lock, self._read_lock:
-            self._reader.close()
+        with self._lock, self._read_free:
+            for conn in self._idle:
+                conn.close()
+            self._idle.clear()
             self._conn.close()
 
 

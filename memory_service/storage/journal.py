@@ -52,9 +52,9 @@ class Journal(JobQueue, FactStore, KeywordSearch):
                 conn.execute("ALTER TABLE facts ADD COLUMN indexed INTEGER NOT NULL DEFAULT 1")
             conn.execute("CREATE INDEX IF NOT EXISTS facts_unindexed ON facts(indexed) WHERE indexed = 0")
             conn.execute("CREATE INDEX IF NOT EXISTS memories_leases ON memories(status, lease_until)")
-            with self.db.reading() as reader:  # document frequencies, for the bounded keyword search
-                for fts in ("memories_fts", "facts_fts"):
-                    reader.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{fts}_vocab USING fts5vocab(main, {fts}, 'row')")
+            for fts in ("memories_fts", "facts_fts"):  # document frequencies, for the bounded keyword search
+                self.db.on_reader(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{fts}_vocab "
+                                  f"USING fts5vocab(main, {fts}, 'row')")
         self._df_cache: dict[tuple[str, str], tuple[int, float]] = {}
         self._long_backlog: tuple[float, int, int] | None = None  # (counted at, jobs, chars): see backlog()
         self._team_locks: dict[str, threading.Lock] = {}

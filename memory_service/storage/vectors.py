@@ -24,6 +24,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from .chroma_process import ChromaProcess, chroma_settings
+
 MAX_BATCH = 5000  # Chroma refuses more than 5,461 rows per call
 CONNECT_TIMEOUT_S = 5.0
 REQUEST_TIMEOUT_S = 120.0  # an upsert of MAX_BATCH rows to a busy server, with room to spare
@@ -83,8 +85,6 @@ class VectorStore:
             assert path is not None
             path.mkdir(parents=True, exist_ok=True)
             if process:  # chromadb is imported by the child only
-                from .chroma_process import ChromaProcess
-
                 self._client = ChromaProcess(path)
             else:
                 import chromadb
@@ -220,12 +220,6 @@ def probe_server(url: str) -> tuple[str, int, bool]:
             f"--port {port}), fix the URL, or unset MEMORY_CHROMA_URL to use the embedded store in the data dir"
         ) from None
     return host, port, ssl
-
-
-def chroma_settings() -> Any:
-    from chromadb.config import Settings as ChromaSettings
-
-    return ChromaSettings(anonymized_telemetry=False, allow_reset=False)
 
 
 def _http_client(url: str) -> Any:
