@@ -67,17 +67,32 @@ def goal(value: float | None, target: float, *, at_most: bool = True) -> dict[st
 
 
 def rss_mb(pid: int) -> dict[str, float | None]:
-    """VmRSS (now) and VmHWM (peak) of one process, from /proc (Linux)."""
+    """VmRSS (now) and VmHWM (peak) of a service, from /proc (Linux): its process plus its children other
+    than a llama-server (the process serving its embedded Chroma store is part of the service). The peak
+    is the sum of each process's peak, an upper bound."""
     out: dict[str, float | None] = {"rss_mb": None, "peak_rss_mb": None}
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                out["rss_mb"] = round(int(line.split()[1]) / 1024.0, 1)
-            elif line.startswith("VmHWM:"):
-                out["peak_rss_mb"] = round(int(line.split()[1]) / 1024.0, 1)
-    except OSError:
-        pass
+    for one in (pid, *_service_children(pid)):
+        try:
+            for line in Path(f"/proc/{one}/status").read_text().splitlines():
+                for field, key in (("VmRSS:", "rss_mb"), ("VmHWM:", "peak_rss_mb")):
+                    if line.startswith(field):
+                        out[key] = round((out[key] or 0.0) + int(line.split()[1]) / 1024.0, 1)
+        except OSError:
+            pass
     return out
+
+
+def _service_children(pid: int) -> list[int]:
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        name, rest = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
+        if int(rest[1]) == pid and "llama" not in name:
+            children.append(int(stat.parent.name))
+    return children
 
 
 def machine_info() -> dict[str, Any]:

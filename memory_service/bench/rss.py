@@ -1,4 +1,5 @@
-"""Service memory without llama-server: VmRSS / VmHWM of the `memory-service serve` process.
+"""Service memory without llama-server: VmRSS / VmHWM of the `memory-service serve` process and the child
+that serves its embedded Chroma store.
 
 The service runs against an external llama-server (MEMORY_LLM_URL), so the
 process measured holds only the API, the journal, Chroma and the embedder.
@@ -60,7 +61,8 @@ def run(*, llm_url: str, quick: bool = False, workdir: Path | None = None,
             **({"peak_rss_mb_other_benchmarks": goal(elsewhere_peak, GOAL_MB)} if observed_elsewhere else {}),
         },
         "observed_in_other_benchmarks": observed_elsewhere or {},
-        "what": "VmRSS (now) and VmHWM (peak) of the service process; llama-server is a separate process, not counted",
+        "what": "VmRSS (now) and VmHWM (peak) of the service process plus its vector store's process (peaks summed); "
+                "llama-server is a separate process, not counted",
         "machine": machine_info(),
     }
 
