@@ -3,6 +3,7 @@ search needs (its fts5vocab tables)."""
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 
 import pytest
@@ -80,3 +81,11 @@ def test_reader_set_up_after_a_read_started_is_refused(tmp_path):
         with pytest.raises(RuntimeError, match="before any read"):
             journal.db.on_reader("SELECT 1")
     journal.close()
+
+
+def test_a_read_after_close_is_refused(tmp_path):
+    journal = _journal(tmp_path)
+    journal.close()
+    with pytest.raises(sqlite3.ProgrammingError):
+        with journal.reading():
+            pass

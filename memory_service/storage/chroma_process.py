@@ -20,6 +20,7 @@ from __future__ import annotations
 import builtins
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -264,6 +265,10 @@ def _child_env() -> dict[str, str]:
 def main(argv: list[str]) -> None:
     """The child's entry: `python -m memory_service.storage.chroma_process FD PATH`."""
     fd, path = int(argv[0]), argv[1]
+    # a Ctrl-C or SIGTERM sent to the service's whole process group is the service's to handle: the child
+    # finishes the call in hand and leaves when the service closes the pipe (or dies)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         _serve(Connection(fd), path)
     except (BrokenPipeError, ConnectionResetError):  # the service went away mid-answer: nothing to tell

@@ -7,10 +7,10 @@ store looks at `db.dialect` and says so in place.
 
 SQLite: one write connection behind a lock (`BEGIN IMMEDIATE`: SQLite has one writer anyway,
 and a Python lock hands it over faster than SQLite's sleeping busy handler) and a few read
-connections (WAL: reads never wait for the writer, nor for each other: recall's keyword leg reads
-beside the request's own reads, and concurrent recalls do not queue for one connection). PostgreSQL: a connection pool shared by
-the threads; each transaction takes its own connection, so several processes and threads
-write at once and row locks do the serialising.
+connections (WAL: reads never wait for the writer, nor for each other: recall's keyword legs read
+beside the request's own reads, and concurrent recalls do not queue for one connection).
+PostgreSQL: a connection pool shared by the threads; each transaction takes its own connection,
+so several processes and threads write at once and row locks do the serialising.
 """
 
 from __future__ import annotations
@@ -85,6 +85,7 @@ class SqliteDatabase(Database):
         self._readers = 1  # opened so far, at most READERS
         self._reader_setup: list[str] = []
         self._read_free = threading.Condition()
+        self._closed = False
 
     def create_schema(self, sqlite_schema: str, postgres_schema: str) -> None:
         with self._lock:
@@ -113,8 +114,10 @@ class SqliteDatabase(Database):
     @contextmanager
     def reading(self) -> Iterator[sqlite3.Connection]:
         with self._read_free:
-            while not self._idle and self._readers >= READERS:
+            while not self._idle and self._readers >= READERS and not self._closed:
                 self._read_free.wait()
+            if self._closed:
+                raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
             if self._idle:
                 conn = self._idle.pop()
             else:
@@ -134,8 +137,11 @@ class SqliteDatabase(Database):
             yield conn
         finally:
             with self._read_free:
-                self._idle.append(conn)
-                self._read_free.notify()
+                if self._closed:  # closed while this read ran: nothing will hand the connection out again
+                    conn.close()
+                else:
+                    self._idle.append(conn)
+                    self._read_free.notify()
 
     def writer(self) -> sqlite3.Connection:
         """The write connection outside any transaction (pragmas, one-statement writes), lock held by caller."""
@@ -143,9 +149,11 @@ class SqliteDatabase(Database):
 
     def close(self) -> None:
         with self._lock, self._read_free:
+            self._closed = True
             for conn in self._idle:
                 conn.close()
             self._idle.clear()
+            self._read_free.notify_all()
             self._conn.close()
 
 
