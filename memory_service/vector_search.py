@@ -197,7 +197,7 @@ class FilteredVectors:
         self._clustered: dict[tuple[str, str], ClusteredVectors] = {}
         self._building: dict[tuple[str, str], dict[int, np.ndarray]] = {}  # writes during a build
         self._build_failed: dict[tuple[str, str], float] = {}  # when a build last failed: retried later
-        self._loading: set[str] = set()  # teams whose directory a thread is loading
+        self._loading: set[tuple[str, str]] = set()  # (team, kind) directories a thread is loading
         self._lock = threading.RLock()
         self.last_plan = ""  # for benchmarks and tests: which path the last search took
         self.plans: collections.Counter[str] = collections.Counter()
@@ -290,13 +290,14 @@ class FilteredVectors:
                 break
             with self._lock:  # the nearest `attempt` from the clustered index if it is ready, else Chroma
                 near = self._clustered_search(team, kind, d, embedding, attempt)
+            plan = "overfetch" if near is None else "clusters+filter"
             if near is None:
                 near = [(h.id, h.similarity) for h in self.vectors.query(team, embedding, attempt, kind=kind,
                                                                           payload=False)]
             with self._lock:
                 passed = [(item_id, similarity) for item_id, similarity in near if d.passes(item_id, base, flt)]
             if len(passed) >= min(need, kept) or attempt >= total:
-                self._plan("overfetch" if (team, kind) not in self._clustered else "clusters+filter")
+                self._plan(plan)
                 return passed[:k]
         if fits:
             with self._lock:
@@ -349,9 +350,9 @@ class FilteredVectors:
     def _load_later(self, team: str, kind: str) -> None:
         """Load the team's directory, then start its clustered index if it is large, on a thread of its own."""
         with self._lock:
-            if team in self._loading:
+            if (team, kind) in self._loading:
                 return
-            self._loading.add(team)
+            self._loading.add((team, kind))
 
         def load() -> None:
             try:
@@ -363,7 +364,7 @@ class FilteredVectors:
                 log.exception("could not load the vector directory of a team")
             finally:
                 with self._lock:
-                    self._loading.discard(team)
+                    self._loading.discard((team, kind))
 
         threading.Thread(target=load, daemon=True, name="vector-directory").start()
 

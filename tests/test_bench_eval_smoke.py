@@ -227,3 +227,20 @@ def test_locomo_runner_end_to_end_on_tiny_model(tiny_llama, tmp_path: Path) -> N
     assert result["results"]["passages"]["overall"]["recall@20"] == 1.0
     assert result["results"]["default"]["overall"]["recall@20"] == 1.0
     assert result["model"] and "timing_s" in result and result["settings"]["isolation"] == "team"
+
+
+def test_scrape_reads_gauges_and_histograms_of_a_metrics_page() -> None:
+    from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
+
+    from memory_service.bench.common import scrape
+
+    registry = CollectorRegistry()
+    Gauge("memory_vector_indexes_ready", "ready", registry=registry).set(2)
+    ack = Histogram("memory_remember_ack_seconds", "ack", buckets=(0.005, 0.01), registry=registry)
+    for seconds in (0.001, 0.002, 0.007, 0.5):
+        ack.observe(seconds)
+    samples = scrape(generate_latest(registry).decode())
+    assert samples["memory_vector_indexes_ready"] == [({}, 2.0)]
+    buckets = {labels["le"]: value for labels, value in samples["memory_remember_ack_seconds_bucket"]}
+    assert buckets == {"0.005": 2.0, "0.01": 3.0, "+Inf": 4.0}
+    assert samples["memory_remember_ack_seconds_count"] == [({}, 4.0)]

@@ -95,6 +95,18 @@ def _service_children(pid: int) -> list[int]:
     return children
 
 
+def scrape(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """A /metrics page as sample name -> [(labels, value)], read by prometheus_client's own parser
+    (a histogram's samples come as NAME_bucket, NAME_sum and NAME_count)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, []).append((sample.labels, sample.value))
+    return out
+
+
 def machine_info() -> dict[str, Any]:
     try:
         load = os.getloadavg()

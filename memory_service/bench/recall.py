@@ -39,7 +39,7 @@ import numpy as np
 from ..http_client import service_client
 from ..vector_search import UNFILTERED_EXACT_MAX_ROWS
 from .common import (
-    ServiceRunner, goal, latency_summary, machine_info, main_without_llama, pyplot, write_figure,
+    ServiceRunner, goal, latency_summary, machine_info, main_without_llama, pyplot, scrape, write_figure,
 )
 
 TEAM = "bench-recall"
@@ -283,10 +283,7 @@ def indexes_for(level: int) -> int:
 
 
 def _indexes_ready(client: Any) -> int:
-    for line in client.get("/metrics").text.splitlines():
-        if line.startswith("memory_vector_indexes_ready "):
-            return int(float(line.split()[1]))
-    return 0
+    return int(sum(value for _, value in scrape(client.get("/metrics").text).get("memory_vector_indexes_ready", [])))
 
 
 TIME_VARIANT = "time (newest 10% of rows)"

@@ -23,7 +23,7 @@ import httpx
 
 from ..http_client import async_service_client, service_client
 from .common import (
-    ServiceRunner, agent_text, goal, latency_summary, machine_info, main_with_llama, pyplot, write_figure,
+    ServiceRunner, agent_text, goal, latency_summary, machine_info, main_with_llama, pyplot, scrape, write_figure,
 )
 
 CLIENTS = 32
@@ -94,14 +94,11 @@ def _ready(url: str) -> dict[str, Any]:
 
 def _ack_histogram(url: str, key: str) -> dict[str, float]:
     """The service's own ack histogram (`memory_remember_ack_seconds`): bucket bound -> count, and sum."""
-    out: dict[str, float] = {}
     text = httpx.get(url + "/metrics", headers={"Authorization": f"Bearer {key}"}, timeout=30, trust_env=False).text
-    for line in text.splitlines():
-        if line.startswith("memory_remember_ack_seconds_bucket{"):
-            bound = line.split('le="', 1)[1].split('"', 1)[0]
-            out[bound] = float(line.rsplit(" ", 1)[1])
-        elif line.startswith(("memory_remember_ack_seconds_sum ", "memory_remember_ack_seconds_count ")):
-            out[line.split(" ", 1)[0].rsplit("_", 1)[1]] = float(line.rsplit(" ", 1)[1])
+    samples = scrape(text)
+    out = {labels["le"]: value for labels, value in samples.get("memory_remember_ack_seconds_bucket", [])}
+    for part in ("sum", "count"):
+        out[part] = sum(value for _, value in samples.get(f"memory_remember_ack_seconds_{part}", []))
     return out
 
 

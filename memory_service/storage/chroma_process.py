@@ -89,15 +89,10 @@ def _serve(conn: Any, path: str) -> None:
                 result = None
             elif op == "max_batch":
                 result = int(client.get_max_batch_size())
-            elif op == "open":
-                collection(name)
-                result = None
             elif op in ("upsert", "delete", "query", "get", "count"):
                 result = getattr(collection(name), op)(**kwargs)
                 if op == "get" and result.get("embeddings") is not None:
                     result = dict(result, embeddings=np.asarray(result["embeddings"], dtype=np.float32))
-                elif isinstance(result, dict):
-                    result = dict(result)
             else:
                 raise ValueError(f"unknown vector store call {op!r}")
             conn.send(("ok", result))
@@ -149,7 +144,7 @@ class ChromaProcess:
 
     # -- the calls VectorStore makes on a chromadb client
     def get_or_create_collection(self, name: str, **_: Any) -> ChildCollection:
-        self.call("open", name)
+        """The child creates a collection on its first call (metadata and settings as `VectorStore` asks)."""
         return ChildCollection(self, name)
 
     def list_collections(self) -> list[ChildCollection]:
