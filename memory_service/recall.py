@@ -139,9 +139,17 @@ def recall(q: RecallQuery, *, journal: Journal, vectors: VectorStore, embedder: 
     keyword_legs = [partial(journal.keyword_search, q.team, q.query, kinds={kind}, limit=pool, agent_id=q.agent_id,
                             tags=q.tags, since=since, until=until) for kind in KEYWORD_KINDS if kind in q.kinds]
     pending = [legs.submit(leg) for leg in keyword_legs] if legs is not None else []
+    facts: dict[str, tuple[str, str, float, list[str], str]] = {}
+    texts: dict[str, tuple[str, float, list[str], str]] = {}
     try:
         vector = _embed_query(embedder, q.query)
         found = {kind: search.search(q.team, kind, vector, pool, flt) for kind in q.kinds}
+        # every item either leg found is read from the journal (a forgotten text or fact, its vector not
+        # removed yet, is simply not there): the vector leg's first, while the keyword legs still run
+        fact_ids = {i for i, _ in found.get("fact", [])}
+        memory_ids = {_passage_memory(i) for i, _ in found.get("passage", [])}
+        facts = journal.fact_recall_rows(q.team, list(fact_ids))
+        texts = journal.recall_rows(q.team, list(memory_ids))
     except BaseException:
         wait(pending)  # not left running behind an error: each holds a database connection
         raise
@@ -150,16 +158,12 @@ def recall(q: RecallQuery, *, journal: Journal, vectors: VectorStore, embedder: 
         keyword = [hit for leg in pending for hit in leg.result()]
     else:
         keyword = [hit for leg in keyword_legs for hit in leg()]
-
-    # every item either leg found, from the journal in one query per kind: a forgotten text or fact
-    # (its vector not removed yet: a forget cut off by a crash, a job that raced it) is simply not there
-    fact_ids = {i for i, _ in found.get("fact", [])} | {h.item_id for h in keyword if h.kind == "fact"}
-    memory_ids = {_passage_memory(i) for i, _ in found.get("passage", [])} | \
-        {h.memory_id for h in keyword if h.kind == "passage"}
-    facts = {f.id: f for f in journal.facts_by_ids(q.team, list(fact_ids)).values() if f.superseded_by is None}
-    texts = journal.recall_rows(q.team, list(memory_ids))
+    # then only what the keyword legs added
+    facts.update(journal.fact_recall_rows(q.team, list({h.item_id for h in keyword if h.kind == "fact"} - fact_ids)))
+    texts.update(journal.recall_rows(q.team, list({h.memory_id for h in keyword if h.kind == "passage"} - memory_ids)))
     rows: dict[str, _Row] = {
-        fid: _Row(f.memory_id, f.agent_id, f.created_at, f.tags, f.text) for fid, f in facts.items()
+        fid: _Row(memory_id, agent_id, created_at, tags, text)
+        for fid, (memory_id, agent_id, created_at, tags, text) in facts.items()
     }
     # consolidated items: vector leg only; a dropped item (a source forgotten) has no row and is not shown
     items = store_for(journal).items_by_ids(q.team, [i for i, _ in found.get("consolidated", [])])

@@ -91,6 +91,21 @@ def test_tag_and_time_filters_apply_inside_the_keyword_leg(stores):
     assert [h.memory_id for h in stores.recall("invoice 9921", k=3, until=1500.0)][:1] == [tagged.id]
 
 
+def test_keyword_tag_filter_matches_whole_tags_of_any_spelling(stores):
+    # the keyword leg tests a tag as a substring of the stored JSON before json_each confirms it: a tag that
+    # is a prefix of another, or one with quotes or non-ASCII letters, must still match exactly
+    tags = ["p-1", "p-10", 'say "hi"', "caf\u00e9", "a\\b", "p-1 x"]
+    saved = {tag: stores.save(f"ticket zq{i}00 escalated for tag {i}", "big", [tag, "common"], index=False)
+             for i, tag in enumerate(tags)}
+    for i, tag in enumerate(tags):
+        found = stores.recall(f"ticket zq{i}00 escalated", k=10, kinds=("passage",), tags=(tag,))
+        assert [h.memory_id for h in found] == [saved[tag].id], tag
+        everyone = stores.recall("ticket escalated", k=10, kinds=("passage",), tags=(tag,))
+        assert [h.memory_id for h in everyone] == [saved[tag].id], tag
+    assert len(stores.recall("ticket escalated", k=10, kinds=("passage",), tags=("common",))) == len(tags)
+    assert stores.recall("ticket escalated", k=10, kinds=("passage",), tags=("p",)) == []
+
+
 def test_exact_id_ranks_first_among_many_common_words(stores):
     for i in range(300):
         stores.save(f"the billing service deploy finished for customer number {i}", f"a{i % 3}", index=False)

@@ -27,6 +27,7 @@ KEYWORD_AGENT_SET_ROWS = 5000  # an agent with at most this many rows is filtere
 DOC_FREQ_TTL_S = 30.0  # document frequencies only bound the work: a slightly old count is fine
 
 _FTS_TOKEN = re.compile(r"[\w]+", re.UNICODE)
+_PLAIN_TAG = re.compile(r'[\x20\x21\x23-\x5b\x5d-\x7e]+')  # printable ASCII but `"` and `\`
 
 
 def fts_query(text: str) -> str | None:
@@ -87,6 +88,12 @@ def _item_filter(kind: str, agent_id: str | None, tags: tuple[str, ...], since: 
         where.append("t.agent_id = ?")
         args.append(agent_id)
     for tag in tags:
+        if dialect == "sqlite" and _PLAIN_TAG.fullmatch(tag):
+            # a substring test first, which json_each then confirms: json_each on every row scanned was
+            # most of a tag-filtered keyword search. A printable ASCII tag without quote or backslash
+            # reads the same in any JSON encoding of the array.
+            where.append("instr(t.tags, ?) > 0")
+            args.append(f'"{tag}"')
         where.append(has_tag(dialect, "t.tags"))
         args.append(tag)
     if since is not None:
