@@ -169,6 +169,10 @@ def test_facts_merge_and_supersede(journal: Journal) -> None:
     assert facts["f-porto"].superseded_by == "f-lisbon" and facts["f-lisbon"].superseded_by is None
     assert [f.id for f in journal.active_facts_by_norm("a", facts["f-lisbon"].norm)] == ["f-lisbon"]
     assert journal.facts_by_ids("b", ["f-lisbon"]) == {}
+    shown = journal.fact_recall_rows("a", ["f-porto", "f-lisbon", "f-none"])  # recall's rows: active ones only
+    assert list(shown) == ["f-lisbon"] and shown["f-lisbon"][0] == second.id and shown["f-lisbon"][4] == \
+        "Ana lives in Lisbon" and isinstance(shown["f-lisbon"][2], float)
+    assert journal.fact_recall_rows("b", ["f-lisbon"]) == {}
     sources = journal.fact_sources(["f-lisbon"])["f-lisbon"]
     assert {s[0] for s in sources} == {second.id, third.id}
     assert journal.counts()["facts"] == 1
