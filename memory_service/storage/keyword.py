@@ -89,9 +89,10 @@ def _item_filter(kind: str, agent_id: str | None, tags: tuple[str, ...], since: 
         args.append(agent_id)
     for tag in tags:
         if dialect == "sqlite" and _PLAIN_TAG.fullmatch(tag):
-            # a substring test first, which json_each then confirms: json_each on every row scanned was
-            # most of a tag-filtered keyword search. A printable ASCII tag without quote or backslash
-            # reads the same in any JSON encoding of the array.
+            # a substring test first, which json_each then confirms, so json_each runs only on rows that
+            # may hold the tag (a small saving: 11.8 -> 11.0 ms p50 for a tag filter at 100k, where the
+            # rows scanned cost the most). A printable ASCII tag without quote or backslash reads the
+            # same in any JSON encoding of the array.
             where.append("instr(t.tags, ?) > 0")
             args.append(f'"{tag}"')
         where.append(has_tag(dialect, "t.tags"))
