@@ -8,6 +8,7 @@ merges both without having to calibrate their scores against each other.
 
 from __future__ import annotations
 
+import heapq
 import threading
 import weakref
 from collections import OrderedDict
@@ -15,6 +16,7 @@ from concurrent.futures import Executor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import lru_cache, partial
+from typing import Sequence
 
 import numpy as np
 
@@ -108,7 +110,7 @@ class _Row:
     memory_id: str
     agent_id: str
     created_at: float
-    tags: list[str]
+    tags: Sequence[str]
     text: str
     occurred_at: float | None = None  # read only for a window on occurred_at
 
@@ -139,8 +141,8 @@ def recall(q: RecallQuery, *, journal: Journal, vectors: VectorStore, embedder: 
     keyword_legs = [partial(journal.keyword_search, q.team, q.query, kinds={kind}, limit=pool, agent_id=q.agent_id,
                             tags=q.tags, since=since, until=until) for kind in KEYWORD_KINDS if kind in q.kinds]
     pending = [legs.submit(leg) for leg in keyword_legs] if legs is not None else []
-    facts: dict[str, tuple[str, str, float, list[str], str]] = {}
-    texts: dict[str, tuple[str, float, list[str], str]] = {}
+    facts: dict[str, tuple[str, str, float, tuple[str, ...], str]] = {}
+    texts: dict[str, tuple[str, float, tuple[str, ...], str]] = {}
     try:
         vector = _embed_query(embedder, q.query)
         found = {kind: search.search(q.team, kind, vector, pool, flt) for kind in q.kinds}
@@ -257,24 +259,28 @@ def diversify(hits: list[Hit], k: int) -> list[Hit]:
     A passage and the facts drawn from it are evidence for the same saved text: each item gets a share
     of its siblings' scores. Then items are picked greedily, and every further item from a text
     already shown keeps only part of its score, so the top k are not three rewordings of one note.
+    The greedy pick is lazy (a heap whose stale entries are re-scored when they come up): scores are
+    positive, so a repeat only lowers one, and a full scan per pick cost ~1 ms a recall.
     """
     per_memory: dict[str, float] = {}
     for hit in hits:
         per_memory[hit.memory_id] = per_memory.get(hit.memory_id, 0.0) + hit.score
     for hit in hits:
         hit.score += SIBLING_SUPPORT * (per_memory[hit.memory_id] - hit.score)
-    remaining = sorted(hits, key=lambda h: (h.score, h.similarity or 0.0), reverse=True)
+    ordered = sorted(hits, key=lambda h: (h.score, h.similarity or 0.0), reverse=True)
+    # (-effective score, position in `ordered`: ties go to the earlier, the repeats seen when scored)
+    heap = [(-hit.score, position, 0) for position, hit in enumerate(ordered)]
     shown: dict[str, int] = {}
     picked: list[Hit] = []
-    while remaining and len(picked) < k:
-        best_index, best_score = 0, float("-inf")
-        for index, hit in enumerate(remaining):
-            effective = hit.score * REPEAT_DECAY ** shown.get(hit.memory_id, 0)
-            if effective > best_score:
-                best_index, best_score = index, effective
-        hit = remaining.pop(best_index)
-        hit.score = best_score
-        shown[hit.memory_id] = shown.get(hit.memory_id, 0) + 1
+    while heap and len(picked) < k:
+        negative, position, seen = heapq.heappop(heap)
+        hit = ordered[position]
+        repeats = shown.get(hit.memory_id, 0)
+        if repeats != seen:  # another item of its text was picked since: score it again
+            heapq.heappush(heap, (-(hit.score * REPEAT_DECAY ** repeats), position, repeats))
+            continue
+        hit.score = -negative
+        shown[hit.memory_id] = repeats + 1
         picked.append(hit)
     return picked
 

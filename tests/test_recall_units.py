@@ -28,6 +28,47 @@ def test_a_strong_sibling_still_beats_a_weak_other_source():
     assert [h.key for h in diversify(hits, 3)] == ["m1-a", "m1-b", "m2-weak"]
 
 
+def _greedy(hits: list[Hit], k: int) -> list[tuple[str, float]]:
+    """The specification of the pick: at each step scan everything for the best effective score, ties to the
+    earlier in (score, similarity) order; an item whose text was shown n times keeps REPEAT_DECAY ** n."""
+    from memory_service.recall import REPEAT_DECAY
+    remaining = sorted(hits, key=lambda h: (h.score, h.similarity or 0.0), reverse=True)
+    shown: dict[str, int] = {}
+    out = []
+    while remaining and len(out) < k:
+        best, best_score = 0, float("-inf")
+        for i, h in enumerate(remaining):
+            effective = h.score * REPEAT_DECAY ** shown.get(h.memory_id, 0)
+            if effective > best_score:
+                best, best_score = i, effective
+        h = remaining.pop(best)
+        shown[h.memory_id] = shown.get(h.memory_id, 0) + 1
+        out.append((h.key, best_score))
+    return out
+
+
+def test_the_lazy_pick_equals_a_full_scan_on_every_draw():
+    import copy
+    import random
+
+    from memory_service.recall import SIBLING_SUPPORT
+    rng = random.Random(7)
+    for draw in range(300):
+        n, memories = rng.randint(0, 60), rng.randint(1, 12)
+        hits = [Hit(key=f"h{i}", kind="fact", text="", memory_id=f"m{rng.randrange(memories)}", fact_id=f"h{i}",
+                    score=rng.choice([0.01, 0.02, rng.random() / 30]), similarity=rng.choice([None, 0.5, rng.random()]))
+                for i in range(n)]
+        expected_input = copy.deepcopy(hits)
+        per: dict[str, float] = {}
+        for h in expected_input:
+            per[h.memory_id] = per.get(h.memory_id, 0.0) + h.score
+        for h in expected_input:
+            h.score += SIBLING_SUPPORT * (per[h.memory_id] - h.score)
+        k = rng.randint(1, 15)
+        got = [(h.key, h.score) for h in diversify(hits, k)]
+        assert got == _greedy(expected_input, k), draw
+
+
 def test_keyword_query_is_quoted_and_skips_stopwords():
     assert fts_query('what is the "quota" OR NEAR(email)') == '"quota" OR "near" OR "email"'
     assert fts_query("the of and") is None

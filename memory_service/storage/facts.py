@@ -13,7 +13,8 @@ from contextlib import contextmanager
 from typing import Any, Iterable, Iterator
 
 from .database import Database
-from .records import DELETED, DONE, Fact, FactPlan, Memory, dumps_or_none as _dumps, fact_from_row as _fact_from_row
+from .records import (DELETED, DONE, Fact, FactPlan, Memory, dumps_or_none as _dumps,
+                      fact_from_row as _fact_from_row, tags_of)
 
 
 class FactStore:
@@ -143,7 +144,8 @@ class FactStore:
             fact.sources.append({"memory_id": memory_id, "span": [row["span_start"], row["span_end"]]})
         return list(facts.values())
 
-    def fact_recall_rows(self, team: str, fact_ids: list[str]) -> dict[str, tuple[str, str, float, list[str], str]]:
+    def fact_recall_rows(self, team: str,
+                         fact_ids: list[str]) -> dict[str, tuple[str, str, float, tuple[str, ...], str]]:
         """(memory_id, agent_id, created_at, tags, text) of the team's active facts among these ids: what
         recall shows, without building whole `Fact`s on its hot path."""
         if not fact_ids:
@@ -154,7 +156,7 @@ class FactStore:
                 f"SELECT id, memory_id, agent_id, created_at, tags, text FROM facts WHERE id IN ({marks}) "
                 "AND +team = ? AND superseded_by IS NULL", (*fact_ids, team)
             ).fetchall()
-        return {r[0]: (r[1], r[2], float(r[3]), json.loads(r[4]), r[5]) for r in rows}
+        return {r[0]: (r[1], r[2], float(r[3]), tags_of(r[4]), r[5]) for r in rows}
 
     def fact_sources(self, fact_ids: list[str]) -> dict[str, list[tuple[str, int, int]]]:
         if not fact_ids:

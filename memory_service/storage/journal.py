@@ -26,7 +26,7 @@ from .facts import FactStore
 from .jobs import JobQueue
 from .keyword import KeywordSearch, fts_query, fts_words, has_tag, json_items
 from .records import (DELETED, DONE, EXTRACTING, FAILED, LOST, QUEUED, Fact, FactPlan, KeywordHit, Memory,
-                      NewFact)
+                      NewFact, tags_of)
 from .schema import POSTGRES_SCHEMA, SCHEMA
 
 __all__ = ["DELETED", "DONE", "EXTRACTING", "FAILED", "LOST", "QUEUED", "Fact", "FactPlan", "Journal", "KeywordHit",
@@ -141,7 +141,7 @@ class Journal(JobQueue, FactStore, KeywordSearch):
             ).fetchall()
         return {row["id"]: Memory.from_row(row) for row in rows}
 
-    def recall_rows(self, team: str, memory_ids: list[str]) -> dict[str, tuple[str, float, list[str], str]]:
+    def recall_rows(self, team: str, memory_ids: list[str]) -> dict[str, tuple[str, float, tuple[str, ...], str]]:
         """(agent_id, created_at, tags, text) of the team's live memories among these ids: what recall shows."""
         if not memory_ids:
             return {}
@@ -151,7 +151,7 @@ class Journal(JobQueue, FactStore, KeywordSearch):
                 f"SELECT id, agent_id, created_at, tags, text FROM memories WHERE id IN ({marks}) AND +team = ? "
                 "AND status != ?", (*memory_ids, team, DELETED)
             ).fetchall()
-        return {r[0]: (r[1], float(r[2]), json.loads(r[3]), r[4]) for r in rows}
+        return {r[0]: (r[1], float(r[2]), tags_of(r[3]), r[4]) for r in rows}
 
     def live(self, memory_ids: list[str]) -> set[str]:
         """Which of these ids still exist and are not forgotten (any team: for workers, never for routes)."""

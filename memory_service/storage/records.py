@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,3 +115,10 @@ def fact_from_row(row: Any) -> Fact:
 
 def dumps_or_none(value: Any) -> str | None:
     return None if value is None else json.dumps(value)
+
+
+@lru_cache(maxsize=4096)
+def tags_of(stored: str) -> tuple[str, ...]:
+    """A row's tags column, parsed once per distinct value: recall reads ~100 rows a query, and a team
+    uses few tag sets."""
+    return tuple(json.loads(stored))
