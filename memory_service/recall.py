@@ -141,8 +141,6 @@ def recall(q: RecallQuery, *, journal: Journal, vectors: VectorStore, embedder: 
     keyword_legs = [partial(journal.keyword_search, q.team, q.query, kinds={kind}, limit=pool, agent_id=q.agent_id,
                             tags=q.tags, since=since, until=until) for kind in KEYWORD_KINDS if kind in q.kinds]
     pending = [legs.submit(leg) for leg in keyword_legs] if legs is not None else []
-    facts: dict[str, tuple[str, str, float, tuple[str, ...], str]] = {}
-    texts: dict[str, tuple[str, float, tuple[str, ...], str]] = {}
     try:
         vector = _embed_query(embedder, q.query)
         found = {kind: search.search(q.team, kind, vector, pool, flt) for kind in q.kinds}
