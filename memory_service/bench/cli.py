@@ -111,7 +111,7 @@ def run_bench(args: argparse.Namespace) -> int:
                  remember.plot),
                 ("consolidation", lambda: consolidation.run(llm_url=llama.url, quick=quick, workdir=workdir),
                  consolidation.plot),
-                ("recall", lambda: recall.run(quick=quick, workdir=workdir), recall.plot),
+                ("recall", lambda: recall.run(quick=quick, workdir=workdir, llm_url=llama.url), recall.plot),
                 ("limits", lambda: run_limits(llama.url, quick, workdir), plot_limits),
                 ("transfer", lambda: transfer.run(quick=quick, workdir=workdir), transfer.plot),
                 ("rss", lambda: rss.run(llm_url=llama.url, quick=quick, workdir=workdir,
