@@ -91,8 +91,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     speed_prior = None
     if not settings.llm_url:
         model_path = resolve_model(settings.model, settings.cache_dir)
-        logging.info("starting llama-server with %s (%d thread(s), ctx %d)", model_path.name,
-                     settings.llama_threads, settings.llama_ctx)
+        logging.info("starting llama-server with %s (%d thread(s), ctx %d, nice +%d)", model_path.name,
+                     settings.llama_threads, settings.llama_ctx, settings.llama_nice)
         try:
             llama = launch(settings, model_path, settings.data_dir / "llama-server.log")
         except LlamaServerError as exc:

@@ -43,6 +43,9 @@ class Settings(BaseSettings):
     model: str = "default"
     llama_bin: str | None = None
     llama_threads: int = Field(default_factory=_default_threads, ge=1, le=256)
+    # the started llama-server's OS niceness, added to the service's: its work can wait, a save's ack and a
+    # recall cannot, so on a small machine they take the CPU first (see llm_runtime/server.py). 0: same priority
+    llama_nice: int = Field(10, ge=0, le=19)
     llama_ctx: int = Field(4096, ge=512, le=1 << 20)
     llama_chat_template_file: str | None = Field(
         None, validation_alias=AliasChoices("MEMORY_CHAT_TEMPLATE_FILE", "llama_chat_template_file"))

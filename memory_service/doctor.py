@@ -367,8 +367,8 @@ def _start_server(settings: Settings, model: str | None, tmp: Path) -> tuple[Any
     model_path = resolve_model(model or settings.model, settings.cache_dir)
     server = launch(settings, model_path, tmp / "llama-server.log")
     return server, {
-        "url": server.url, "model": model_path.name, "threads": settings.llama_threads, "ctx": settings.llama_ctx,
-        "chat_template_file": settings.llama_chat_template_file, "binary": str(server.binary),
+        "url": server.url, "model": model_path.name, "threads": settings.llama_threads, "nice": settings.llama_nice,
+        "ctx": settings.llama_ctx, "chat_template_file": settings.llama_chat_template_file, "binary": str(server.binary),
         "variant": build_variant(server.binary, settings.cache_dir),
     }
 

@@ -32,6 +32,14 @@ def _llama_children_of(pid: int) -> list[int]:
     return found
 
 
+def _thread_niceness(pid: int) -> set[int]:
+    """The niceness of every thread of a process (Linux keeps one per thread)."""
+    out = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        out.add(int((task / "stat").read_text().rsplit(")", 1)[1].split()[16]))
+    return out
+
+
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -49,11 +57,15 @@ def _wait_gone(pid: int, timeout: float = 20) -> bool:
     return False
 
 
-@pytest.mark.parametrize("how", ["sigterm", "sigkill"])
-def test_serve_starts_its_own_llama_server_and_leaves_no_orphan(tmp_path, how):
+@pytest.mark.parametrize("how, nice", [("sigterm", None), ("sigkill", "3")])
+def test_serve_starts_its_own_llama_server_and_leaves_no_orphan(tmp_path, how, nice):
+    """Also: every llama-server thread runs MEMORY_LLAMA_NICE (default 10) below the service's priority."""
     env = {k: v for k, v in os.environ.items() if k != "MEMORY_LLM_URL"}
     service = ServiceProcess(tmp_path / "data", None, {"MEMORY_MODEL": "tiny", "MEMORY_LLAMA_CTX": "2048"})
     service.env.pop("MEMORY_LLM_URL", None)
+    service.env.pop("MEMORY_LLAMA_NICE", None)
+    if nice is not None:
+        service.env["MEMORY_LLAMA_NICE"] = nice
     service.env.update({k: v for k, v in env.items() if k.startswith("PATH")})
     service.start(timeout=180)
     try:
@@ -61,6 +73,10 @@ def test_serve_starts_its_own_llama_server_and_leaves_no_orphan(tmp_path, how):
         assert len(children) == 1, children
         with service.client() as client:
             assert client.get("/ready").status_code == 200
+        ours = os.getpriority(os.PRIO_PROCESS, service.proc.pid)
+        expected = min(19, ours + int(nice or 10))
+        threads = _thread_niceness(children[0])
+        assert threads == {expected}, (threads, ours)
         if how == "sigterm":
             service.proc.send_signal(signal.SIGTERM)
             assert service.proc.wait(30) == 0

@@ -3,6 +3,11 @@
 The child is started in its own process group with a parent-death signal
 (Linux), so even a SIGKILL of the service does not leave an orphaned
 llama-server burning the CPU. Only flags that never download are used.
+
+It runs at a lower OS priority (`MEMORY_LLAMA_NICE`, 10 by default). Its work is the
+kind that may wait; a save's acknowledgement and a recall are not. When the model computes
+on every core it can get, the API's short bursts then take the CPU first instead of
+queueing behind a busy core. When nothing else runs, the model still has the whole CPU.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -87,8 +93,15 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _die_with_parent() -> None:
+def _child_setup(nice: int) -> None:
+    """In the llama-server child before exec: its own process group, a lower priority, death with its parent.
+
+    The niceness is set before exec, so every thread llama-server starts inherits it (Linux keeps one per
+    thread: setting it from outside once the server runs would reach its main thread only).
+    """
     os.setpgrp()
+    if nice:
+        os.nice(nice)
     if sys.platform.startswith("linux"):
         try:
             libc = ctypes.CDLL("libc.so.6", use_errno=True)
@@ -108,6 +121,7 @@ class LlamaServerProcess:
     chat_template_file: str | None = None
     log_path: Path | None = None
     extra_args: tuple[str, ...] = ()  # more llama-server flags (benchmarks: --cache-ram 0)
+    nice: int = 0  # added to this process's niceness (MEMORY_LLAMA_NICE)
     process: subprocess.Popen | None = None
 
     @classmethod
@@ -117,7 +131,7 @@ class LlamaServerProcess:
         values: dict[str, Any] = dict(
             binary=find_binary(settings.llama_bin, settings.cache_dir), model=model,
             threads=settings.llama_threads, ctx=settings.llama_ctx,
-            chat_template_file=settings.llama_chat_template_file, log_path=log_path,
+            chat_template_file=settings.llama_chat_template_file, log_path=log_path, nice=settings.llama_nice,
         )
         return cls(**{**values, **overrides})
 
@@ -141,7 +155,7 @@ class LlamaServerProcess:
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self.process = subprocess.Popen(
             self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,
+            preexec_fn=partial(_child_setup, self.nice),
         )
         problem = wait_until_healthy(self.url, self.process, wait_s)
         if problem is None:
