@@ -4,10 +4,10 @@ The child is started in its own process group with a parent-death signal
 (Linux), so even a SIGKILL of the service does not leave an orphaned
 llama-server burning the CPU. Only flags that never download are used.
 
-It runs at a lower OS priority (`MEMORY_LLAMA_NICE`, 10 by default). Its work is the
-kind that may wait; a save's acknowledgement and a recall are not. When the model computes
-on every core it can get, the API's short bursts then take the CPU first instead of
-queueing behind a busy core. When nothing else runs, the model still has the whole CPU.
+It runs at a lower OS priority (`MEMORY_LLAMA_NICE`, +10 by default): its work may wait,
+a save's acknowledgement or a recall should not. The scheduler then gives the API's short
+bursts the CPU before the model's long computation; alone, the model still gets every
+cycle it asks for.
 """
 
 from __future__ import annotations
