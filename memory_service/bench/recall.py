@@ -57,7 +57,7 @@ GOALS_100K = {"p50_ms": 10.0, "p95_ms": 25.0}
 DEAD_LLM_URL = "http://127.0.0.1:9"  # recall never touches the model: the idle rows start none
 BUSY_TEAM = "bench-recall-busy-writer"  # the saves that keep the model busy: not the measured team
 BUSY_SAVES = 80  # a backlog the model is still working through when the busy rows end (~3-4 s a job here)
-PASSAGES_SETTLE_S = 5.0  # the backlog's passages are embedded first (~2 s here): then only extraction runs
+PASSAGES_SETTLE_S = 5.0  # the backlog's passages are embedded first (80 short texts): then only extraction runs
 
 NAMES = ["Alice Moreno", "Bilal Haddad", "Chen Wei", "Dana Kowalski", "Emeka Obi", "Fatima Zahra", "Gustav Berg",
          "Hana Sato", "Ivan Petrov", "Julia Costa", "Kofi Mensah", "Lena Fischer", "Mateo Ruiz", "Nadia Rahman",

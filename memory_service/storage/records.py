@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-from functools import lru_cache
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 QUEUED, EXTRACTING, DONE, FAILED = "queued", "extracting", "done", "failed"
