@@ -82,6 +82,10 @@ class Settings(BaseSettings):
     # "yes" resolve: 1 to `saves` of them, each cut to its last `chars` characters. Off (0) by default:
     # with the default 0.5B model it made facts worse on the dev conversations (see the README)
     extract_context_saves: int = Field(0, ge=0, le=16)
+    # after grounding, what a small model leaves out is put back in code: a chat line's "I" and "my" in its
+    # facts become the speaker's name, and each statement of the text that no fact covers becomes a fact
+    # (extraction/coverage.py); 0 keeps only what the model wrote
+    extract_complete: bool = True
     extract_context_chars: int = Field(320, ge=0, le=4000)
     extract_context_window_s: float = Field(1800.0, ge=0)
     # `serve`'s log lines: text for a terminal, json (one object a line, with the request id) for a pipeline

@@ -24,6 +24,7 @@ from datetime import date
 from typing import Any, Callable
 
 from .config import Settings
+from .extraction.coverage import complete
 from .extraction.dates import occurred, resolve_facts
 from .extraction.errors import ContextOverflow, ExtractionError, LlmUnavailable, TooSlow
 from .extraction.extractor import Earlier, Extractor, Progress, earlier_context
@@ -196,8 +197,14 @@ class ExtractionWorker:
             self.settled(job.id)
             return
         try:
-            facts = resolve_facts(result.facts, _day_of(job, settings.timezone))
+            facts = result.facts
             base = {**result.report}
+            if settings.extract_complete:
+                completed = complete(facts, job.text)
+                facts = completed.facts
+                base["completed"] = {"speaker": completed.speaker, "first_person_rewritten": completed.rewritten,
+                                     "sentences_added": completed.added}
+            facts = resolve_facts(facts, _day_of(job, settings.timezone))
             if job.deferrals and (job.last_error or "").startswith("slower than measured"):
                 base["slow"] = (f"finished after {job.deferrals} deferral(s): the model was slower than the "
                                 "budget allowed, so the text was split into smaller chunks")

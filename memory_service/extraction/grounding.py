@@ -40,6 +40,9 @@ OPENERS = frozenset(
 )
 
 MIN_CONTENT_COVERAGE = 0.6
+# A statement that ends on a bare pronoun says nothing on its own: "Caroline is part of that!"
+_DANGLING = re.compile(r"\b(?:it|that|this|them|those|these)\W*$", re.IGNORECASE)
+VAGUE_MAX_WORDS = 4  # with this many content words or more, a statement says something despite its ending
 
 
 # A number right after one of these words names a thing ("ticket 1010", "order 3"); it is not a value
@@ -72,8 +75,14 @@ def numbers(text: str) -> list[str]:
     return [n.replace(",", "") for n in _NUMBER.findall(text)]
 
 
-def _stem(word: str) -> str:
+def stem(word: str) -> str:
     return word[:5] if len(word) > 5 else word.rstrip("s")
+
+
+def vague(text: str) -> bool:
+    """A short statement that ends on a bare pronoun ("Caroline is part of that!"): it says nothing without
+    the text around it, and as a fact it matches every query about its subject."""
+    return bool(_DANGLING.search(text.strip())) and len(content_words(normalize(text))) < VAGUE_MAX_WORDS
 
 
 def content_words(norm_text: str) -> list[str]:
@@ -97,7 +106,7 @@ class RejectedFact:
     code: str = "other"
 
 
-REJECT_CODES = ("question", "address", "small_talk", "numbers", "names", "coverage", "context", "other")
+REJECT_CODES = ("question", "address", "small_talk", "vague", "numbers", "names", "coverage", "context", "other")
 # A fact helped by context must still rest on the text: this many of its key words (or all, if fewer);
 # and, since borrowed names make a made-up claim look grounded, more of its words must be found at all.
 MIN_OWN_WORDS = 2
@@ -118,24 +127,24 @@ class SourceIndex:
         self.offset = offset
         norm = normalize(source)
         self.words = set(norm.split())
-        self.stems = {_stem(w) for w in self.words}
+        self.stems = {stem(w) for w in self.words}
         self.numbers = set(numbers(source))
         # words that stand as words, outside emails and URLs: what a name in a fact must match
         self.name_words = set(normalize(_ADDRESS.sub(" ", source)).split())
-        self.name_stems = {_stem(w) for w in self.name_words}
+        self.name_stems = {stem(w) for w in self.name_words}
         self.sentences: list[tuple[int, int, set[str]]] = []
         for match in _SENTENCE.finditer(source):
             sentence = match.group()
             if sentence.strip():
-                words = {_stem(w) for w in normalize(sentence).split()}
+                words = {stem(w) for w in normalize(sentence).split()}
                 start = match.start() + len(sentence) - len(sentence.lstrip())  # spans start at the sentence
                 self.sentences.append((start, match.end(), words))
 
     def has(self, word: str) -> bool:
-        return word in self.words or _stem(word) in self.stems
+        return word in self.words or stem(word) in self.stems
 
     def has_name(self, word: str) -> bool:
-        return word in self.name_words or _stem(word) in self.name_stems
+        return word in self.name_words or stem(word) in self.name_stems
 
 
 def check_fact(fact: str, index: SourceIndex) -> GroundedFact | RejectedFact:
@@ -147,6 +156,9 @@ def check_fact(fact: str, index: SourceIndex) -> GroundedFact | RejectedFact:
         return RejectedFact(fact, "only an address, not a claim about anything", "address")
     if not words or all(w in SMALL_TALK for w in words):
         return RejectedFact(fact, "small talk: nothing durable to remember", "small_talk")
+    if vague(fact):
+        return RejectedFact(fact, "ends on a bare pronoun (it, that, this, them) and says little else: "
+                                  "nothing on its own", "vague")
     missing_numbers = [n for n in numbers(fact) if n not in index.numbers]
     if missing_numbers:
         return RejectedFact(fact, f"numbers not in the source: {', '.join(missing_numbers)}", "numbers")
@@ -169,7 +181,7 @@ def check_fact(fact: str, index: SourceIndex) -> GroundedFact | RejectedFact:
 
 def _spans(words: list[str], nums: list[str], index: SourceIndex) -> list[tuple[int, int]]:
     """The sentences a fact rests on: the best match, plus any that add words the best one lacks (max 3)."""
-    wanted = {_stem(w) for w in words} | set(nums)
+    wanted = {stem(w) for w in words} | set(nums)
     chosen: list[tuple[int, int]] = []
     covered: set[str] = set()
     while len(chosen) < 3:

@@ -1,0 +1,110 @@
+"""What the model leaves out is put back in code: the speaker's first person, and uncovered statements.
+
+Pure tests of `extraction/coverage.py` and the vague-fact rule, then one through a real service whose
+fake llama-server leaves a sentence out, so the stored facts are checked as recall returns them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from conftest import ServiceProcess, wait_status
+from memory_service.extraction.coverage import complete, in_third_person, speaker_of
+from memory_service.extraction.grounding import GroundedFact, ground
+from tests.fakes.fake_llama_server import FakeLlamaServer
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeLlamaServer]:
+    with FakeLlamaServer("ok", n_ctx=2048, tokens_per_s=5000.0) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def client(fake: FakeLlamaServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
+    svc = ServiceProcess(tmp_path_factory.mktemp("coverage") / "data", fake.url).start()
+    with svc.client("key-a") as c:
+        yield c
+    svc.kill()
+
+
+LINE = ("[1:56 pm on 8 May, 2023] Caroline: Thanks, Melanie! This necklace is super special to me - a gift "
+        "from my grandma in my home country, Sweden. I've worn it every day since I was young. Did you like it?")
+
+
+def test_a_chat_header_names_the_speaker_but_a_label_does_not() -> None:
+    speaker = speaker_of(LINE)
+    assert speaker is not None and speaker.name == "Caroline"
+    assert LINE[speaker.body_start:].startswith("Thanks, Melanie!")
+    assert speaker_of("Jon Smith: I moved to Oslo.").name == "Jon Smith"  # type: ignore[union-attr]
+    for text in ("Note: I restarted the job.", "Error: I could not reach the host.", "I moved to Oslo.",
+                 "Deploy failed at 10:30: disk full.", "caroline: lower case is not a name"):
+        assert speaker_of(text) is None, text
+
+
+def test_first_person_becomes_the_speakers_name() -> None:
+    said = in_third_person("I'm keen on counseling and I've told my mum; it means a lot to me and myself.", "Ana")
+    assert said == "Ana is keen on counseling and Ana has told Ana's mum; it means a lot to Ana and Ana."
+    assert in_third_person("Iceland is nice, I think.", "Ana") == "Iceland is nice, Ana think."
+    assert in_third_person("The team shipped it.", "Ana") == "The team shipped it."
+
+
+def test_uncovered_statements_become_facts_with_their_own_span() -> None:
+    kept = ground(["Caroline has worn it every day since she was young."], LINE).kept
+    result = complete(kept, LINE)
+    texts = [f.text for f in result.facts]
+    assert result.speaker == "Caroline" and result.added == 1
+    assert texts[0] == "Caroline has worn it every day since she was young."
+    added = result.facts[1]
+    assert added.text == ("This necklace is super special to Caroline - a gift from Caroline's grandma in "
+                          "Caroline's home country, Sweden.")
+    (start, end), = added.spans
+    assert LINE[start:end] == ("This necklace is super special to me - a gift from my grandma in my home "
+                               "country, Sweden.")
+    # the greeting, the question and the covered sentence added nothing; every added fact is grounded
+    assert not any("Thanks" in t or t.endswith("?") for t in texts)
+    assert len(ground([added.text], LINE).kept) == 1
+
+
+def test_the_models_facts_are_rewritten_and_nothing_is_added_when_they_cover_the_text() -> None:
+    text = "Jon: I lost my job as a banker, so I'm opening a dance studio."
+    kept = [GroundedFact("I lost my job as a banker.", [(5, 30)]), GroundedFact("I'm opening a dance studio.", [(5, 62)])]
+    result = complete(kept, text)
+    assert [f.text for f in result.facts] == ["Jon lost Jon's job as a banker.", "Jon is opening a dance studio."]
+    assert result.rewritten == 2 and result.added == 0
+    assert [f.spans for f in result.facts] == [[(5, 30)], [(5, 62)]]
+
+
+def test_a_text_without_a_speaker_keeps_its_words_and_small_talk_adds_nothing() -> None:
+    note = "Rotated the API keys for the billing service. The old keys stop working on Friday."
+    result = complete([GroundedFact("The API keys for the billing service were rotated.", [(0, 45)])], note)
+    assert [f.text for f in result.facts][1:] == ["The old keys stop working on Friday."]
+    assert result.speaker is None and result.rewritten == 0
+    assert complete([], "Jon: Haha, thanks! Talk soon, bye!").facts == []
+    assert complete([], "Jon: Sounds good.").facts == []
+
+
+def test_a_short_statement_ending_on_a_bare_pronoun_is_rejected_as_vague() -> None:
+    source = "Caroline: Yeah, I'm part of that! I love the pottery class I joined, and I am so proud of it."
+    result = ground(["Caroline is part of that!", "Caroline is so proud of it.",
+                     "Caroline loves the pottery class she joined and is proud of it."], source)
+    assert {r.text: r.code for r in result.rejected} == {"Caroline is part of that!": "vague",
+                                                          "Caroline is so proud of it.": "vague"}
+    assert [f.text for f in result.kept] == ["Caroline loves the pottery class she joined and is proud of it."]
+
+
+def test_a_sentence_the_model_left_out_is_stored_and_recalled(fake: FakeLlamaServer, client: httpx.Client) -> None:
+    text = ("[2:10 pm on 3 July, 2023] Gina: I just launched an ad campaign for my clothing store. "
+            "I also started taking dance classes again.")
+    fake.set_mode("ok", facts=["Gina started taking dance classes again."])
+    memory_id = client.post("/v1/remember", json={"text": text, "agent_id": "chat"}).json()["id"]
+    body = wait_status(client, memory_id)
+    assert body["status"] == "done"
+    facts = [f["text"] for f in body["facts"]]
+    assert "Gina just launched an ad campaign for Gina's clothing store." in facts
+    assert body["extraction"]["completed"] == {"speaker": "Gina", "first_person_rewritten": 0, "sentences_added": 1}
+    items = client.post("/v1/recall", json={"query": "ad campaign clothing store", "kinds": ["fact"], "k": 3}).json()
+    assert items["items"][0]["text"] == "Gina just launched an ad campaign for Gina's clothing store."
+    assert items["items"][0]["memory_id"] == memory_id
