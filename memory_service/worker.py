@@ -24,7 +24,7 @@ from datetime import date
 from typing import Any, Callable
 
 from .config import Settings
-from .extraction.coverage import complete
+from .extraction.coverage import Asked, asked_in, complete, speaker_of
 from .extraction.dates import occurred, resolve_facts
 from .extraction.errors import ContextOverflow, ExtractionError, LlmUnavailable, TooSlow
 from .extraction.extractor import Earlier, Extractor, Progress, earlier_context
@@ -200,10 +200,12 @@ class ExtractionWorker:
             facts = result.facts
             base = {**result.report}
             if settings.extract_complete:
-                completed = complete(facts, job.text)
+                asked, asker = await asyncio.to_thread(self._question_before, job)
+                completed = complete(facts, job.text, asked, asker)
                 facts = completed.facts
                 base["completed"] = {"speaker": completed.speaker, "first_person_rewritten": completed.rewritten,
-                                     "sentences_added": completed.added}
+                                     "sentences_added": completed.added, "answers_question_of": asked.memory_id
+                                     if completed.answered and asked is not None else None}
             facts = resolve_facts(facts, _day_of(job, settings.timezone))
             if job.deferrals and (job.last_error or "").startswith("slower than measured"):
                 base["slow"] = (f"finished after {job.deferrals} deferral(s): the model was slower than the "
@@ -217,6 +219,14 @@ class ExtractionWorker:
         except Exception as exc:  # storing failed: the job must not be left 'extracting'
             log.exception("job %s: storing facts failed", job.id)
             await self._fail(job, ExtractionError(f"storing facts failed: {exc!r}"), attempt, progress)
+
+    def _question_before(self, job: Memory) -> tuple[Asked | None, str | None]:
+        """The question the save just before this one in its conversation ended on, and who asked it."""
+        earlier = self.journal.context_for(job, block=1, window_s=self.settings.extract_context_window_s)
+        if not earlier:
+            return None, None
+        speaker = speaker_of(earlier[-1].text)
+        return asked_in(earlier[-1].id, earlier[-1].text), speaker.name if speaker else None
 
     def _decide_and_store(self, job: Memory, facts: list, base: dict[str, Any], raw_reply: str,
                           timings: dict[str, Any], started: float, rejected: list[str]) -> None:

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from conftest import ServiceProcess, wait_status
-from memory_service.extraction.coverage import complete, in_third_person, speaker_of
+from memory_service.extraction.coverage import asked_in, complete, in_third_person, speaker_of, to_listener
 from memory_service.extraction.grounding import GroundedFact, ground
 from tests.fakes.fake_llama_server import FakeLlamaServer
 
@@ -104,7 +104,53 @@ def test_a_sentence_the_model_left_out_is_stored_and_recalled(fake: FakeLlamaSer
     assert body["status"] == "done"
     facts = [f["text"] for f in body["facts"]]
     assert "Gina just launched an ad campaign for Gina's clothing store." in facts
-    assert body["extraction"]["completed"] == {"speaker": "Gina", "first_person_rewritten": 0, "sentences_added": 1}
+    assert body["extraction"]["completed"] == {"speaker": "Gina", "first_person_rewritten": 0, "sentences_added": 1,
+                                               "answers_question_of": None}
     items = client.post("/v1/recall", json={"query": "ad campaign clothing store", "kinds": ["fact"], "k": 3}).json()
     assert items["items"][0]["text"] == "Gina just launched an ad campaign for Gina's clothing store."
     assert items["items"][0]["memory_id"] == memory_id
+
+
+QUESTION = "[3:00 pm on 1 June, 2023] Caroline: Wow, that dress! How long have you and your husband been married?"
+REPLY = "[3:02 pm on 1 June, 2023] Melanie: 5 years already! Time flies. Thanks, Caroline!"
+
+
+def test_an_answer_keeps_the_question_it_answers_with_the_question_as_a_source() -> None:
+    asked = asked_in("mem_q", QUESTION)
+    assert asked is not None and QUESTION[asked.start:asked.end] == "How long have you and your husband been married?"
+    result = complete([], REPLY, asked, "Caroline")
+    assert result.answered
+    [pair] = [f for f in result.facts if "asked" in f.text]
+    assert pair.text == "Melanie, asked how long have Melanie and Melanie's husband been married? said: 5 years already!"
+    assert [REPLY[s:e] for s, e in pair.spans] == ["5 years already!"]
+    assert pair.context == [("mem_q", asked.start, asked.end)]
+    assert to_listener("Did you see your sister? Are you ok?", "Jo") == "Did Jo see Jo's sister? Are Jo ok?"
+
+
+def test_no_pair_without_a_question_a_known_answerer_or_another_speaker() -> None:
+    assert asked_in("m", "Caroline: I went to the support group. It was great.") is None
+    assert asked_in("m", "Caroline: Is it open? I think so.") is None  # the question is not where it ended
+    asked = asked_in("mem_q", QUESTION)
+    assert not complete([], "Caroline: I was asking myself too, actually.", asked, "Caroline").answered
+    assert not complete([], "5 years already!", asked, "Caroline").answered  # who answered is not known
+    assert not complete([], "Melanie: Why do you ask?", asked, "Caroline").answered
+
+
+def test_a_reply_is_stored_with_its_question_as_a_source_and_recalled_by_the_questions_words(
+        fake: FakeLlamaServer, client: httpx.Client) -> None:
+    fake.set_mode("ok", facts=[])
+    run = {"agent_id": "chat", "run_id": "session-7"}
+    question = client.post("/v1/remember", json={"text": QUESTION, **run}).json()["id"]
+    reply = client.post("/v1/remember", json={"text": REPLY, **run}).json()["id"]
+    body = wait_status(client, reply)
+    assert body["extraction"]["completed"]["answers_question_of"] == question
+    [pair] = [f for f in body["facts"] if "asked" in f["text"]]
+    hits = client.post("/v1/recall", json={"query": "How long has Melanie been married?", "kinds": ["fact"],
+                                           "k": 3}).json()["items"]
+    assert hits[0]["fact_id"] == pair["id"]
+    assert set(hits[0]["source_memory_ids"]) == {reply, question}
+    # forgetting the question removes it as a source; the answer's own fact stays
+    assert client.delete(f"/v1/memories/{question}").status_code == 204
+    hits = client.post("/v1/recall", json={"query": "How long has Melanie been married?", "kinds": ["fact"],
+                                           "k": 3}).json()["items"]
+    assert hits[0]["fact_id"] == pair["id"] and hits[0]["source_memory_ids"] == [reply]

@@ -44,6 +44,13 @@ MIN_SENTENCE_WORDS = 3  # content words a sentence needs to count as a statement
 COVERED_SHARE = 0.5  # a sentence whose content words are at least this much in the kept facts is covered
 MAX_SENTENCE_CHARS = 300  # a longer sentence stays the passage's: a fact is one short statement
 MAX_ADDED = 8  # sentences added per text at most: a long report is the model's and the passage's job
+MAX_QUESTION_CHARS = 160  # the question an answer keeps, cut at its end (its last words are the question)
+MAX_ANSWER_CHARS = 200
+_SECOND_PERSON = [
+    (re.compile(r"\byou[’']re\b", re.IGNORECASE), "{} is"), (re.compile(r"\byou[’']ve\b", re.IGNORECASE), "{} has"),
+    (re.compile(r"\b(?:are|were|have|do|did) you\b", re.IGNORECASE), None),
+    (re.compile(r"\byour(?:s)?\b", re.IGNORECASE), "{}'s"), (re.compile(r"\byou\b", re.IGNORECASE), "{}"),
+]
 
 
 @dataclass(frozen=True)
@@ -67,6 +74,62 @@ def in_third_person(sentence: str, speaker: str) -> str:
     return sentence
 
 
+def to_listener(sentence: str, listener: str) -> str:
+    """`sentence` with "you" and "your" replaced by the listener's name ("did you" -> "did Melanie")."""
+    for pattern, replacement in _SECOND_PERSON:
+        if replacement is None:  # "are you" -> "are Melanie": keep the verb, name the listener
+            sentence = pattern.sub(lambda m: m.group(0).rsplit(" ", 1)[0] + " " + listener, sentence)
+        else:
+            sentence = pattern.sub(replacement.format(listener), sentence)
+    return sentence
+
+
+@dataclass(frozen=True)
+class Asked:
+    """The save just before a text in its conversation, when it ends on a question."""
+
+    memory_id: str
+    question: str
+    start: int  # the question's span in that save
+    end: int
+
+
+def asked_in(memory_id: str, text: str) -> Asked | None:
+    """The question an earlier save ends on (its last sentence, if that is a question), or None."""
+    speaker = speaker_of(text)
+    sentences = list(_SENTENCE.finditer(text, speaker.body_start if speaker else 0))
+    last = next((m for m in reversed(sentences) if m.group().strip()), None)
+    if last is None or not last.group().strip().endswith("?"):
+        return None
+    begin = last.start() + len(last.group()) - len(last.group().lstrip())
+    end = begin + len(last.group().strip())
+    question = text[max(begin, end - MAX_QUESTION_CHARS):end]
+    if speaker is not None:
+        question = in_third_person(question, speaker.name)
+    return Asked(memory_id, question, max(begin, end - MAX_QUESTION_CHARS), end)
+
+
+def answer_to(asked: Asked, asker: str | None, text: str) -> GroundedFact | None:
+    """A reply to a question, with the question it answers: "Melanie, asked how long has Melanie been
+    married?, said: 5 years already!". The answer alone ("5 years already!", "Yes! I finally did it") names
+    nothing the question asked about; the pair does. The question's save becomes a source of the fact."""
+    speaker = speaker_of(text)
+    if speaker is None or speaker.name == asker:
+        return None  # whose answer it is must be known, and someone answering their own question is not one
+    match = next((m for m in _SENTENCE.finditer(text, speaker.body_start) if m.group().strip()), None)
+    if match is None:
+        return None
+    begin = match.start() + len(match.group()) - len(match.group().lstrip())
+    answer = match.group().strip()[:MAX_ANSWER_CHARS]
+    if answer.endswith("?"):
+        return None  # a question answered with a question
+    question = to_listener(asked.question, speaker.name)
+    question = question[0].lower() + question[1:]
+    said = in_third_person(answer, speaker.name)
+    return GroundedFact(f"{speaker.name}, asked {question} said: {said}", [(begin, begin + len(answer))],
+                        [(asked.memory_id, asked.start, asked.end)])
+
+
 def _stems(text: str) -> set[str]:
     """The stems of a text's content words, small talk left out ("Haha, thanks, Wren said: talk soon!")."""
     return {stem(w) for w in content_words(normalize(text)) if w not in SMALL_TALK and w not in FILLER}
@@ -78,10 +141,13 @@ class Completed:
     speaker: str | None
     rewritten: int  # facts whose first person was rewritten
     added: int  # sentences no fact covered, added as facts
+    answered: bool = False  # the text answers the question the save before it ended on
 
 
-def complete(facts: list[GroundedFact], text: str) -> Completed:
-    """The model's grounded facts in the speaker's third person, plus the text's uncovered statements."""
+def complete(facts: list[GroundedFact], text: str, asked: Asked | None = None,
+             asker: str | None = None) -> Completed:
+    """The model's grounded facts in the speaker's third person, plus the text's uncovered statements, and,
+    when the save before it ended on a question (`asked`, said by `asker`), the answer with its question."""
     speaker = speaker_of(text)
     out: list[GroundedFact] = []
     rewritten = 0
@@ -115,4 +181,7 @@ def complete(facts: list[GroundedFact], text: str) -> Completed:
         out.append(GroundedFact(statement, [(begin, begin + len(sentence))]))
         covered |= words
         added += 1
-    return Completed(out, speaker.name if speaker else None, rewritten, added)
+    pair = answer_to(asked, asker, text) if asked is not None else None
+    if pair is not None and normalize(pair.text) not in seen:
+        out.append(pair)
+    return Completed(out, speaker.name if speaker else None, rewritten, added, pair is not None)
