@@ -83,7 +83,8 @@ class Settings(BaseSettings):
     # with the default 0.5B model it made facts worse on the dev conversations (see the README)
     extract_context_saves: int = Field(0, ge=0, le=16)
     # after grounding, what a small model leaves out is put back in code: a chat line's "I" and "my" in its
-    # facts become the speaker's name, and each statement of the text that no fact covers becomes a fact
+    # facts become the speaker's name, each statement of the text that no fact covers becomes a fact, and a
+    # reply to the question the save before it ended on becomes a fact with that question
     # (extraction/coverage.py); 0 keeps only what the model wrote
     extract_complete: bool = True
     extract_context_chars: int = Field(320, ge=0, le=4000)

@@ -104,8 +104,9 @@ def test_a_sentence_the_model_left_out_is_stored_and_recalled(fake: FakeLlamaSer
     assert body["status"] == "done"
     facts = [f["text"] for f in body["facts"]]
     assert "Gina just launched an ad campaign for Gina's clothing store." in facts
-    assert body["extraction"]["completed"] == {"speaker": "Gina", "first_person_rewritten": 0, "sentences_added": 1,
-                                               "answers_question_of": None}
+    assert body["extraction"]["completed"] == {
+        "speaker": "Gina", "first_person_rewritten": 0, "sentences_added": 1, "answers_question_of": None,
+        "added_facts": ["Gina just launched an ad campaign for Gina's clothing store."]}
     items = client.post("/v1/recall", json={"query": "ad campaign clothing store", "kinds": ["fact"], "k": 3}).json()
     assert items["items"][0]["text"] == "Gina just launched an ad campaign for Gina's clothing store."
     assert items["items"][0]["memory_id"] == memory_id

@@ -134,6 +134,10 @@ def run(utterances: list[Utterance], *, url: str, key: str | None) -> dict[str, 
             facts = [f["text"] for f in body.get("facts") or []]
             rejected = [r.get("text", "") for r in body.get("rejected_facts") or []]
             report = body.get("extraction") or {}
+            # facts the service added in code (sentences no model fact covered): an utterance's own sentence
+            # holds its tail phrase by construction, so the model's extraction is also scored without them
+            added = set((report.get("completed") or {}).get("added_facts") or [])
+            model_facts = [f for f in facts if f not in added]
             rows.append({
                 "index": utt.index, "text": utt.text, "label": utt.label, "tail": utt.tail,
                 "status": body.get("status"), "facts": facts, "rejected": rejected,
@@ -143,6 +147,8 @@ def run(utterances: list[Utterance], *, url: str, key: str | None) -> dict[str, 
                 "predicted_n": (body.get("timings") or {}).get("predicted_n"), "wall_s": round(wall, 3),
                 "tail_in_facts": bool(utt.tail) and any(phrase_in(utt.tail, f) for f in facts),
                 "tail_in_facts_lenient": bool(utt.tail) and any(phrase_in_lenient(utt.tail, f) for f in facts),
+                "tail_in_model_facts": bool(utt.tail) and any(phrase_in(utt.tail, f) for f in model_facts),
+                "added": len(facts) - len(model_facts),
                 "tail_in_proposed": bool(utt.tail) and any(phrase_in(utt.tail, f) for f in facts + rejected),
                 "skipped": report.get("skipped"), "calls": len(report.get("calls") or []),
                 "echoes": sum(1 for f in facts if token_jaccard(f, utt.text) >= ECHO_JACCARD),
@@ -195,6 +201,11 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "tail_found_in_stored_facts": share(gold, "tail_in_facts"),
         "tail_found_in_stored_facts_lenient": share(gold, "tail_in_facts_lenient"),
         "tail_found_in_proposed_facts": share(gold, "tail_in_proposed"),
+        # the model's own facts only, without the sentences the service added in code (MEMORY_EXTRACT_COMPLETE)
+        "tail_found_in_model_facts": share(gold, "tail_in_model_facts") if all("tail_in_model_facts" in r for r in gold)
+        else None,
+        "facts_added_in_code_per_utterance_mean": round(statistics.fmean(r.get("added", 0) for r in rows), 3)
+        if rows else None,
         "facts_per_utterance_mean": round(statistics.fmean(len(r["facts"]) for r in rows), 3) if rows else None,
         "facts_per_utterance_median": statistics.median(len(r["facts"]) for r in rows) if rows else None,
         "utterances_with_no_fact": sum(1 for r in rows if not r["facts"]),

@@ -1,17 +1,22 @@
-"""What a small model leaves out of its facts, put back in code: who "I" is, and the sentences no fact covers.
+"""What a small model leaves out of its facts, put back in code: who "I" is, the sentences no fact covers,
+and the question a reply answers.
 
 Measured on LoCoMo dev turns with the default 0.5B model, facts recalled less than the raw text they came
-from, and reading the misses showed two causes that need no model to fix:
+from. Reading the misses showed three causes that need no model to fix:
 - facts kept the speaker's "I" and "my" ("I'd love to support those with similar issues"), so the fact
   does not say whom it is about, although the chat line names its speaker;
 - the model skipped whole sentences that carry the answer (a necklace from a grandma in Sweden, an ad
-  campaign just launched), and a fact that was never written can never be recalled.
+  campaign just launched), and a fact that was never written can never be recalled;
+- a reply that only makes sense with the question before it ("5 years already!", "Yes! I finally did
+  it") names nothing that a later question asks about.
 
 So, after grounding: a text that opens with a speaker header ("[date] Caroline: ...") has its first
 person in every fact rewritten to the speaker's name, and each sentence of the text that states something
 (three content words or more, not a question, not small talk) but that no kept fact covers becomes a fact
 of its own, in the same third person. Both keep the words of the text, so grounding, spans and the date
-resolution that follows still apply; the job's report counts what was added.
+resolution that follows still apply. When the save just before it in its conversation ended on a question
+by someone else, the reply's first sentence is also kept with that question, as one fact whose sources are
+both saves. The job's report counts what was added.
 """
 
 from __future__ import annotations
