@@ -244,3 +244,13 @@ def test_scrape_reads_gauges_and_histograms_of_a_metrics_page() -> None:
     buckets = {labels["le"]: value for labels, value in samples["memory_remember_ack_seconds_bucket"]}
     assert buckets == {"0.005": 2.0, "0.01": 3.0, "+Inf": 4.0}
     assert samples["memory_remember_ack_seconds_count"] == [({}, 4.0)]
+
+
+def test_eval_passes_settings_to_its_own_service_and_refuses_anything_else() -> None:
+    from memory_service.evals.cli import service_settings
+
+    assert service_settings(["MEMORY_EXTRACT_COMPLETE=0", "MEMORY_TIMEZONE=Europe/Madrid"]) == {
+        "MEMORY_EXTRACT_COMPLETE": "0", "MEMORY_TIMEZONE": "Europe/Madrid"}
+    for bad in ("EXTRACT_COMPLETE=0", "MEMORY_EXTRACT_COMPLETE"):
+        with pytest.raises(SystemExit, match="MEMORY_NAME=VALUE"):
+            service_settings([bad])

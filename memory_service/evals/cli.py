@@ -28,6 +28,17 @@ def _progress(message: str) -> None:
     print(f"[eval] {message}", file=sys.stderr, flush=True)
 
 
+def service_settings(pairs: list[str]) -> dict[str, str]:
+    """`--set MEMORY_NAME=VALUE` pairs as the self-started service's environment."""
+    env: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.startswith("MEMORY_"):
+            raise SystemExit(f"--set {pair!r}: expected MEMORY_NAME=VALUE (a MEMORY_* setting of the service)")
+        env[name] = value
+    return env
+
+
 def run_eval(args: argparse.Namespace) -> int:
     """Each --data file through its harness; 2 when a file is of neither format."""
     started = time.monotonic()
@@ -64,7 +75,9 @@ def run_eval(args: argparse.Namespace) -> int:
             team_keys = {key: f"{scope.split(':', 1)[0]}-{label}-{n}"
                          for n, ((scope, label), key) in enumerate(keys.items()) if key}
             _progress(f"starting a service (model {model}) in a temp data dir")
-            env = {"MEMORY_CONSOLIDATE": "1"} if getattr(args, "consolidate", False) else None
+            env = service_settings(getattr(args, "settings", None) or [])
+            if getattr(args, "consolidate", False):
+                env["MEMORY_CONSOLIDATE"] = "1"
             service = common.ServiceRunner(Path(tmp.name) / "data", api_keys=team_keys, llm_url=llm_url,
                                            model=model, env=env).start()
             service.wait_model_ready()
@@ -88,6 +101,7 @@ def run_eval(args: argparse.Namespace) -> int:
                 "model": (ready.get("model_server") or {}).get("model"),
                 "llama_build": (ready.get("model_server") or {}).get("build"),
                 "service": "self-started (temp data dir)" if service else "external (--url)",
+                "service_settings": service_settings(getattr(args, "settings", None) or []) if service else None,
                 "wall_time_s": round(time.monotonic() - job_started, 1),
                 "machine": common.machine_info(),
             })
