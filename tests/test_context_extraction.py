@@ -75,9 +75,11 @@ def test_context_is_a_block_aligned_window_of_the_run_or_the_agents_recent_saves
 
 
 def test_the_model_sees_the_previous_turn_and_the_fact_keeps_it_as_a_source(tmp_path: Path) -> None:
-    """With context turned on (MEMORY_EXTRACT_CONTEXT_SAVES; off by default)."""
+    """With context turned on (MEMORY_EXTRACT_CONTEXT_SAVES; off by default), and what code adds after the
+    model turned off, so only the model's facts are stored (tests/test_coverage.py covers the rest)."""
     with FakeLlamaServer("ok", tokens_per_s=20_000) as fake:
-        service = ServiceProcess(tmp_path / "data", fake.url, env={"MEMORY_EXTRACT_CONTEXT_SAVES": "4"}).start()
+        service = ServiceProcess(tmp_path / "data", fake.url, env={"MEMORY_EXTRACT_CONTEXT_SAVES": "4",
+                                                                    "MEMORY_EXTRACT_COMPLETE": "0"}).start()
         try:
             with service.client() as http:
                 fake.set_mode("ok", facts=[])
