@@ -78,15 +78,15 @@ class Settings(BaseSettings):
     # while no save waits, group each team's recent facts by subject and write one consolidated item per
     # group (recall kind "consolidated"); yields to any save at once
     consolidate: bool = False
-    # earlier saves of the same run (or agent) shown to the model as past turns, so "it", "that" and
-    # "yes" resolve: 1 to `saves` of them, each cut to its last `chars` characters. Off (0) by default:
-    # with the default 0.5B model it made facts worse on the dev conversations (see the README)
-    extract_context_saves: int = Field(0, ge=0, le=16)
     # after grounding, what a small model leaves out is put back in code: a chat line's "I" and "my" in its
     # facts become the speaker's name, each statement of the text that no fact covers becomes a fact, and a
     # reply to the question the save before it ended on becomes a fact with that question
     # (extraction/coverage.py); 0 keeps only what the model wrote
     extract_complete: bool = True
+    # earlier saves of the same run (or agent) shown to the model as past turns, so "it", "that" and
+    # "yes" resolve: 1 to `saves` of them, each cut to its last `chars` characters. Off (0) by default:
+    # with the default 0.5B model it made facts worse on the dev conversations (see the README)
+    extract_context_saves: int = Field(0, ge=0, le=16)
     extract_context_chars: int = Field(320, ge=0, le=4000)
     extract_context_window_s: float = Field(1800.0, ge=0)
     # `serve`'s log lines: text for a terminal, json (one object a line, with the request id) for a pipeline

@@ -204,12 +204,14 @@ class ExtractionWorker:
                 asked, asker = await asyncio.to_thread(self._question_before, job)
                 completed = complete(facts, job.text, asked, asker)
                 facts = completed.facts
-                base["completed"] = {"speaker": completed.speaker, "first_person_rewritten": completed.rewritten,
-                                     "sentences_added": completed.added, "answers_question_of": asked.memory_id
-                                     if completed.answered and asked is not None else None}
             facts = resolve_facts(facts, _day_of(job, settings.timezone))
-            if completed is not None:  # which facts code added, not the model: the evals tell them apart
-                base["completed"]["added_facts"] = [f.text for f in facts[len(result.facts):]]
+            if completed is not None:
+                base["completed"] = {
+                    "speaker": completed.speaker, "first_person_rewritten": completed.rewritten,
+                    "sentences_added": completed.added, "answers_question_of": completed.answered_id,
+                    # which facts code added, not the model (they come after the model's): the evals tell them apart
+                    "added_facts": [f.text for f in facts[len(result.facts):]],
+                }
             if job.deferrals and (job.last_error or "").startswith("slower than measured"):
                 base["slow"] = (f"finished after {job.deferrals} deferral(s): the model was slower than the "
                                 "budget allowed, so the text was split into smaller chunks")

@@ -56,7 +56,7 @@ def norm(text: str) -> str:
     return " ".join(_WORD.findall(unicodedata.normalize("NFKC", text).lower()))
 
 
-def stem(word: str) -> str:
+def _stem(word: str) -> str:
     for suffix in ("ies", "es", "s"):
         if len(word) > len(suffix) + 2 and word.endswith(suffix):
             return word[: -len(suffix)]
@@ -71,8 +71,8 @@ def phrase_in(phrase: str, text: str) -> bool:
 
 def phrase_in_lenient(phrase: str, text: str) -> bool:
     """Every word of the phrase in the text, crude plural stemming (\"teas\" ~ \"tea\")."""
-    words = {stem(w) for w in norm(text).split()}
-    wanted = [stem(w) for w in norm(phrase).split()]
+    words = {_stem(w) for w in norm(text).split()}
+    wanted = [_stem(w) for w in norm(phrase).split()]
     return bool(wanted) and all(w in words for w in wanted)
 
 

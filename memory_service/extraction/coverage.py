@@ -115,8 +115,8 @@ def asked_in(memory_id: str, text: str) -> Asked | None:
 
 
 def answer_to(asked: Asked, asker: str | None, text: str) -> GroundedFact | None:
-    """A reply to a question, with the question it answers: "Melanie, asked how long has Melanie been
-    married?, said: 5 years already!". The answer alone ("5 years already!", "Yes! I finally did it") names
+    """A reply to a question, with the question it answers: "Melanie, asked how long have Melanie and
+    Melanie's husband been married? said: 5 years already!". The answer alone ("5 years already!", "Yes! I finally did it") names
     nothing the question asked about; the pair does. The question's save becomes a source of the fact."""
     speaker = speaker_of(text)
     if speaker is None or speaker.name == asker:
@@ -146,7 +146,11 @@ class Completed:
     speaker: str | None
     rewritten: int  # facts whose first person was rewritten
     added: int  # sentences no fact covered, added as facts
-    answered: bool = False  # the text answers the question the save before it ended on
+    answered_id: str | None = None  # the save whose question this text answers (a source of the pair)
+
+    @property
+    def answered(self) -> bool:
+        return self.answered_id is not None
 
 
 def complete(facts: list[GroundedFact], text: str, asked: Asked | None = None,
@@ -189,4 +193,5 @@ def complete(facts: list[GroundedFact], text: str, asked: Asked | None = None,
     pair = answer_to(asked, asker, text) if asked is not None else None
     if pair is not None and normalize(pair.text) not in seen:
         out.append(pair)
-    return Completed(out, speaker.name if speaker else None, rewritten, added, pair is not None)
+    answered_id = asked.memory_id if pair is not None and asked is not None else None
+    return Completed(out, speaker.name if speaker else None, rewritten, added, answered_id)
