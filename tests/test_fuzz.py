@@ -179,7 +179,10 @@ def test_a_10mb_body_is_refused_before_it_is_sent(service: ServiceProcess) -> No
                                   "Transfer-Encoding: chunked", "Connection: close"))
         chunk = b"x" * 65536
         for _ in range(8):  # 512 KiB of 10 MB: past the 320 KiB limit, then stop sending
-            sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            try:
+                sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            except BrokenPipeError:  # the server answered and closed before the last chunks: what is tested
+                break
         head = sock.recv(65536)
         assert head.startswith(b"HTTP/1.1 413 "), head[:200]
 

@@ -54,8 +54,8 @@ def test_dead_rows_are_never_returned_and_new_rows_are_found_before_and_after_a_
     assert 42 not in {r for r, _ in index.search(query, 30, alive)}
     index.add(6_000, query)  # a write after the build: scanned exactly until folded
     assert index.search(query, 1, alive)[0][0] == 6_000
-    for row in range(6_001, 6_001 + 2_100):
-        index.add(row, vectors[row - 6_001])
+    for row in range(6_001, 6_001 + 2_100):  # copies of other rows, none of row 42: the top hit is not a tie
+        index.add(row, vectors[row - 6_001 + 100])
     assert index.needs_fold()
     folded = index.folded(alive)
     assert not folded.added and len(folded) == 6_000 - 1 + 1 + 2_100
