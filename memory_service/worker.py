@@ -201,8 +201,8 @@ class ExtractionWorker:
             base = {**result.report}
             completed = None
             if settings.extract_complete:
-                asked, asker = await asyncio.to_thread(self._question_before, job)
-                completed = complete(facts, job.text, asked, asker)
+                asked = await asyncio.to_thread(self._question_before, job) if speaker_of(job.text) else None
+                completed = complete(facts, job.text, asked)
                 facts = completed.facts
             facts = resolve_facts(facts, _day_of(job, settings.timezone))
             if completed is not None:
@@ -225,13 +225,11 @@ class ExtractionWorker:
             log.exception("job %s: storing facts failed", job.id)
             await self._fail(job, ExtractionError(f"storing facts failed: {exc!r}"), attempt, progress)
 
-    def _question_before(self, job: Memory) -> tuple[Asked | None, str | None]:
-        """The question the save just before this one in its conversation ended on, and who asked it."""
+    def _question_before(self, job: Memory) -> Asked | None:
+        """The question the save just before this one in its conversation ended on (read only for a chat
+        line: a text with no speaker gets no answer pair, so its saves pay no query)."""
         earlier = self.journal.context_for(job, block=1, window_s=self.settings.extract_context_window_s)
-        if not earlier:
-            return None, None
-        speaker = speaker_of(earlier[-1].text)
-        return asked_in(earlier[-1].id, earlier[-1].text), speaker.name if speaker else None
+        return asked_in(earlier[-1].id, earlier[-1].text) if earlier else None
 
     def _decide_and_store(self, job: Memory, facts: list, base: dict[str, Any], raw_reply: str,
                           timings: dict[str, Any], started: float, rejected: list[str]) -> None:

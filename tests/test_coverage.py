@@ -119,7 +119,8 @@ REPLY = "[3:02 pm on 1 June, 2023] Melanie: 5 years already! Time flies. Thanks,
 def test_an_answer_keeps_the_question_it_answers_with_the_question_as_a_source() -> None:
     asked = asked_in("mem_q", QUESTION)
     assert asked is not None and QUESTION[asked.start:asked.end] == "How long have you and your husband been married?"
-    result = complete([], REPLY, asked, "Caroline")
+    assert asked.asker == "Caroline"
+    result = complete([], REPLY, asked)
     assert result.answered
     [pair] = [f for f in result.facts if "asked" in f.text]
     assert pair.text == "Melanie, asked how long have Melanie and Melanie's husband been married? said: 5 years already!"
@@ -132,9 +133,9 @@ def test_no_pair_without_a_question_a_known_answerer_or_another_speaker() -> Non
     assert asked_in("m", "Caroline: I went to the support group. It was great.") is None
     assert asked_in("m", "Caroline: Is it open? I think so.") is None  # the question is not where it ended
     asked = asked_in("mem_q", QUESTION)
-    assert not complete([], "Caroline: I was asking myself too, actually.", asked, "Caroline").answered
-    assert not complete([], "5 years already!", asked, "Caroline").answered  # who answered is not known
-    assert not complete([], "Melanie: Why do you ask?", asked, "Caroline").answered
+    assert not complete([], "Caroline: I was asking myself too, actually.", asked).answered
+    assert not complete([], "5 years already!", asked).answered  # who answered is not known
+    assert not complete([], "Melanie: Why do you ask?", asked).answered
 
 
 def test_a_reply_is_stored_with_its_question_as_a_source_and_recalled_by_the_questions_words(

@@ -42,6 +42,7 @@ def service_settings(pairs: list[str]) -> dict[str, str]:
 def run_eval(args: argparse.Namespace) -> int:
     """Each --data file through its harness; 2 when a file is of neither format."""
     started = time.monotonic()
+    settings = service_settings(getattr(args, "settings", None) or [])  # a bad --set fails before any work
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     model = getattr(args, "model", None) or "default"
@@ -75,7 +76,7 @@ def run_eval(args: argparse.Namespace) -> int:
             team_keys = {key: f"{scope.split(':', 1)[0]}-{label}-{n}"
                          for n, ((scope, label), key) in enumerate(keys.items()) if key}
             _progress(f"starting a service (model {model}) in a temp data dir")
-            env = service_settings(getattr(args, "settings", None) or [])
+            env = dict(settings)
             if getattr(args, "consolidate", False):
                 env["MEMORY_CONSOLIDATE"] = "1"
             service = common.ServiceRunner(Path(tmp.name) / "data", api_keys=team_keys, llm_url=llm_url,
@@ -101,7 +102,7 @@ def run_eval(args: argparse.Namespace) -> int:
                 "model": (ready.get("model_server") or {}).get("model"),
                 "llama_build": (ready.get("model_server") or {}).get("build"),
                 "service": "self-started (temp data dir)" if service else "external (--url)",
-                "service_settings": service_settings(getattr(args, "settings", None) or []) if service else None,
+                "service_settings": settings if service else None,
                 "wall_time_s": round(time.monotonic() - job_started, 1),
                 "machine": common.machine_info(),
             })

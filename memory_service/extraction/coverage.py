@@ -22,11 +22,12 @@ both saves. The job's report counts what was added.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from ..text import normalize
 from .gate import FILLER
-from .grounding import SMALL_TALK, GroundedFact, content_words, stem, vague
+from .grounding import SENTENCE, SMALL_TALK, GroundedFact, content_words, stem, vague
 
 # "[8 May 2023, 1:56 pm] Caroline: ..." or "Caroline: ..." at the start of a text: a chat line by Caroline.
 _HEADER = re.compile(r"^\s*(?:\[[^\]\n]{1,60}\]\s*)?([A-Z][\w.'’-]*(?: [A-Z][\w.'’-]*)?):[ \t]+")
@@ -44,7 +45,6 @@ _FIRST_PERSON = [
     (re.compile(r"\bI\b"), "{}"), (re.compile(r"\b[Mm]yself\b"), "{}"),
     (re.compile(r"\b[Mm]y\b"), "{}'s"), (re.compile(r"\b[Mm]ine\b"), "{}'s"), (re.compile(r"\bme\b"), "{}"),
 ]
-_SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
 MIN_SENTENCE_WORDS = 3  # content words a sentence needs to count as a statement
 COVERED_SHARE = 0.5  # a sentence whose content words are at least this much in the kept facts is covered
 MAX_SENTENCE_CHARS = 300  # a longer sentence stays the passage's: a fact is one short statement
@@ -72,6 +72,14 @@ def speaker_of(text: str) -> Speaker | None:
     return Speaker(match.group(1), match.end())
 
 
+def _sentences(text: str, start: int = 0) -> Iterator[tuple[int, str]]:
+    """(where it starts, the sentence) for each non-blank sentence of `text` from `start`, spaces trimmed."""
+    for match in SENTENCE.finditer(text, start):
+        sentence = match.group().strip()
+        if sentence:
+            yield match.start() + len(match.group()) - len(match.group().lstrip()), sentence
+
+
 def in_third_person(sentence: str, speaker: str) -> str:
     """`sentence` with the speaker's I, me, my and mine replaced by the speaker's name."""
     for pattern, replacement in _FIRST_PERSON:
@@ -94,40 +102,39 @@ class Asked:
     """The save just before a text in its conversation, when it ends on a question."""
 
     memory_id: str
-    question: str
+    question: str  # in the asker's third person
     start: int  # the question's span in that save
     end: int
+    asker: str | None  # who asked it, when that save names its speaker
 
 
 def asked_in(memory_id: str, text: str) -> Asked | None:
     """The question an earlier save ends on (its last sentence, if that is a question), or None."""
     speaker = speaker_of(text)
-    sentences = list(_SENTENCE.finditer(text, speaker.body_start if speaker else 0))
-    last = next((m for m in reversed(sentences) if m.group().strip()), None)
-    if last is None or not last.group().strip().endswith("?"):
+    last = None
+    for last in _sentences(text, speaker.body_start if speaker else 0):
+        pass
+    if last is None or not last[1].endswith("?"):
         return None
-    begin = last.start() + len(last.group()) - len(last.group().lstrip())
-    end = begin + len(last.group().strip())
-    question = text[max(begin, end - MAX_QUESTION_CHARS):end]
-    if speaker is not None:
-        question = in_third_person(question, speaker.name)
-    return Asked(memory_id, question, max(begin, end - MAX_QUESTION_CHARS), end)
+    begin, sentence = last
+    end = begin + len(sentence)
+    start = max(begin, end - MAX_QUESTION_CHARS)
+    question = in_third_person(text[start:end], speaker.name) if speaker else text[start:end]
+    return Asked(memory_id, question, start, end, speaker.name if speaker else None)
 
 
-def answer_to(asked: Asked, asker: str | None, text: str) -> GroundedFact | None:
+def answer_to(asked: Asked, text: str) -> GroundedFact | None:
     """A reply to a question, with the question it answers: "Melanie, asked how long have Melanie and
-    Melanie's husband been married? said: 5 years already!". The answer alone ("5 years already!", "Yes! I finally did it") names
-    nothing the question asked about; the pair does. The question's save becomes a source of the fact."""
+    Melanie's husband been married? said: 5 years already!". The answer alone ("5 years already!", "Yes! I
+    finally did it") names nothing the question asked about; the pair does. The question's save becomes a
+    source of the fact."""
     speaker = speaker_of(text)
-    if speaker is None or speaker.name == asker:
+    if speaker is None or speaker.name == asked.asker:
         return None  # whose answer it is must be known, and someone answering their own question is not one
-    match = next((m for m in _SENTENCE.finditer(text, speaker.body_start) if m.group().strip()), None)
-    if match is None:
-        return None
-    begin = match.start() + len(match.group()) - len(match.group().lstrip())
-    answer = match.group().strip()[:MAX_ANSWER_CHARS]
-    if answer.endswith("?"):
-        return None  # a question answered with a question
+    first = next(_sentences(text, speaker.body_start), None)
+    if first is None or first[1][:MAX_ANSWER_CHARS].endswith("?"):
+        return None  # nothing said, or a question answered with a question
+    begin, answer = first[0], first[1][:MAX_ANSWER_CHARS]
     question = to_listener(asked.question, speaker.name)
     question = question[0].lower() + question[1:]
     said = in_third_person(answer, speaker.name)
@@ -153,10 +160,9 @@ class Completed:
         return self.answered_id is not None
 
 
-def complete(facts: list[GroundedFact], text: str, asked: Asked | None = None,
-             asker: str | None = None) -> Completed:
+def complete(facts: list[GroundedFact], text: str, asked: Asked | None = None) -> Completed:
     """The model's grounded facts in the speaker's third person, plus the text's uncovered statements, and,
-    when the save before it ended on a question (`asked`, said by `asker`), the answer with its question."""
+    when the save before it ended on a question (`asked`), the answer with its question."""
     speaker = speaker_of(text)
     out: list[GroundedFact] = []
     rewritten = 0
@@ -169,12 +175,10 @@ def complete(facts: list[GroundedFact], text: str, asked: Asked | None = None,
         covered |= _stems(fact.text)
     seen = {normalize(f.text) for f in out}
     added = 0
-    start_at = speaker.body_start if speaker else 0
-    for match in _SENTENCE.finditer(text, start_at):
-        sentence = match.group().strip()
+    for begin, sentence in _sentences(text, speaker.body_start if speaker else 0):
         if added >= MAX_ADDED:
             break
-        if not sentence or sentence.endswith("?") or len(sentence) > MAX_SENTENCE_CHARS or vague(sentence):
+        if sentence.endswith("?") or len(sentence) > MAX_SENTENCE_CHARS or vague(sentence):
             continue
         words = _stems(sentence)
         if len(words) < MIN_SENTENCE_WORDS:
@@ -186,11 +190,10 @@ def complete(facts: list[GroundedFact], text: str, asked: Asked | None = None,
         if normalize(statement) in seen:
             continue
         seen.add(normalize(statement))
-        begin = match.start() + len(match.group()) - len(match.group().lstrip())
         out.append(GroundedFact(statement, [(begin, begin + len(sentence))]))
         covered |= words
         added += 1
-    pair = answer_to(asked, asker, text) if asked is not None else None
+    pair = answer_to(asked, text) if asked is not None else None
     if pair is not None and normalize(pair.text) not in seen:
         out.append(pair)
     answered_id = asked.memory_id if pair is not None and asked is not None else None

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from ..text import STOPWORDS, normalize
 
 _NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")
-_SENTENCE = re.compile(r"[^.!?\n]+[.!?]*", re.UNICODE)
+SENTENCE = re.compile(r"[^.!?\n]+[.!?]*", re.UNICODE)  # a sentence and its end marks
 _NAME = re.compile(r"\b[A-Z][\w'’-]+")
 # Emails, URLs and @handles: a name inside one is not a name in the text ("alice@example.com" is not Alice).
 _ADDRESS = re.compile(r"\S+@\S+|https?://\S+|www\.\S+|@\w+")
@@ -133,7 +133,7 @@ class SourceIndex:
         self.name_words = set(normalize(_ADDRESS.sub(" ", source)).split())
         self.name_stems = {stem(w) for w in self.name_words}
         self.sentences: list[tuple[int, int, set[str]]] = []
-        for match in _SENTENCE.finditer(source):
+        for match in SENTENCE.finditer(source):
             sentence = match.group()
             if sentence.strip():
                 words = {stem(w) for w in normalize(sentence).split()}
