@@ -102,3 +102,33 @@ def test_bad_configuration_is_reported_not_a_traceback(tmp_path):
     result = subprocess.run([sys.executable, "-m", "memory_service.cli", "serve"], env=env, cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "MEMORY_PORT" in result.stderr and "Traceback" not in result.stderr
+
+
+_RUNNER_PARENT = """
+import sys, time
+from pathlib import Path
+from memory_service.bench.common import ServiceRunner
+runner = ServiceRunner(Path(sys.argv[1]), api_keys={}, llm_url="http://127.0.0.1:9").start(timeout_s=180)
+print(runner.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_eval_or_benchmark_takes_its_service_with_it(tmp_path):
+    """The service an eval or a benchmark starts for itself gets SIGTERM when that parent dies, even by SIGKILL:
+    an interrupted eval must not leave a service extracting in the background."""
+    parent = subprocess.Popen([sys.executable, "-c", _RUNNER_PARENT, str(tmp_path / "data")], cwd=ROOT,
+                              stdout=subprocess.PIPE, text=True)
+    service_pid = None
+    try:
+        line = parent.stdout.readline()
+        assert line.strip().isdigit(), f"the parent did not start its service: {line!r}"
+        service_pid = int(line)
+        assert _alive(service_pid)
+        parent.kill()
+        parent.wait(10)
+        assert _wait_gone(service_pid, timeout=60), f"service {service_pid} outlived the process that started it"
+    finally:
+        parent.kill()
+        if service_pid is not None and _alive(service_pid):
+            os.killpg(service_pid, signal.SIGKILL)

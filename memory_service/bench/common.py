@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from typing import Any, Callable, Iterable, Mapping
 import httpx
 
 from ..http_client import service_client
-from ..llm_runtime.server import stop_group, wait_until_healthy
+from ..llm_runtime.server import die_with_parent, stop_group, wait_until_healthy
 
 log = logging.getLogger(__name__)
 
@@ -193,12 +194,24 @@ class ServiceRunner:
         return self.proc.pid
 
     def start(self, timeout_s: float = 300.0) -> "ServiceRunner":
+        return self.launch().wait_healthy(timeout_s)
+
+    def launch(self) -> "ServiceRunner":
+        """Start the process, without waiting for it. Call it from a thread that outlives the service (the
+        main one): the parent-death signal fires when the thread that started the child ends."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "memory_service.cli", "serve"], env=self.env, cwd=str(self.data_dir.parent),
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            # a killed eval or benchmark must not leave its service extracting: SIGTERM lets it shut down
+            # cleanly, and its own children (llama-server, the vector store) go with it
+            preexec_fn=functools.partial(die_with_parent, signal.SIGTERM),
         )
+        return self
+
+    def wait_healthy(self, timeout_s: float = 300.0) -> "ServiceRunner":
+        assert self.proc is not None, "launch() first"
         problem = wait_until_healthy(self.url, self.proc, timeout_s)
         if problem is None:
             return self

@@ -53,8 +53,10 @@ class ServiceGroup:
         for runner in self.runners:
             runner.data_dir.parent.mkdir(parents=True, exist_ok=True)
         try:
+            for runner in self.runners:  # launched from this thread, which outlives them (the parent-death signal)
+                runner.launch()
             with ThreadPoolExecutor(len(self.runners)) as pool:
-                for future in [pool.submit(r.start, timeout_s) for r in self.runners]:
+                for future in [pool.submit(r.wait_healthy, timeout_s) for r in self.runners]:
                     future.result()
         except BaseException:
             self.stop()
