@@ -129,6 +129,19 @@ def test_an_answer_keeps_the_question_it_answers_with_the_question_as_a_source()
     assert to_listener("Did you see your sister? Are you ok?", "Jo") == "Did Jo see Jo's sister? Are Jo ok?"
 
 
+def test_an_answer_reaches_past_thanks_to_the_sentence_that_names_something() -> None:
+    asked = asked_in("mem_q", "[7:18 pm] Gina: Wow, Jon! How's the hunt for investors going?")
+    reply = "[7:18 pm] Jon: Thanks, Gina! Searching for investors has been tough, but I'm staying hopeful. Anyway."
+    [pair] = [f for f in complete([], reply, asked).facts if "asked" in f.text]
+    assert pair.text == ("Jon, asked how's the hunt for investors going? said: Thanks, Gina! Searching for investors "
+                         "has been tough, but Jon is staying hopeful.")
+    assert [reply[s:e] for s, e in pair.spans] == [
+        "Thanks, Gina! Searching for investors has been tough, but I'm staying hopeful."]
+    # a reply that only thanks keeps what it says; one that thanks and asks back answers nothing
+    assert complete([], "[7:18 pm] Jon: Yes! Thanks!", asked).answered
+    assert not complete([], "[7:18 pm] Jon: Thanks! What about you?", asked).answered
+
+
 def test_no_pair_without_a_question_a_known_answerer_or_another_speaker() -> None:
     assert asked_in("m", "Caroline: I went to the support group. It was great.") is None
     assert asked_in("m", "Caroline: Is it open? I think so.") is None  # the question is not where it ended

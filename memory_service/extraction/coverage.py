@@ -15,8 +15,8 @@ person in every fact rewritten to the speaker's name, and each sentence of the t
 (three content words or more, not a question, not small talk) but that no kept fact covers becomes a fact
 of its own, in the same third person. Both keep the words of the text, so grounding, spans and the date
 resolution that follows still apply. When the save just before it in its conversation ended on a question
-by someone else, the reply's first sentence is also kept with that question, as one fact whose sources are
-both saves. The job's report counts what was added.
+by someone else, the reply up to its first sentence that names something is also kept with that question,
+as one fact whose sources are both saves. The job's report counts what was added.
 """
 
 from __future__ import annotations
@@ -131,15 +131,35 @@ def answer_to(asked: Asked, text: str) -> GroundedFact | None:
     speaker = speaker_of(text)
     if speaker is None or speaker.name == asked.asker:
         return None  # whose answer it is must be known, and someone answering their own question is not one
-    first = next(_sentences(text, speaker.body_start), None)
-    if first is None or first[1][:MAX_ANSWER_CHARS].endswith("?"):
-        return None  # nothing said, or a question answered with a question
-    begin, answer = first[0], first[1][:MAX_ANSWER_CHARS]
+    span = _answer_span(text, speaker, asked.asker)
+    if span is None:
+        return None
+    begin, end = span
+    answer = text[begin:end]
     question = to_listener(asked.question, speaker.name)
     question = question[0].lower() + question[1:]
     said = in_third_person(answer, speaker.name)
     return GroundedFact(f"{speaker.name}, asked {question} said: {said}", [(begin, begin + len(answer))],
                         [(asked.memory_id, asked.start, asked.end)])
+
+
+def _answer_span(text: str, speaker: Speaker, asker: str | None) -> tuple[int, int] | None:
+    """Where the answer of a reply is: from its start to the end of its first sentence that names something.
+
+    "Thanks! Searching for investors has been tough" answers "How's the hunt for investors going?" with
+    its second sentence: a reply's first sentence is often only "Thanks!" or "Wow, Jon!". The words before
+    stay ("Yes! I finally did it" answers a yes-or-no question with its first word). None when the reply
+    says nothing or first asks back."""
+    names = {stem(w) for w in normalize(f"{speaker.name} {asker or ''}").split()}
+    begin = end = None
+    for start, sentence in _sentences(text, speaker.body_start):
+        if sentence.endswith("?"):
+            return None  # a question answered with a question
+        begin = start if begin is None else begin
+        end = min(start + len(sentence), begin + MAX_ANSWER_CHARS)
+        if _stems(sentence) - names or end - begin >= MAX_ANSWER_CHARS:
+            break
+    return None if begin is None or end is None else (begin, end)
 
 
 def _stems(text: str) -> set[str]:
