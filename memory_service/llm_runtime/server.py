@@ -108,7 +108,7 @@ def _child_setup(nice: int) -> None:
 def die_with_parent(signum: int) -> None:
     """In a child before exec: the kernel sends it `signum` when its parent dies (Linux; elsewhere nothing).
 
-    Async-signal-safe enough for a `preexec_fn`: one `prctl` call, no locks taken."""
+    The parent is the thread that forked it: start such a child from a thread that lives as long as it."""
     if sys.platform.startswith("linux"):
         try:
             libc = ctypes.CDLL("libc.so.6", use_errno=True)
