@@ -276,7 +276,7 @@ def _rebuild_vectors(staging: Path, settings: Settings) -> "Reindexed":
     journal = Journal(staging / JOURNAL)
     try:
         vectors = VectorStore(staging / VECTORS)
-        embedder = load_embedder(settings.embedder, threads=settings.embed_threads)
+        embedder = load_embedder(settings.embedder, threads=settings.embed_threads, cache_dir=settings.cache_dir)
         return reindex(journal, embedder, vectors)
     finally:
         journal.close()

@@ -63,7 +63,7 @@ class Settings(BaseSettings):
     max_fact_chars: int = 300
     dedup_threshold: float = Field(0.92, ge=0.5, le=1.0)
     embed_threads: int = Field(1, ge=1, le=64)
-    embedder: Literal["onnx", "torch"] = "onnx"
+    embedder: Literal["onnx-q8", "onnx", "torch"] = "onnx-q8"
     chroma_url: str | None = None
     # the embedded store runs in a child process: its calls hold Python's lock for their whole length, and
     # in the API process every request waited behind them (see storage/chroma_process.py). 0 runs it in-process

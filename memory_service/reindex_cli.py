@@ -68,7 +68,7 @@ def _rebuild(settings: Settings, data_dir: Path, team: str | None) -> dict[str, 
             vectors = VectorStore(data_dir / VECTORS, url=settings.chroma_url)
             dropped = vectors.drop(team)
         try:
-            embedder = load_embedder(settings.embedder, threads=settings.embed_threads)
+            embedder = load_embedder(settings.embedder, threads=settings.embed_threads, cache_dir=settings.cache_dir)
             done = reindex(journal, embedder, vectors, team=team)
         finally:
             vectors.close()

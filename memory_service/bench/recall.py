@@ -318,8 +318,8 @@ def service_embedder() -> tuple[Any, str]:
     from ..config import Settings
     from ..storage.embedder import load_embedder
 
-    backend = Settings.from_env().embedder
-    return load_embedder(backend, threads=1), backend
+    settings = Settings.from_env()
+    return load_embedder(settings.embedder, threads=1, cache_dir=settings.cache_dir), settings.embedder
 
 
 def _busy_jobs(client: Any) -> dict[str, int]:

@@ -1,0 +1,99 @@
+"""The default embedder (`onnx-q8`): the shipped MiniLM re-quantized on this machine for int8 arithmetic.
+
+Real files throughout: the sha256-checked ONNX file of the installed package, onnxruntime's quantizer, and
+the cache directory the service would use.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from memory_service.storage import int8_model
+from memory_service.storage.embedder import EmbedderError, OnnxEmbedder, load_embedder
+
+SENTENCES = [
+    "Melanie signed up for a pottery class last week and loved it.",
+    "Deploy of checkout for Globex finished in 14 minutes on March 3.",
+    "Who is on call for the payments service this weekend?",
+    "Nadia asked for invoices by bank transfer within 30 days.",
+]
+
+
+@pytest.fixture(scope="module")
+def shipped() -> OnnxEmbedder:
+    return OnnxEmbedder(1)
+
+
+@pytest.fixture(scope="module")
+def derived_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    cache = tmp_path_factory.mktemp("cache")
+    load_embedder("onnx-q8", cache_dir=cache)
+    return cache
+
+
+def _derived_file(cache: Path) -> Path:
+    files = [p for p in (cache / "embedder").iterdir() if p.suffix == ".onnx"]
+    assert len(files) == 1, files
+    return files[0]
+
+
+def test_the_derived_model_does_int8_arithmetic_but_keeps_the_down_projections_float(derived_dir: Path) -> None:
+    graph = onnx.load(str(_derived_file(derived_dir))).graph
+    ops = Counter(node.op_type for node in graph.node)
+    # MiniLM-L6: 6 layers x (q, k, v, attention out, up) in int8; 6 down-projections (and the two
+    # activation x activation products per layer) stay MatMul
+    assert ops["MatMulInteger"] == 30
+    weights = {init.name: list(init.dims) for init in graph.initializer}
+    float_weight_matmuls = [n for n in graph.node if n.op_type == "MatMul" and n.input[1] in weights]
+    assert len(float_weight_matmuls) == 6
+    assert all(weights[n.input[1]] == [1536, 384] for n in float_weight_matmuls)
+
+
+def test_its_vectors_stay_close_to_the_shipped_model(derived_dir: Path, shipped: OnnxEmbedder) -> None:
+    derived = load_embedder("onnx-q8", cache_dir=derived_dir)
+    a, b = derived.embed(SENTENCES), shipped.embed(SENTENCES)
+    cosines = (a * b).sum(axis=1)
+    assert cosines.min() >= 0.99, cosines
+    assert np.allclose(np.linalg.norm(a, axis=1), 1.0, atol=1e-5)
+    # and it still ranks as the shipped model does: each sentence's nearest neighbour is itself
+    assert list((a @ b.T).argmax(axis=1)) == list(range(len(SENTENCES)))
+
+
+def test_the_derived_model_is_made_once_and_reused(derived_dir: Path) -> None:
+    path = _derived_file(derived_dir)
+    before = path.stat().st_mtime_ns
+    load_embedder("onnx-q8", cache_dir=derived_dir)
+    assert path.stat().st_mtime_ns == before
+    assert not [p for p in (derived_dir / "embedder").iterdir() if p.name.endswith(".unchecked")]
+
+
+def test_a_derivation_that_strays_is_refused_and_not_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the real derivation, held to a bar no quantized model meets: the refusal path, with real files
+    monkeypatch.setattr(int8_model, "MIN_PROBE_COSINE", 1.0001)
+    with pytest.raises(EmbedderError) as refused:
+        load_embedder("onnx-q8", cache_dir=tmp_path)
+    message = str(refused.value)
+    assert "cosine" in message and "MEMORY_EMBEDDER=onnx" in message
+    assert list((tmp_path / "embedder").iterdir()) == [], "a refused model must not be left for the next start"
+
+
+def test_an_unknown_backend_names_the_choices() -> None:
+    with pytest.raises(EmbedderError, match="onnx-q8, onnx, torch"):
+        load_embedder("onnx-fp16")
+
+
+def test_an_unwritable_cache_is_a_clear_error(tmp_path: Path) -> None:
+    if os.geteuid() == 0:
+        blocked = tmp_path / "file-not-dir"
+        blocked.write_text("")  # a file where the cache dir should be: even root cannot make a dir under it
+    else:
+        blocked = tmp_path / "ro"
+        blocked.mkdir(mode=0o500)
+    with pytest.raises(EmbedderError, match="could not derive the int8 embedding model"):
+        load_embedder("onnx-q8", cache_dir=blocked)
