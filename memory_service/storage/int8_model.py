@@ -24,6 +24,10 @@ from typing import Any
 log = logging.getLogger("memory_service")
 
 RECIPE = "q8-perchannel-keepdown-v1"  # part of the cached file's name: a new recipe derives anew
+# int8 instructions that multiply unsigned activations by signed weights without overflow (VNNI, AMX).
+# Without them, x86 pairs such products in 16-bit sums that can saturate: there the weights are unsigned
+# too (onnxruntime's own advice), ~10% slower here and as close to the shipped vectors.
+_EXACT_U8S8_FLAGS = {"avx512_vnni", "avx_vnni", "amx_int8"}
 MIN_PROBE_COSINE = 0.99
 PROBES = (
     "Caroline went to the LGBTQ support group on 7 May 2023.",
@@ -38,13 +42,23 @@ class DerivationError(RuntimeError):
     pass
 
 
-def cached_path(cache_dir: Path, source_sha256: str) -> Path:
+def weight_sign(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """`s8` where this CPU multiplies u8 x s8 exactly (the faster kernels), else `u8`."""
+    try:
+        flags = next((line.split(":", 1)[1].split() for line in cpuinfo.read_text().splitlines()
+                      if line.startswith("flags")), [])
+    except OSError:
+        flags = []
+    return "s8" if _EXACT_U8S8_FLAGS & set(flags) else "u8"
+
+
+def cached_path(cache_dir: Path, source_sha256: str, sign: str) -> Path:
     import onnxruntime as ort
 
-    return cache_dir / "embedder" / f"minilm-{source_sha256[:12]}-{RECIPE}-ort{ort.__version__}.onnx"
+    return cache_dir / "embedder" / f"minilm-{source_sha256[:12]}-{RECIPE}-{sign}-ort{ort.__version__}.onnx"
 
 
-def derive(source: Path, target: Path) -> None:
+def derive(source: Path, target: Path, sign: str) -> None:
     """Write the int8-arithmetic model of `source` to `target` (atomically: a reader never sees half a file)."""
     try:
         import onnx
@@ -74,7 +88,8 @@ def derive(source: Path, target: Path) -> None:
         logging.disable(logging.INFO)  # the quantizer logs a line per tensor on the root logger
         try:
             quantize_dynamic(str(folded), str(out), op_types_to_quantize=["MatMul"], per_channel=True,
-                             weight_type=QuantType.QInt8, nodes_to_exclude=keep_float)
+                             weight_type=QuantType.QInt8 if sign == "s8" else QuantType.QUInt8,
+                             nodes_to_exclude=keep_float)
         finally:
             logging.disable(logging.NOTSET)
         os.replace(out, target)
