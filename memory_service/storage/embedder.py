@@ -159,10 +159,10 @@ def int8_embedder(threads: int = 1, cache_dir: Path | None = None) -> OnnxEmbedd
     """
     from . import int8_model
 
-    source = shipped_onnx()
     sign = int8_model.weight_sign()
     target = int8_model.cached_path(cache_dir or DEFAULT_CACHE_DIR, ONNX_SHA256, sign)
     if not target.exists():
+        source = shipped_onnx()  # read and hashed only to derive: a cached model was checked when it was made
         log.info("deriving the int8 embedding model (%s weights) from %s into %s (once)", sign, source.name, target)
         unchecked = target.with_name(target.name + f".{os.getpid()}.unchecked")
         try:
