@@ -99,11 +99,14 @@ class ClusteredVectors:
             nearest.append(_nearest(new_vectors, self.centroids))
         return self._grouped(self.centroids, np.concatenate(rows), np.concatenate(vectors), np.concatenate(nearest))
 
-    def search(self, vector: np.ndarray, k: int, alive: np.ndarray) -> list[tuple[int, float]]:
-        """The k nearest live rows found in the probed clusters and the pending writes, best first."""
+    def search(self, vector: np.ndarray, k: int, alive: np.ndarray, widen: int = 1) -> list[tuple[int, float]]:
+        """The k nearest rows found in the probed clusters and the pending writes, best first.
+
+        `alive`: a boolean per directory row, the rows that may be returned (live ones, or those that also
+        pass a filter); `widen` probes that many times more clusters."""
         vector = np.asarray(vector, dtype=np.float32)
         clusters = len(self.centroids)
-        probe = min(clusters, max(PROBE_MIN, math.ceil(clusters * PROBE_SHARE)))
+        probe = min(clusters, max(PROBE_MIN, math.ceil(clusters * PROBE_SHARE)) * widen)
         near = np.argpartition(-scores(self.centroids, vector), probe - 1)[:probe] if probe < clusters \
             else np.arange(clusters)
         parts_rows = [self.rows[self.offsets[c]:self.offsets[c + 1]] for c in near]

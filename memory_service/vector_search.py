@@ -57,6 +57,8 @@ REPLAY_EVENTS = 4096  # writes remembered for a team whose directory is not load
 UNFILTERED_EXACT_MAX_ROWS = 5000  # no filter: exact search over the whole team up to here (~0.5 ms)
 CLUSTERED_BYTES_MAX = 1 << 30  # clustered indexes, all teams (~650k vectors); past it, Chroma's HNSW
 BUILD_RETRY_S = 60.0  # a clustered index whose build failed is tried again after this
+TAG_MASKS_MAX = 64  # tag masks kept per team and kind (a byte per row each)
+CLUSTER_WIDEN = 4  # a filtered search that finds too few in the probed clusters probes this many times more
 
 FilterKey = tuple[str, str, str | None, tuple[str, ...]]  # team, kind, agent, tags
 
@@ -126,6 +128,11 @@ class _Directory:
     by_agent: dict[str, set[int]] = field(default_factory=dict)
     by_tag: dict[str, set[int]] = field(default_factory=dict)
     live: int = 0
+    # the same filters as arrays over the rows, for the clustered index: an agent's code per row, and a
+    # mask per tag a search has asked for (kept current from then on; the least recently asked go first)
+    agent_code: np.ndarray = field(default_factory=lambda: np.zeros(1024, dtype=np.int32))
+    codes: dict[str, int] = field(default_factory=dict)
+    tag_masks: "collections.OrderedDict[str, np.ndarray]" = field(default_factory=collections.OrderedDict)
 
     def add(self, item_id: str, agent: str, tags: tuple[str, ...], created_at: float) -> int:
         self.remove(item_id)
@@ -133,15 +140,21 @@ class _Directory:
         if r >= len(self.created):
             self.created = np.concatenate([self.created, np.zeros(len(self.created))])
             self.alive = np.concatenate([self.alive, np.zeros(len(self.alive), dtype=bool)])
+            self.agent_code = np.concatenate([self.agent_code, np.zeros(len(self.agent_code), dtype=np.int32)])
+            for tag, mask in self.tag_masks.items():
+                self.tag_masks[tag] = np.concatenate([mask, np.zeros(len(mask), dtype=bool)])
         self.ids.append(item_id)
         self.agent.append(agent)
         self.tags.append(tags)
         self.row[item_id] = r
         self.created[r] = created_at
         self.alive[r] = True
+        self.agent_code[r] = self.codes.setdefault(agent, len(self.codes) + 1)
         self.by_agent.setdefault(agent, set()).add(r)
         for tag in tags:
             self.by_tag.setdefault(tag, set()).add(r)
+            if tag in self.tag_masks:
+                self.tag_masks[tag][r] = True
         self.live += 1
         return r
 
@@ -153,7 +166,33 @@ class _Directory:
         self.by_agent[self.agent[r]].discard(r)
         for tag in self.tags[r]:
             self.by_tag[tag].discard(r)
+            if tag in self.tag_masks:
+                self.tag_masks[tag][r] = False
         self.live -= 1
+
+    def mask(self, flt: VectorFilter) -> np.ndarray:
+        """Live rows that pass the whole filter, as a boolean array over the rows (~0.1 ms at 100k)."""
+        keep = self.alive.copy()
+        if flt.agent_id:
+            keep &= self.agent_code == self.codes.get(flt.agent_id, -1)
+        for tag in flt.tags:
+            keep &= self._tag_mask(tag)
+        if flt.since is not None:
+            keep &= self.created >= flt.since
+        if flt.until is not None:
+            keep &= self.created <= flt.until
+        return keep
+
+    def _tag_mask(self, tag: str) -> np.ndarray:
+        mask = self.tag_masks.get(tag)
+        if mask is None:
+            mask = np.zeros(len(self.alive), dtype=bool)
+            mask[np.fromiter(self.by_tag.get(tag, ()), dtype=np.int64)] = True
+            self.tag_masks[tag] = mask
+            while len(self.tag_masks) > TAG_MASKS_MAX:
+                self.tag_masks.popitem(last=False)
+        self.tag_masks.move_to_end(tag)
+        return mask
 
     def select(self, flt: VectorFilter) -> set[int] | None:
         """Rows that pass the agent and tag filters (None: no such filter, every row); time is separate."""
@@ -283,21 +322,23 @@ class FilteredVectors:
         with self._lock:
             if (team, kind) not in self._clustered and d.live > UNFILTERED_EXACT_MAX_ROWS:
                 self._start_build(team, kind, d)  # for the next searches
+            found = self._clustered_filtered(team, kind, d, flt, embedding, k, kept)
+        if found is not None:
+            self._plan("clusters+mask")
+            return found
         want = min(total, math.ceil(k * total / kept * OVERFETCH_FACTOR))
         attempts = [(want, max(1, k // 2))] + ([] if fits else [(min(total, max(want * 4, OVERFETCH_MAX)), 1)])
         for attempt, need in attempts:
             if attempt > OVERFETCH_MAX:
                 break
-            with self._lock:  # the nearest `attempt` from the clustered index if it is ready, else Chroma
-                near = self._clustered_search(team, kind, d, embedding, attempt)
-            plan = "overfetch" if near is None else "clusters+filter"
-            if near is None:
-                near = [(h.id, h.similarity) for h in self.vectors.query(team, embedding, attempt, kind=kind,
-                                                                          payload=False)]
+            if (team, kind) in self._clustered:
+                break  # it came up short even on a wider probe: over-fetching would not find more
+            near = [(h.id, h.similarity) for h in self.vectors.query(team, embedding, attempt, kind=kind,
+                                                                      payload=False)]
             with self._lock:
                 passed = [(item_id, similarity) for item_id, similarity in near if d.passes(item_id, base, flt)]
             if len(passed) >= min(need, kept) or attempt >= total:
-                self._plan(plan)
+                self._plan("overfetch")
                 return passed[:k]
         if fits:
             with self._lock:
@@ -346,6 +387,24 @@ class FilteredVectors:
         if index.needs_fold():
             index = self._clustered[(team, kind)] = index.folded(d.alive)
         return [(d.ids[r], similarity) for r, similarity in index.search(embedding, k, d.alive)]
+
+    def _clustered_filtered(self, team: str, kind: str, d: _Directory, flt: VectorFilter, embedding: np.ndarray,
+                            k: int, kept: int) -> list[tuple[str, float]] | None:
+        """The k nearest rows that pass the filter, through the clustered index: every probed cluster is
+        scored and the filter applied as a mask before the top k are taken, so no over-fetched list is
+        built and checked item by item. None when there is no index, or when even a wider probe finds
+        fewer than k (the filter's rows sit outside the clusters near the query). Caller holds the lock."""
+        index = self._clustered.get((team, kind))
+        if index is None:
+            return None
+        if index.needs_fold():
+            index = self._clustered[(team, kind)] = index.folded(d.alive)
+        allowed = d.mask(flt)
+        for widen in (1, CLUSTER_WIDEN):
+            found = index.search(embedding, k, allowed, widen=widen)
+            if len(found) >= min(k, kept):
+                return [(d.ids[r], similarity) for r, similarity in found]
+        return None
 
     def _load_later(self, team: str, kind: str) -> None:
         """Load the team's directory, then start its clustered index if it is large, on a thread of its own."""

@@ -66,6 +66,26 @@ def test_dead_rows_are_never_returned_and_new_rows_are_found_before_and_after_a_
     assert np.array_equal(again.offsets, folded.offsets)
 
 
+def test_a_filter_mask_returns_only_allowed_rows_and_nearly_all_of_their_exact_top_k():
+    # 100 centres: the allowed top 30 sit near the query's centre (with 300, they are noise-level vectors
+    # of other centres, which no probe of a few clusters finds, masked or over-fetched: 0.75 both)
+    vectors = blobs(20_000, centres=100)
+    index = ClusteredVectors.build(np.arange(len(vectors)), vectors)
+    allowed = np.random.default_rng(3).random(len(vectors)) < 0.1  # a tag on 10% of the rows
+    queries = blobs(50, centres=100, noise=0.06, seed=7)
+    overlap = []
+    for q in queries:
+        hits = index.search(q, 30, allowed)
+        assert len(hits) == 30 and all(allowed[r] for r, _ in hits)
+        exact = np.flatnonzero(allowed)[np.argsort(-(vectors[allowed] @ q))[:30]]
+        overlap.append(len({r for r, _ in hits} & set(exact.tolist())) / 30)
+    assert np.mean(overlap) >= 0.9
+    # a wider probe scores more clusters: never fewer of the allowed rows
+    few = np.zeros(len(vectors), dtype=bool)
+    few[::997] = True
+    assert len(index.search(queries[0], 30, few, widen=4)) >= len(index.search(queries[0], 30, few))
+
+
 def test_a_large_team_is_searched_in_process_once_its_index_is_built(tmp_path, monkeypatch):
     monkeypatch.setattr(vector_search, "UNFILTERED_EXACT_MAX_ROWS", 20)
     stores = Stores(tmp_path)
@@ -102,3 +122,42 @@ def test_tiny_inputs(size):
     index = ClusteredVectors.build(np.arange(size), vectors)
     hits = index.search(vectors[0], 10, np.ones(size, dtype=bool))
     assert len(hits) == size and hits[0][0] == 0
+
+
+def test_a_filtered_recall_on_a_large_team_masks_the_clustered_index_and_follows_writes(tmp_path, monkeypatch):
+    monkeypatch.setattr(vector_search, "UNFILTERED_EXACT_MAX_ROWS", 20)
+    monkeypatch.setattr(vector_search, "EXACT_MAX_ROWS", 5)  # a filter keeping more rows than this is "many"
+    monkeypatch.setattr(vector_search, "TIME_ONLY_EXACT_MAX_ROWS", 5)
+    stores = Stores(tmp_path)
+    try:
+        for i in range(60):
+            stores.save(f"weekly report {i} on harbour logistics, crane {i} and berth {i % 7}",
+                        "big" if i % 3 else "other", ["ops"] if i % 2 else [], now=1000.0 + i)
+        stores.recall("harbour logistics", k=5, kinds=("passage",))  # starts the index build
+        deadline = time.monotonic() + 60
+        while stores.search.clustered_indexes() < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert stores.search.clustered_indexes() == 1
+        for kw in ({"agent_id": "big"}, {"tags": ("ops",)}, {"since": 1030.0}, {"agent_id": "big", "tags": ("ops",)}):
+            items = stores.recall("harbour logistics crane berth", k=5, kinds=("passage",), **kw)
+            assert stores.search.last_plan == "clusters+mask", kw
+            assert len(items) == 5
+            assert all(h.similarity is not None for h in items)
+            assert all(h.agent_id == "big" for h in items) or "agent_id" not in kw
+            assert all("ops" in h.tags for h in items) or "tags" not in kw
+            assert all(h.created_at >= 1030.0 for h in items) or "since" not in kw
+        # written after the tag's mask was made: found through it; forgotten: never returned
+        later = stores.save("the pilot boat Selkie docks at berth nine", "big", ["ops"], now=2000.0)
+        found = stores.recall("pilot boat Selkie berth nine", k=5, kinds=("passage",), tags=("ops",))
+        assert stores.search.last_plan == "clusters+mask"
+        assert found[0].memory_id == later.id and found[0].similarity is not None
+        untagged = stores.save("the pilot boat Selkie left berth nine", "big", [], now=2001.0)
+        found = stores.recall("pilot boat Selkie berth nine", k=5, kinds=("passage",), tags=("ops",))
+        assert untagged.id not in {h.memory_id for h in found}
+        forget(stores.journal, stores.vectors, team="team-filters", memory_ids=[later.id])
+        gone = stores.search.search("team-filters", "passage", stores.embedder.embed_one("pilot boat Selkie"),
+                                    10, vector_search.VectorFilter(tags=("ops",)))
+        assert stores.search.last_plan == "clusters+mask"
+        assert all(later.id not in item_id for item_id, _ in gone)
+    finally:
+        stores.journal.close()
