@@ -90,7 +90,8 @@ class OnnxEmbedder:
         self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self._inputs = {i.name for i in self._session.get_inputs()}
         self._tokenizer = Tokenizer.from_file(str(model_dir() / "tokenizer.json"))
-        self._tokenizer.enable_truncation(MAX_TOKENS)  # no padding: one text per run
+        self._tokenizer.enable_truncation(MAX_TOKENS)
+        self._tokenizer.no_padding()  # the file pads to 128 tokens; one text per run needs none
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """One run per text, never a padded batch.
@@ -111,7 +112,7 @@ class OnnxEmbedder:
         feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
         if "token_type_ids" in self._inputs:
             feeds["token_type_ids"] = np.zeros_like(ids)
-        pooled = self._session.run(None, feeds)[0][0].mean(axis=0)
+        pooled = self._session.run(None, feeds)[0][0].mean(axis=0)  # every token is real: no mask to apply
         return (pooled / np.linalg.norm(pooled)).astype(np.float32)
 
     def embed_one(self, text: str) -> np.ndarray:
