@@ -20,6 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
+from . import hubness
 from .indexing import PASSAGE_WINDOW_CHARS
 from .text import STOPWORDS, normalize
 from .storage.embedder import Embedder
@@ -37,6 +38,9 @@ KEYWORD_KINDS = ("passage", "fact")  # the kinds with a keyword index (consolida
 SIBLING_SUPPORT = 0.5  # share of the scores of items from the same saved text added to an item
 REPEAT_DECAY = 0.5  # each further item from an already-shown saved text keeps this share of its score
 QUERY_CACHE_SIZE = 1024
+# the vector leg takes this many times the pool by cosine, then keeps the pool's best once each item's
+# hubness is discounted (`hubness`): a specific answer just below a generic item's cosine moves up
+HUB_CANDIDATES_FACTOR = 2
 # a window on occurred_at is applied after both legs (they index created_at): they look this much deeper
 OCCURRED_POOL_FACTOR = 4
 _QUERY_CACHE: "weakref.WeakKeyDictionary[Embedder, OrderedDict[str, np.ndarray]]" = weakref.WeakKeyDictionary()
@@ -143,7 +147,10 @@ def recall(q: RecallQuery, *, journal: Journal, vectors: VectorStore, embedder: 
     pending = [legs.submit(leg) for leg in keyword_legs] if legs is not None else []
     try:
         vector = _embed_query(embedder, q.query)
-        found = {kind: search.search(q.team, kind, vector, pool, flt) for kind in q.kinds}
+        found = {}
+        for kind in q.kinds:
+            near = search.search(q.team, kind, vector, pool * HUB_CANDIDATES_FACTOR, flt)
+            found[kind] = hubness.rerank(near, search.hubness(q.team, kind, [i for i, _ in near]), pool)
         # every item either leg found is read from the journal (a forgotten text or fact, its vector not
         # removed yet, is simply not there): the vector leg's first, while the keyword legs still run
         fact_ids = {i for i, _ in found.get("fact", [])}

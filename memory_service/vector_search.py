@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from . import hubness
 from .indexing import window_starts
 from .storage.consolidation import store_for
 from .storage.embedder import DIMENSIONS
@@ -59,6 +60,8 @@ CLUSTERED_BYTES_MAX = 1 << 30  # clustered indexes, all teams (~650k vectors); p
 BUILD_RETRY_S = 60.0  # a clustered index whose build failed is tried again after this
 TAG_MASKS_MAX = 64  # tag masks kept per team and kind (a byte per row each)
 CLUSTER_WIDEN = 4  # a filtered search that finds too few in the probed clusters probes this many times more
+HUB_REFRESH_SHARE = 0.1  # hubness scores are computed again once the team's vectors grew by this share
+HUB_REFRESH_MIN = 20  # ... and by at least this many
 
 FilterKey = tuple[str, str, str | None, tuple[str, ...]]  # team, kind, agent, tags
 
@@ -88,6 +91,15 @@ class _Matrix:
     @property
     def nbytes(self) -> int:
         return self.vectors.nbytes
+
+
+@dataclass
+class _Hubness:
+    """One team and kind's hubness scores by directory row (NaN: not computed yet), and when they were."""
+
+    scores: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
+    live_at: int = -1  # vectors the team had when they were computed; -1: never
+    running: bool = False
 
 
 @dataclass(frozen=True)
@@ -237,6 +249,7 @@ class FilteredVectors:
         self._building: dict[tuple[str, str], dict[int, np.ndarray]] = {}  # writes during a build
         self._build_failed: dict[tuple[str, str], float] = {}  # when a build last failed: retried later
         self._loading: set[tuple[str, str]] = set()  # (team, kind) directories a thread is loading
+        self._hubness: dict[tuple[str, str], _Hubness] = {}
         self._lock = threading.RLock()
         self.last_plan = ""  # for benchmarks and tests: which path the last search took
         self.plans: collections.Counter[str] = collections.Counter()
@@ -405,6 +418,63 @@ class FilteredVectors:
             if len(found) >= min(k, kept):
                 return [(d.ids[r], similarity) for r, similarity in found]
         return None
+
+    def hubness(self, team: str, kind: str, ids: list[str]) -> np.ndarray:
+        """Each item's hubness score (`hubness`), NaN where there is none yet; starts a refresh when due.
+
+        Scores are computed on a thread of their own from vectors this process already holds, never on
+        the caller's: until then (a team's first recall, a save since) the scores are NaN or a little old.
+        """
+        out = np.full(len(ids), np.nan, dtype=np.float32)
+        if self.vectors.shared or (team, kind) not in self._dirs:
+            return out
+        with self._lock:
+            d = self._dirs[(team, kind)]
+            state = self._hubness.setdefault((team, kind), _Hubness())
+            grown = d.live - max(state.live_at, 0)
+            if not state.running and (state.live_at < 0 or grown >= max(HUB_REFRESH_MIN, state.live_at * HUB_REFRESH_SHARE)):
+                small = d.live <= UNFILTERED_EXACT_MAX_ROWS
+                if small or (team, kind) in self._clustered:  # a large team waits for its clustered index
+                    state.running = True
+                    threading.Thread(target=self._compute_hubness, args=(team, kind, d, state, small), daemon=True,
+                                     name=f"vector-hubness-{kind}").start()
+            scores = state.scores
+            for i, item_id in enumerate(ids):
+                r = d.row.get(item_id)
+                if r is not None and r < len(scores):
+                    out[i] = scores[r]
+        return out
+
+    def _compute_hubness(self, team: str, kind: str, d: _Directory, state: _Hubness, small: bool) -> None:
+        try:
+            with self._lock:
+                live = d.live
+                if small:
+                    rows = d.rows(None, VectorFilter())
+                    cached = self._matrices.get((team, kind, None, ()))
+                    matrix = None
+                    if cached is not None:  # its arrays, not the object: a search may fold writes into it
+                        cached.current()
+                        matrix = _Matrix(cached.rows, cached.vectors)
+                else:
+                    index = self._clustered[(team, kind)]  # replaced, never changed, by a fold
+            if small:
+                if matrix is None:  # not searched whole yet: its vectors from the store, outside the lock
+                    matrix = self._fetch(team, kind, d, rows)
+                have, scores = matrix.rows, hubness.exact(matrix.vectors) if len(matrix.rows) else np.zeros(0)
+            else:
+                have, scores = index.rows, hubness.clustered(index.vectors, index.offsets)
+            with self._lock:
+                full = np.full(len(d.alive), np.nan, dtype=np.float32)
+                full[have] = scores
+                state.scores, state.live_at = full, live
+        except Exception:  # noqa: BLE001 - a ranking prior: recall goes on with the scores it has
+            log.exception("could not compute the hubness scores of a team's %ss", kind)
+            with self._lock:
+                state.live_at = d.live  # not tried again on every search
+        finally:
+            with self._lock:
+                state.running = False
 
     def _load_later(self, team: str, kind: str) -> None:
         """Load the team's directory, then start its clustered index if it is large, on a thread of its own."""

@@ -102,6 +102,13 @@ def test_a_large_team_is_searched_in_process_once_its_index_is_built(tmp_path, m
         again = stores.recall("pilot boat Selkie berth", k=5, kinds=("passage",))
         assert stores.search.last_plan == "clusters"
         assert first[0].memory_id == again[0].memory_id == target.id
+        # hubness scores of a large team come from its clusters, on a thread of their own
+        ids = [item_id for item_id, _ in stores.search.search(
+            "team-filters", "passage", stores.embedder.embed_one("harbour logistics"), 10, vector_search.VectorFilter())]
+        while np.isnan(stores.search.hubness("team-filters", "passage", ids)).any() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        scores = stores.search.hubness("team-filters", "passage", ids)
+        assert not np.isnan(scores).any() and (scores > 0).all()
         later = stores.save("the tug Orca replaced the pilot boat Selkie", "small")
         found = stores.recall("tug Orca pilot boat Selkie", k=5, kinds=("passage",))
         assert later.id in {h.memory_id for h in found if h.similarity is not None}  # found by the vector leg
