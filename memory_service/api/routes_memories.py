@@ -18,6 +18,7 @@ from . import cursor as cursors
 from .auth import Admin, Team, Writer, check_agent
 from .deps import ServicesDep
 from .errors import error_responses
+from .model_response import ModelResponse
 from .models import FactOut, ForgetResponse, MemoryOut, MemoryPage, MemorySummary, RememberRequest, RememberResponse
 from .types import REPLAYED, AgentId, JobStatus, RunId, Tag
 
@@ -38,8 +39,7 @@ def _ts(value: float | None) -> datetime | None:
                                                                     "idempotency_key was returned",
                                                      "schema": {"type": "string", "enum": ["true"]}}}}}
              | error_responses(400, 401, 403, 413, 422))
-async def remember(body: RememberRequest, request: Request, team: Writer, services: ServicesDep,
-                   response: Response) -> RememberResponse:
+async def remember(body: RememberRequest, request: Request, team: Writer, services: ServicesDep) -> ModelResponse:
     """Commit the text to the journal (on disk before this answers), queue its extraction, answer 202.
 
     The raw text is recallable at once (keyword index) and within moments by meaning
@@ -68,14 +68,12 @@ async def remember(body: RememberRequest, request: Request, team: Writer, servic
     if body.wait_s > 0 and memory.status not in (DONE, FAILED):
         memory = await services.wait_settled(team, memory.id, body.wait_s) or memory
         ahead = await asyncio.to_thread(services.journal.backlog, memory.created_at)
-    if not created:
-        response.headers[REPLAYED] = "true"
     pending = memory.status not in (DONE, FAILED)
     estimate, basis = services.estimate(*ahead) if pending else (None, None)
-    return RememberResponse(
+    return ModelResponse(RememberResponse(
         id=memory.id, status=memory.status, created=created, queue_depth=ahead[0],
         estimated_extraction_s=estimate, estimate_basis=basis,
-    )
+    ), status_code=202, headers=None if created else {REPLAYED: "true"})
 
 
 @router.get("/v1/memories/{memory_id}", response_model=MemoryOut, responses=error_responses(401, 404, 422))

@@ -12,13 +12,14 @@ from ..recall import RecallQuery, to_epoch
 from .auth import Team
 from .deps import ServicesDep
 from .errors import error_responses
+from .model_response import ModelResponse
 from .models import RecallItem, RecallRequest, RecallResponse
 
 router = APIRouter(tags=["recall"])
 
 
 @router.post("/v1/recall", response_model=RecallResponse, responses=error_responses(400, 401, 413, 422))
-async def recall_route(body: RecallRequest, team: Team, services: ServicesDep) -> RecallResponse:
+async def recall_route(body: RecallRequest, team: Team, services: ServicesDep) -> ModelResponse:
     """Vector + keyword search over the team's facts and passages. `scope: "agent"` needs `agent_id`."""
     started = time.perf_counter()
     if body.scope == "agent" and not body.agent_id:
@@ -42,4 +43,4 @@ async def recall_route(body: RecallRequest, team: Team, services: ServicesDep) -
         for h in hits
     ])
     services.metrics.recall.observe(time.perf_counter() - started)
-    return answer
+    return ModelResponse(answer)
