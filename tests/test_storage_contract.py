@@ -198,6 +198,23 @@ def test_keyword_search_finds_a_text_the_moment_it_is_saved_with_filters_inside(
     assert len(weekly) == 7 and rare.id not in {h.memory_id for h in weekly}
 
 
+def test_a_query_word_no_text_holds_does_not_hide_the_texts_that_hold_the_others(journal: Journal,
+                                                                                     monkeypatch) -> None:
+    """SQLite bounds the keyword leg by the rarest words (here: past 3 rows a word is common); a word that
+    no text holds is the rarest of all, and must not leave a query of common words with nothing."""
+    monkeypatch.setattr("memory_service.storage.keyword.KEYWORD_RARE_ROWS", 3)
+    deploys = {save(journal, f"the checkout deploy for Tyrell finished in {n + 4} minutes")[0].id for n in range(6)}
+    save(journal, "the checkout page was slow")
+    hits = journal.keyword_search("a", "How long did the checkout deploy take for Tyrell?", kinds={"passage"},
+                                  limit=10)
+    assert {h.memory_id for h in hits[:6]} == deploys  # (PostgreSQL, which ORs every word, also finds the 7th)
+    # the absent word's count (0) may be cached: a text that holds it, saved now, is found by it at once
+    assert journal.keyword_search("a", "ZX-4411 checkout deploy", kinds={"passage"}, limit=10)
+    fresh, _ = save(journal, "ticket ZX-4411 closed")
+    assert fresh.id in {h.memory_id for h in journal.keyword_search("a", "ZX-4411 checkout deploy",
+                                                                     kinds={"passage"}, limit=10)}
+
+
 def test_list_forget_and_export(journal: Journal) -> None:
     ids = [save(journal, f"memo {n}", agent="x" if n % 2 else "y", tags=["t"] if n < 3 else [],
                 now=1_000_000.0 + n)[0].id for n in range(7)]

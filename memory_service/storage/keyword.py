@@ -186,9 +186,11 @@ class KeywordSearch:
 
         Words are taken rarest first (document frequencies from `fts5vocab`) while together they match at
         most `KEYWORD_RARE_ROWS` rows; if that is every word, the plain OR of all words. Otherwise rows with
-        one of those rare words OR with all the words: an id, a number or a name (rare) is never dropped,
-        the common words still count in BM25 (they are phrases of the expression), and a query of common
-        words ranks the rows that hold them all.
+        one of those rare words OR with all the words the index holds: an id, a number or a name (rare) is
+        never dropped, the common words still count in BM25 (they are phrases of the expression), and a
+        query of common words ranks the rows that hold them all. A word no row holds ("long" in "how long
+        did the deploy take") stays among the rare ones, so a text saved since its count was cached is
+        found by it, but it is left out of the all-words group, which it would otherwise empty.
         """
         df = {w: self._doc_freq(conn, fts, w) for w in words}
         ordered = sorted(words, key=lambda w: df[w])
@@ -199,13 +201,13 @@ class KeywordSearch:
                 break
             rare.append(word)
             total += df[word]
-        quoted = [f'"{w}"' for w in words]
         if len(rare) == len(words):
-            return " OR ".join(quoted)
+            return " OR ".join(f'"{w}"' for w in words)
         parts = [" OR ".join(f'"{w}"' for w in rare)] if rare else []
-        if len(words) > 1:
-            parts.append("(" + " AND ".join(quoted) + ")")
-        return " OR ".join(parts) if parts else quoted[0]
+        held = [w for w in words if df[w] > 0]
+        if len(held) > 1 or (held and held[0] not in rare):
+            parts.append("(" + " AND ".join(f'"{w}"' for w in held) + ")")
+        return " OR ".join(parts)
 
     def _scan_floor(self, conn: Any, fts: str, match: str) -> int | None:
         """The rowid of the `KEYWORD_MAX_SCANNED`-th newest match (None if fewer): a filter that keeps few
