@@ -9,6 +9,7 @@ merges both without having to calibrate their scores against each other.
 from __future__ import annotations
 
 import heapq
+import math
 import threading
 import weakref
 from collections import OrderedDict
@@ -210,6 +211,7 @@ def recall(q: RecallQuery, *, journal: Journal, vectors: VectorStore, embedder: 
             rank += 1
 
     query_terms = _terms(q.query)
+    weights = _term_weights(query_terms, [rows[key].text for key in rows])
     ranks = {"passage": 0, "fact": 0}
     for kh in keyword:
         key = "p:" + kh.memory_id if kh.kind == "passage" else kh.item_id
@@ -228,7 +230,7 @@ def recall(q: RecallQuery, *, journal: Journal, vectors: VectorStore, embedder: 
                 fact_id=kh.item_id if kh.kind == "fact" else None, agent_id=row.agent_id,
                 created_at=row.created_at, tags=list(row.tags),
             )
-        coverage = len(query_terms & _terms(text)) / len(query_terms) if query_terms else 0.0
+        coverage = sum(weights[t] for t in query_terms & _terms(text))
         hit.score += (KEYWORD_BASE_WEIGHT + coverage) / (RRF_K + rank + 1)
 
     candidates = list(hits.values())
@@ -256,6 +258,21 @@ def _window_start(vector_id: str) -> int:
         return int(vector_id.rsplit(":", 1)[1])
     except (IndexError, ValueError):
         return 0
+
+
+def _term_weights(query_terms: frozenset[str], texts: list[str]) -> dict[str, float]:
+    """Each query word's share of the query's weight, by how rare it is among the items both legs found.
+
+    A word most candidates hold (in a chat, the name of the person asked about) says little about which
+    one answers; the rarer words do. Inverse frequency among this recall's candidates, so the weights
+    follow the team's own words and cost nothing to keep."""
+    if not query_terms:
+        return {}
+    held = [_terms(text) for text in texts]
+    n = len(held)
+    raw = {t: math.log((n + 1) / (sum(1 for h in held if t in h) + 0.5)) for t in query_terms}
+    total = sum(raw.values())
+    return {t: w / total for t, w in raw.items()} if total > 0 else {t: 1.0 / len(raw) for t in raw}
 
 
 def diversify(hits: list[Hit], k: int) -> list[Hit]:

@@ -432,7 +432,8 @@ class FilteredVectors:
             d = self._dirs[(team, kind)]
             state = self._hubness.setdefault((team, kind), _Hubness())
             grown = d.live - max(state.live_at, 0)
-            if not state.running and (state.live_at < 0 or grown >= max(HUB_REFRESH_MIN, state.live_at * HUB_REFRESH_SHARE)):
+            due = state.live_at < 0 or grown >= max(HUB_REFRESH_MIN, state.live_at * HUB_REFRESH_SHARE)
+            if due and not state.running:
                 small = d.live <= UNFILTERED_EXACT_MAX_ROWS
                 if small or (team, kind) in self._clustered:  # a large team waits for its clustered index
                     state.running = True
