@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import JSONResponse
@@ -85,6 +86,20 @@ class BodySizeLimit:
         await self.app(scope, counted, send)
 
 
+def telemetry_off() -> dict[str, Any]:
+    """FastAPI's own OpenTelemetry, off, on the versions that have it (0.16x on).
+
+    It sends spans, metrics and logs to whatever exporter the environment names once
+    FASTAPI_OTEL_AUTO_CONFIGURE=true is set (a variable meant for other apps on the same host), and without
+    its exporter package installed it refuses to start the app at all. The service makes no outbound call
+    but to its llama-server and Chroma.
+    """
+    if "telemetry" not in inspect.signature(FastAPI.__init__).parameters:
+        return {}
+    return {"telemetry": {"tracing": False, "metrics": False, "logs": False, "operation_spans": False,
+                          "auto_configure": False}}
+
+
 def create_app(settings: Settings, *, speed_prior: tuple[float, float] | None = None,
                services: Services | None = None) -> FastAPI:
     """The app. With `services`, the caller owns them (in-process tests); otherwise the lifespan opens them.
@@ -113,6 +128,7 @@ def create_app(settings: Settings, *, speed_prior: tuple[float, float] | None = 
         version="0.1.0",
         description="Durable memory for agent teams: remember, recall, daily limits. Local llama.cpp extraction.",
         lifespan=lifespan,
+        **telemetry_off(),
     )
     if services is not None:
         app.state.services = services
