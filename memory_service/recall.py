@@ -268,7 +268,7 @@ def _term_weights(query_terms: frozenset[str], texts: list[str]) -> dict[str, fl
     follow the team's own words and cost nothing to keep."""
     if not query_terms:
         return {}
-    held = [_terms(text) for text in texts]
+    held = [_terms(text[:PASSAGE_WINDOW_CHARS]) for text in texts]  # a long text's head: a word's spread, cheaply
     n = len(held)
     raw = {t: math.log((n + 1) / (sum(1 for h in held if t in h) + 0.5)) for t in query_terms}
     total = sum(raw.values())
