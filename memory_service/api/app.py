@@ -89,10 +89,10 @@ class BodySizeLimit:
 def telemetry_off() -> dict[str, Any]:
     """FastAPI's own OpenTelemetry, off, on the versions that have it (0.16x on).
 
-    It sends spans, metrics and logs to whatever exporter the environment names once
-    FASTAPI_OTEL_AUTO_CONFIGURE=true is set (a variable meant for other apps on the same host), and without
-    its exporter package installed it refuses to start the app at all. The service makes no outbound call
-    but to its llama-server and Chroma.
+    It sends spans, metrics and logs to whatever OTLP endpoint the environment names once
+    FASTAPI_OTEL_AUTO_CONFIGURE=true is set (a variable meant for other apps on the same host), whenever its
+    exporter package is installed (`fastapi[standard]` brings it). The service makes no outbound call but
+    to its llama-server and Chroma.
     """
     if "telemetry" not in inspect.signature(FastAPI.__init__).parameters:
         return {}
