@@ -1,9 +1,9 @@
 """A route's pydantic answer serialized once, by pydantic-core.
 
 Given a model and `response_model`, FastAPI dumps the model to a dict, validates that dict against the
-response model again, dumps it once more and `json.dumps` the result. On the hot routes (recall, remember)
-that was a tenth of the request's time; returning this instead keeps the declared `response_model` for the
-OpenAPI schema and writes the same JSON.
+response model again, dumps it once more and `json.dumps` the result. Returning this instead keeps the
+declared `response_model` for the OpenAPI schema and writes the same JSON; recall at 100k facts over HTTP
+(two A/B runs each way on one store): unfiltered p50 14.1 -> 12.9 ms, agent 2% 11.3 -> 10.2 ms.
 """
 
 from __future__ import annotations

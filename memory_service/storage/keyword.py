@@ -106,6 +106,11 @@ def _item_filter(kind: str, agent_id: str | None, tags: tuple[str, ...], since: 
     return "".join(" AND " + w for w in where), args
 
 
+def _joined(words: list[str], operator: str) -> str:
+    """Quoted words joined by an FTS5 operator: each is a phrase, never FTS syntax."""
+    return f" {operator} ".join(f'"{w}"' for w in words)
+
+
 class KeywordSearch:
     """The journal's keyword leg (a mixin: it uses the journal's `db` and its document-frequency cache)."""
 
@@ -202,12 +207,10 @@ class KeywordSearch:
             rare.append(word)
             total += df[word]
         if len(rare) == len(words):
-            return " OR ".join(f'"{w}"' for w in words)
-        parts = [" OR ".join(f'"{w}"' for w in rare)] if rare else []
-        held = [w for w in words if df[w] > 0]
-        if len(held) > 1 or (held and held[0] not in rare):
-            parts.append("(" + " AND ".join(f'"{w}"' for w in held) + ")")
-        return " OR ".join(parts)
+            return _joined(words, "OR")
+        # a word left out of `rare` is held by rows (a word no row holds adds nothing to the total)
+        held = _joined([w for w in words if df[w] > 0], "AND")
+        return f"{_joined(rare, 'OR')} OR ({held})" if rare else held
 
     def _scan_floor(self, conn: Any, fts: str, match: str) -> int | None:
         """The rowid of the `KEYWORD_MAX_SCANNED`-th newest match (None if fewer): a filter that keeps few
