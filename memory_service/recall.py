@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import heapq
 import math
+import re
 import threading
+import unicodedata
 import weakref
 from collections import OrderedDict
 from concurrent.futures import Executor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from functools import lru_cache, partial
+from functools import partial
 from typing import Sequence
 
 import numpy as np
@@ -49,15 +51,34 @@ _QUERY_CACHE_LOCK = threading.Lock()
 
 
 def _terms(text: str) -> frozenset[str]:
-    """Word stems (first five letters) of a text; short texts cached, as the same items come back often."""
-    return _short_terms(text) if len(text) <= 2000 else _word_stems(text)
-
-
-def _word_stems(text: str) -> frozenset[str]:
+    """Word stems (first five letters) of a text: the content words a query asks for."""
     return frozenset(w[:5] for w in normalize(text).split() if len(w) > 1 and w not in STOPWORDS)
 
 
-_short_terms = lru_cache(maxsize=8192)(_word_stems)
+class QueryWords:
+    """Which of one query's word stems a text holds, found by one regex per recall.
+
+    The stems `_terms` would find in the text, without splitting every
+    candidate into words: a recall looks at ~100 texts, and stemming each cost ~15 us (1.3 ms a recall)
+    where searching for the query's few stems costs a fraction of that.
+    """
+
+    def __init__(self, query: str) -> None:
+        self.terms = _terms(query)
+        # a word (as `normalize` splits them) that starts with one of the stems; checked whole below
+        stems = "|".join(sorted((re.escape(t) for t in self.terms), key=len, reverse=True))
+        self._pattern = re.compile(rf"(?<![0-9a-z])(?:{stems})[0-9a-z]*(?:'[a-z]+)?") if stems else None
+
+    def held(self, text: str) -> frozenset[str]:
+        if self._pattern is None:
+            return frozenset()
+        lowered = (text if text.isascii() else unicodedata.normalize("NFKC", text).replace("’", "'")).lower()
+        found = set()
+        for match in self._pattern.finditer(lowered):
+            word = match.group()
+            if len(word) > 1 and word not in STOPWORDS and word[:5] in self.terms:
+                found.add(word[:5])
+        return frozenset(found)
 
 
 @dataclass
@@ -210,8 +231,8 @@ def recall(q: RecallQuery, *, journal: Journal, vectors: VectorStore, embedder: 
             hit.score += 1.0 / (RRF_K + rank + 1)
             rank += 1
 
-    query_terms = _terms(q.query)
-    weights = _term_weights(query_terms, [rows[key].text for key in rows])
+    words = QueryWords(q.query)
+    weights = _term_weights(words, [rows[key].text for key in rows])
     ranks = {"passage": 0, "fact": 0}
     for kh in keyword:
         key = "p:" + kh.memory_id if kh.kind == "passage" else kh.item_id
@@ -230,7 +251,7 @@ def recall(q: RecallQuery, *, journal: Journal, vectors: VectorStore, embedder: 
                 fact_id=kh.item_id if kh.kind == "fact" else None, agent_id=row.agent_id,
                 created_at=row.created_at, tags=list(row.tags),
             )
-        coverage = sum(weights[t] for t in query_terms & _terms(text))
+        coverage = sum(weights[t] for t in words.held(text))
         hit.score += (KEYWORD_BASE_WEIGHT + coverage) / (RRF_K + rank + 1)
 
     candidates = list(hits.values())
@@ -260,15 +281,16 @@ def _window_start(vector_id: str) -> int:
         return 0
 
 
-def _term_weights(query_terms: frozenset[str], texts: list[str]) -> dict[str, float]:
+def _term_weights(words: QueryWords, texts: list[str]) -> dict[str, float]:
     """Each query word's share of the query's weight, by how rare it is among the items both legs found.
 
     A word most candidates hold (in a chat, the name of the person asked about) says little about which
     one answers; the rarer words do. Inverse frequency among this recall's candidates, so the weights
     follow the team's own words and cost nothing to keep."""
+    query_terms = words.terms
     if not query_terms:
         return {}
-    held = [_terms(text[:PASSAGE_WINDOW_CHARS]) for text in texts]  # a long text's head: a word's spread, cheaply
+    held = [words.held(text[:PASSAGE_WINDOW_CHARS]) for text in texts]  # a long text's head: a word's spread, cheaply
     n = len(held)
     raw = {t: math.log((n + 1) / (sum(1 for h in held if t in h) + 0.5)) for t in query_terms}
     total = sum(raw.values())

@@ -75,14 +75,15 @@ def test_keyword_query_is_quoted_and_skips_stopwords():
 
 
 def test_a_query_word_most_candidates_hold_weighs_less_than_a_rare_one():
-    from memory_service.recall import _term_weights, _terms
+    from memory_service.recall import QueryWords, _term_weights, _terms
 
     texts = [f"Caroline talked about her day number {n}" for n in range(20)] + ["Caroline researched adoption agencies"]
-    query = _terms("What did Caroline research?")
-    weights = _term_weights(query, texts)
+    words = QueryWords("What did Caroline research?")
+    query = words.terms
+    weights = _term_weights(words, texts)
     name, topic = _terms("Caroline"), _terms("research")
     assert set(weights) == set(query) and abs(sum(weights.values()) - 1.0) < 1e-9
     assert sum(weights[t] for t in topic) > 5 * sum(weights[t] for t in name)
     # with no candidates to tell them apart, every word weighs the same
-    even = _term_weights(query, [])
+    even = _term_weights(words, [])
     assert len(set(round(w, 9) for w in even.values())) == 1
