@@ -209,6 +209,7 @@ class ExtractionWorker:
                 base["completed"] = {
                     "speaker": completed.speaker, "first_person_rewritten": completed.rewritten,
                     "sentences_added": completed.added, "answers_question_of": completed.answered_id,
+                    "speaker_named": completed.attributed,
                     # which facts code added, not the model (they come after the model's): the evals tell them apart
                     "added_facts": [f.text for f in facts[len(result.facts):]],
                 }

@@ -77,6 +77,26 @@ def test_the_models_facts_are_rewritten_and_nothing_is_added_when_they_cover_the
     assert [f.spans for f in result.facts] == [[(5, 30)], [(5, 62)]]
 
 
+def test_a_fact_that_does_not_name_its_speaker_is_stored_as_the_line_shows_it() -> None:
+    text = ("[10:37 am on 27 June, 2023] Melanie: We explored nature and went on a hike. The 2 younger kids "
+            "love nature. (shared a photo: a painting of a sunset over a lake)")
+    kept = ground(["We explored nature and went on a hike."], text).kept
+    result = complete(kept, text)
+    # the model's fact in its own words, the sentences no fact covered: each names who said it
+    assert [f.text for f in result.facts] == [
+        "Melanie: We explored nature and went on a hike.", "Melanie: The 2 younger kids love nature.",
+        "Melanie: (shared a photo: a painting of a sunset over a lake)"]
+    assert result.attributed == 3 and result.facts[0].spans == kept[0].spans
+    # a fact that names the speaker, in any case or by part of the name, keeps its words
+    named = complete([GroundedFact("jon smith moved to Oslo.", [(12, 28)])], "Jon Smith: I moved to Oslo.")
+    assert [f.text for f in named.facts] == ["jon smith moved to Oslo."] and named.attributed == 0
+    assert [f.text for f in complete([GroundedFact("Jon moved to Oslo.", [(12, 28)])],
+                                     "Jon Smith: I moved to Oslo.").facts] == ["Jon moved to Oslo."]
+    # a text with no speaker has no one to name
+    note = complete([], "Rotated the API keys for the billing service.")
+    assert note.attributed == 0 and all(":" not in f.text for f in note.facts)
+
+
 def test_a_text_without_a_speaker_keeps_its_words_and_small_talk_adds_nothing() -> None:
     note = "Rotated the API keys for the billing service. The old keys stop working on Friday."
     result = complete([GroundedFact("The API keys for the billing service were rotated.", [(0, 45)])], note)
@@ -106,7 +126,7 @@ def test_a_sentence_the_model_left_out_is_stored_and_recalled(fake: FakeLlamaSer
     assert "Gina just launched an ad campaign for Gina's clothing store." in facts
     assert body["extraction"]["completed"] == {
         "speaker": "Gina", "first_person_rewritten": 0, "sentences_added": 1, "answers_question_of": None,
-        "added_facts": ["Gina just launched an ad campaign for Gina's clothing store."]}
+        "speaker_named": 0, "added_facts": ["Gina just launched an ad campaign for Gina's clothing store."]}
     items = client.post("/v1/recall", json={"query": "ad campaign clothing store", "kinds": ["fact"], "k": 3}).json()
     assert items["items"][0]["text"] == "Gina just launched an ad campaign for Gina's clothing store."
     assert items["items"][0]["memory_id"] == memory_id

@@ -16,7 +16,11 @@ person in every fact rewritten to the speaker's name, and each sentence of the t
 of its own, in the same third person. Both keep the words of the text, so grounding, spans and the date
 resolution that follows still apply. When the save just before it in its conversation ended on a question
 by someone else, the reply up to its first sentence that names something is also kept with that question,
-as one fact whose sources are both saves. The job's report counts what was added.
+as one fact whose sources are both saves. Last, a fact of a chat line that still does not name its speaker
+("The 2 younger kids love nature.", a shared photo's caption) is stored as the line's own header shows it,
+"Melanie: The 2 younger kids love nature.": the raw line names who said it, so a fact that does not would
+lose to it for every question that names the person (on the LoCoMo dev conversations, facts-only
+recall@10 +0.013 and +0.027 with the same model output). The job's report counts what was added.
 """
 
 from __future__ import annotations
@@ -173,6 +177,7 @@ class Completed:
     speaker: str | None
     rewritten: int  # facts whose first person was rewritten
     added: int  # sentences no fact covered, added as facts
+    attributed: int = 0  # facts that did not name the speaker, given the line's "Speaker: " in front
     answered_id: str | None = None  # the save whose question this text answers (a source of the pair)
 
     @property
@@ -213,8 +218,20 @@ def complete(facts: list[GroundedFact], text: str, asked: Asked | None = None) -
         out.append(GroundedFact(statement, [(begin, begin + len(sentence))]))
         covered |= words
         added += 1
+    attributed = 0
+    if speaker is not None:
+        for index, fact in enumerate(out):
+            if not names(fact.text, speaker.name):
+                out[index] = replace(fact, text=f"{speaker.name}: {fact.text}")
+                attributed += 1
     pair = answer_to(asked, text) if asked is not None else None
     if pair is not None and normalize(pair.text) not in seen:
-        out.append(pair)
+        out.append(pair)  # it names the speaker: "Melanie, asked ... said: ..."
     answered_id = asked.memory_id if pair is not None and asked is not None else None
-    return Completed(out, speaker.name if speaker else None, rewritten, added, answered_id)
+    return Completed(out, speaker.name if speaker else None, rewritten, added, attributed, answered_id)
+
+
+def names(text: str, speaker: str) -> bool:
+    """Whether `text` names the speaker: any word of the name ("Jon" for "Jon Smith"), in any case."""
+    words = set(normalize(text).split())
+    return any(part in words for part in normalize(speaker).split() if len(part) > 1)
