@@ -50,9 +50,14 @@ _QUERY_CACHE: "weakref.WeakKeyDictionary[Embedder, OrderedDict[str, np.ndarray]]
 _QUERY_CACHE_LOCK = threading.Lock()
 
 
+def _stem(word: str) -> str | None:
+    """A normalized word's stem (its first five letters), or None for a stopword or a single character."""
+    return word[:5] if len(word) > 1 and word not in STOPWORDS else None
+
+
 def _terms(text: str) -> frozenset[str]:
-    """Word stems (first five letters) of a text: the content words a query asks for."""
-    return frozenset(w[:5] for w in normalize(text).split() if len(w) > 1 and w not in STOPWORDS)
+    """Word stems of a text: the content words a query asks for."""
+    return frozenset(s for s in map(_stem, normalize(text).split()) if s is not None)
 
 
 class QueryWords:
@@ -73,12 +78,7 @@ class QueryWords:
         if self._pattern is None:
             return frozenset()
         lowered = (text if text.isascii() else unicodedata.normalize("NFKC", text).replace("’", "'")).lower()
-        found = set()
-        for match in self._pattern.finditer(lowered):
-            word = match.group()
-            if len(word) > 1 and word not in STOPWORDS and word[:5] in self.terms:
-                found.add(word[:5])
-        return frozenset(found)
+        return frozenset(s for s in map(_stem, self._pattern.findall(lowered)) if s in self.terms)
 
 
 @dataclass

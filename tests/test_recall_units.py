@@ -87,3 +87,24 @@ def test_a_query_word_most_candidates_hold_weighs_less_than_a_rare_one():
     # with no candidates to tell them apart, every word weighs the same
     even = _term_weights(words, [])
     assert len(set(round(w, 9) for w in even.values())) == 1
+
+
+def test_the_query_words_a_text_holds_are_the_stems_both_share():
+    """QueryWords searches a text for the query's stems; it must find exactly what splitting the text finds."""
+    from memory_service.recall import QueryWords, _terms
+
+    query = "Did Caroline’s 2023 adoption research mention O'Brien, other agencies or the café?"
+    texts = [
+        "Caroline's adoption agencies: O’Brien & Partners (2023).",  # curly and straight apostrophes, a number
+        "CAROLINE researched ADOPTIONS at the Café Noir",  # upper case, a longer word on a stem, non-ASCII
+        "others mentioned the agency; otherwise nothing",  # "other" is a stopword, "others"/"otherwise" are not
+        "Xcaroline and caro and 20235 and obrien",  # stems inside or beside other words, none held
+        "ﬁnd the Caroline ﬁle",  # an NFKC ligature
+        "",
+    ]
+    words = QueryWords(query)
+    assert words.terms == _terms(query)
+    for text in texts:
+        assert words.held(text) == words.terms & _terms(text), text
+    assert words.held(texts[0]) >= {"carol", "adopt", "agenc", "o'bri", "2023"}
+    assert QueryWords("the of and").held("the of and") == frozenset()

@@ -221,7 +221,7 @@ def complete(facts: list[GroundedFact], text: str, asked: Asked | None = None) -
     attributed = 0
     if speaker is not None:
         for index, fact in enumerate(out):
-            if not names(fact.text, speaker.name):
+            if not mentions(fact.text, speaker.name):
                 out[index] = replace(fact, text=f"{speaker.name}: {fact.text}")
                 attributed += 1
     pair = answer_to(asked, text) if asked is not None else None
@@ -231,7 +231,7 @@ def complete(facts: list[GroundedFact], text: str, asked: Asked | None = None) -
     return Completed(out, speaker.name if speaker else None, rewritten, added, attributed, answered_id)
 
 
-def names(text: str, speaker: str) -> bool:
-    """Whether `text` names the speaker: any word of the name ("Jon" for "Jon Smith"), in any case."""
+def mentions(text: str, name: str) -> bool:
+    """Whether `text` names someone: any word of the name ("Jon" for "Jon Smith"), in any case."""
     words = set(normalize(text).split())
-    return any(part in words for part in normalize(speaker).split() if len(part) > 1)
+    return any(part in words for part in normalize(name).split() if len(part) > 1)
