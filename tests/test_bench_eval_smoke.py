@@ -254,3 +254,62 @@ def test_eval_passes_settings_to_its_own_service_and_refuses_anything_else() -> 
     for bad in ("EXTRACT_COMPLETE=0", "MEMORY_EXTRACT_COMPLETE"):
         with pytest.raises(SystemExit, match="MEMORY_NAME=VALUE"):
             service_settings([bad])
+
+
+def test_raw_http_client_reads_answers_reconnects_after_a_close_and_refuses_chunked_bodies() -> None:
+    """The remember benchmark's minimal client, against a real HTTP/1.1 server that drops the connection
+    after every second answer (as uvicorn does to an idle keep-alive connection) and chunks one route."""
+    import asyncio
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from memory_service.bench.raw_http import RawHttpClient, RawHttpError
+
+    connections: list[int] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        served = 0
+
+        def setup(self) -> None:
+            super().setup()
+            connections.append(1)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            reply = json.dumps({"echo": json.loads(body), "auth": self.headers["Authorization"]}).encode()
+            self.send_response(202)
+            self.send_header("Content-Length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply)
+            type(self).served += 1
+            self.close_connection = type(self).served % 2 == 0  # closed without telling the client
+
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.wfile.write(b"2\r\nok\r\n0\r\n\r\n")
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+
+    async def exchange() -> list[tuple[int, bytes]]:
+        async with RawHttpClient(url, "k-1") as client:
+            answers = [await client.request("POST", "/v1/remember", {"text": f"save {i}"}) for i in range(5)]
+            with pytest.raises(RawHttpError, match="chunked"):
+                await client.request("GET", "/health")
+        return answers
+
+    try:
+        answers = asyncio.run(exchange())
+    finally:
+        server.shutdown()
+    assert [status for status, _ in answers] == [202] * 5
+    assert [json.loads(body) for _, body in answers] == [
+        {"echo": {"text": f"save {i}"}, "auth": "Bearer k-1"} for i in range(5)]
+    assert len(connections) >= 3  # every answer arrived although the server closed twice

@@ -297,3 +297,25 @@ def test_a_job_whose_process_keeps_dying_ends_failed_not_in_a_loop(journal: Jour
     failed = journal.get("a", memory.id)
     assert failed.status == FAILED and failed.attempts == 3 and "stopped 3 times" in failed.last_error
     assert [a[3] for a in journal.attempts_of(memory.id)] == ["lease expired"] * 3
+
+
+def test_an_index_bookkeeping_write_skips_the_sync_and_the_next_save_syncs_again(journal: Journal) -> None:
+    """`durable=False` (marking a text's vector written) commits without waiting for the disk; the saves
+    around it, on the same write connection, still commit synced, even when that write failed."""
+    first, _ = save(journal, "Invoice 88 paid")
+    journal.mark_indexed([first.id])
+    try:
+        with journal.transaction(durable=False) as conn:
+            conn.execute("UPDATE memories SET indexed = 1 WHERE id = ?", (first.id,))
+            raise RuntimeError("the write fails half way")
+    except RuntimeError:
+        pass
+    second, _ = save(journal, "Invoice 89 paid")
+    assert [m.text for m in journal.unindexed(10)] == ["Invoice 89 paid"]  # the relaxed write is visible at once
+    db = journal.db
+    if db.dialect == "sqlite":
+        assert db.writer().execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL again for the next save
+    else:  # PostgreSQL: SET LOCAL ended with its transaction
+        with db.reading() as conn:
+            assert conn.execute("SHOW synchronous_commit").fetchone()[0] == "on"
+    assert journal.get("a", second.id) is not None

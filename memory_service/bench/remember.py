@@ -12,16 +12,18 @@ HTTP stack's own floor), so the journal's share is visible as a ratio.
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import secrets
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import httpx
 
 from ..http_client import async_service_client, service_client
+from .raw_http import RawHttpClient, RawHttpError
 from .common import (
     ServiceRunner, agent_text, goal, latency_summary, machine_info, main_with_llama, pyplot, scrape, write_figure,
 )
@@ -32,37 +34,36 @@ GOALS = {"p50_ms": 5.0, "p99_ms": 30.0}
 
 
 async def _load(url: str, key: str, clients: int, per_client: int, *, path: str, offset: int,
-                interval_s: float = 0.0) -> tuple[list[float], float, int]:
+                interval_s: float = 0.0, raw: bool = False) -> tuple[list[float], float, int]:
     """`clients` workers, each with its own connection, `per_client` requests each; (latencies, elapsed, errors).
 
     interval_s > 0: each client waits an exponential think time (mean interval_s) before each request,
     an open-ish load of clients/interval_s requests/s; 0: closed loop, as fast as the server answers.
+    raw: through `RawHttpClient` (the service's time, with almost none of the client's) instead of httpx.
     """
     latencies: list[float] = []
     errors = 0
 
     async def worker(n: int) -> None:
         nonlocal errors
-        async with async_service_client(url, key, timeout=30.0) as client:
-            await client.get("/health")  # open the connection before timing
+        async with (RawHttpClient(url, key) if raw else async_service_client(url, key, timeout=30.0)) as client:
+            send = _raw_sender(client) if raw else _httpx_sender(client)
+            await send("GET", "/health", None)  # open the connection before timing
             await barrier.wait()
             think = random.Random(offset + n)
             for i in range(per_client):
                 if interval_s > 0:
                     await asyncio.sleep(think.expovariate(1.0 / interval_s))
                 seq = offset + n * per_client + i
+                body = None if path == "/health" else {
+                    "text": agent_text(seq), "agent_id": f"agent-{n % 8}", "run_id": f"run-{n}",
+                    "tags": ["bench", f"client-{n}"], "metadata": {"seq": seq},
+                }
                 started = time.perf_counter()
                 try:
-                    if path == "/health":
-                        response = await client.get("/health")
-                        ok = response.status_code == 200
-                    else:
-                        response = await client.post(path, json={
-                            "text": agent_text(seq), "agent_id": f"agent-{n % 8}", "run_id": f"run-{n}",
-                            "tags": ["bench", f"client-{n}"], "metadata": {"seq": seq},
-                        })
-                        ok = response.status_code == 202
-                except httpx.HTTPError:
+                    status = await send("GET" if body is None else "POST", path, body)
+                    ok = status == (200 if body is None else 202)
+                except (httpx.HTTPError, OSError, asyncio.IncompleteReadError, RawHttpError):
                     ok = False
                 if ok:
                     latencies.append(time.perf_counter() - started)
@@ -73,6 +74,18 @@ async def _load(url: str, key: str, clients: int, per_client: int, *, path: str,
     started = time.perf_counter()
     await asyncio.gather(*(worker(n) for n in range(clients)))
     return latencies, time.perf_counter() - started, errors
+
+
+def _httpx_sender(client: httpx.AsyncClient) -> Callable[[str, str, Any], Awaitable[int]]:
+    async def send(method: str, path: str, body: Any) -> int:
+        return (await client.request(method, path, json=body)).status_code
+    return send
+
+
+def _raw_sender(client: RawHttpClient) -> Callable[[str, str, Any], Awaitable[int]]:
+    async def send(method: str, path: str, body: Any) -> int:
+        return (await client.request(method, path, body))[0]
+    return send
 
 
 class _Barrier:
@@ -86,6 +99,25 @@ class _Barrier:
         if self._count >= self._parties:
             self._event.set()
         await self._event.wait()
+
+
+def _disk_sync_latency(directory: Path, count: int) -> list[float]:
+    """Seconds per 4 KiB append + fdatasync in `directory`, paced 10 ms apart: the disk's own floor under
+    every save's ack (the journal syncs its WAL before the 202), and the source of its slowest acks."""
+    path = directory / "bench-disk-sync.tmp"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    latencies = []
+    try:
+        for _ in range(count):
+            os.write(fd, b"\0" * 4096)
+            started = time.perf_counter()
+            os.fdatasync(fd)
+            latencies.append(time.perf_counter() - started)
+            time.sleep(0.01)
+    finally:
+        os.close(fd)
+        path.unlink()
+    return latencies
 
 
 def _ready(url: str) -> dict[str, Any]:
@@ -138,12 +170,17 @@ def run(*, llm_url: str, quick: bool = False, workdir: Path | None = None,
         time.sleep(3.0)  # let the passage indexer embed the warm-up saves before the baseline
         before = _ready(service.url)
         paced_n = 10 if quick else 30
-        base_lat, base_elapsed, base_err = asyncio.run(
-            _load(service.url, key, CLIENTS, paced_n, path="/health", offset=0, interval_s=INTERVAL_S))
-        acks_before = _ack_histogram(service.url, key)
-        lat, elapsed, errors = asyncio.run(
-            _load(service.url, key, CLIENTS, paced_n, path="/v1/remember", offset=30_000, interval_s=INTERVAL_S))
-        in_service = _in_service(acks_before, _ack_histogram(service.url, key))
+        paced: dict[str, dict[str, Any]] = {}
+        for raw in (False, True):  # the same pacing through httpx, then through the raw client
+            health, _, health_err = asyncio.run(_load(service.url, key, CLIENTS, paced_n, path="/health", offset=0,
+                                                      interval_s=INTERVAL_S, raw=raw))
+            acks_before = _ack_histogram(service.url, key)
+            lat, elapsed, errors = asyncio.run(_load(service.url, key, CLIENTS, paced_n, path="/v1/remember",
+                                                     offset=30_000 + 10_000 * raw, interval_s=INTERVAL_S, raw=raw))
+            paced["raw" if raw else "httpx"] = {
+                "lat": lat, "elapsed": elapsed, "errors": errors, "health": health, "health_errors": health_err,
+                "in_service": _in_service(acks_before, _ack_histogram(service.url, key))}
+        disk_sync = _disk_sync_latency(root / name, 100 if quick else 300)
         sat_base, sat_base_elapsed, _ = asyncio.run(
             _load(service.url, key, CLIENTS, per_client, path="/health", offset=0))
         sat, sat_elapsed, sat_errors = asyncio.run(
@@ -154,8 +191,9 @@ def run(*, llm_url: str, quick: bool = False, workdir: Path | None = None,
         service.stop()
         if tmp:
             tmp.cleanup()
-    summary = latency_summary(lat)
-    base = latency_summary(base_lat)
+    raw, via_httpx = paced["raw"], paced["httpx"]
+    summary, summary_httpx = latency_summary(raw["lat"]), latency_summary(via_httpx["lat"])
+    base, base_httpx = latency_summary(raw["health"]), latency_summary(via_httpx["health"])
     sat_summary = latency_summary(sat)
     sat_base_summary = latency_summary(sat_base)
     finished = (after["jobs"].get("done", 0) + after["jobs"].get("failed", 0)) - (
@@ -165,21 +203,32 @@ def run(*, llm_url: str, quick: bool = False, workdir: Path | None = None,
         "clients": CLIENTS,
         "load": f"each client: exponential think time, mean {INTERVAL_S}s, then a save "
                 f"(~{CLIENTS / INTERVAL_S:.0f} saves/s offered)",
-        "requests": len(lat) + errors,
-        "errors": errors,
+        "requests": len(raw["lat"]) + raw["errors"],
+        "errors": raw["errors"] + via_httpx["errors"],
         "ack_latency": summary,
-        "achieved_saves_per_s": round(len(lat) / elapsed, 1) if elapsed else None,
+        "ack_latency_what": "at the client, through a minimal HTTP/1.1 client (bench/raw_http.py): the service's "
+                            "time plus the loopback, with little of the client's own",
+        "ack_latency_httpx": summary_httpx,
+        "ack_latency_httpx_what": "the same pacing through httpx (a separate phase of the same run): what a Python "
+                                  "agent using httpx sees on this box, its client's ~2 ms of Python included",
+        "achieved_saves_per_s": round(len(raw["lat"]) / raw["elapsed"], 1) if raw["elapsed"] else None,
         "ack_in_service": {"what": "the same saves as timed by the route (from its start to the 202; HTTP, "
-                                   "parsing and the client excluded), from the service's histogram", **in_service},
+                                   "parsing and the client excluded), from the service's histogram",
+                           **raw["in_service"], "httpx_phase": via_httpx["in_service"]},
         "goals": {
             "p50_ms": goal(summary["p50_ms"], GOALS["p50_ms"]),
             "p99_ms": goal(summary["p99_ms"], GOALS["p99_ms"]),
+            "through_httpx": {"p50_ms": goal(summary_httpx["p50_ms"], GOALS["p50_ms"]),
+                              "p99_ms": goal(summary_httpx["p99_ms"], GOALS["p99_ms"])},
         },
         "baseline_same_run": {
             "what": "GET /health, same clients and pacing, same service, model busy",
-            "latency": base, "errors": base_err,
+            "latency": base, "errors": raw["health_errors"],
             "remember_over_health_p50": round(summary["p50_ms"] / base["p50_ms"], 2)
             if summary["p50_ms"] and base["p50_ms"] else None,
+            "latency_httpx": base_httpx, "errors_httpx": via_httpx["health_errors"],
+            "disk_sync": {"what": "4 KiB append + fdatasync in the data dir, 10 ms apart, right after the paced "
+                                  "saves (model still busy): the sync every ack waits for", **latency_summary(disk_sync)},
         },
         "saturation": {
             "what": f"closed loop: {CLIENTS} clients, no think time, {per_client} saves each (max saves/s)",
@@ -197,7 +246,7 @@ def run(*, llm_url: str, quick: bool = False, workdir: Path | None = None,
         },
         "service_rss": {"idle_after_start": rss_idle, "after_load": rss_after},
         "notes": "client: one asyncio process, one keep-alive connection per client, on the same 2-core box as the "
-                 "service and llama-server; latencies include client-side overhead.",
+                 "service and llama-server; latencies include client-side overhead (small with the raw client).",
         "machine": machine_info(),
     }
 
@@ -206,11 +255,12 @@ def plot(result: dict[str, Any], path: Path) -> None:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     names = ["p50_ms", "p95_ms", "p99_ms", "max_ms"]
-    rem = [result["ack_latency"][n] or 0 for n in names]
-    base = [result["baseline_same_run"]["latency"][n] or 0 for n in names]
+    series = [("POST /v1/remember (202)", result["ack_latency"]),
+              ("POST /v1/remember through httpx", result["ack_latency_httpx"]),
+              ("GET /health (baseline)", result["baseline_same_run"]["latency"])]
     xs = range(len(names))
-    ax.bar([x - 0.2 for x in xs], rem, 0.4, label="POST /v1/remember (202)")
-    ax.bar([x + 0.2 for x in xs], base, 0.4, label="GET /health (baseline)")
+    for i, (label, values) in enumerate(series):
+        ax.bar([x + (i - 1) * 0.27 for x in xs], [values[n] or 0 for n in names], 0.27, label=label)
     ax.axhline(GOALS["p50_ms"], color="green", ls="--", lw=1, label="goal p50 5 ms")
     ax.axhline(GOALS["p99_ms"], color="red", ls="--", lw=1, label="goal p99 30 ms")
     ax.set_xticks(list(xs), names)

@@ -243,7 +243,7 @@ class ConsolidationStore:
 
     def mark_indexed(self, item_ids: list[str]) -> None:
         if item_ids:
-            with self.journal.transaction() as conn:
+            with self.journal.transaction(durable=False) as conn:
                 conn.executemany("UPDATE consolidated SET indexed = 1 WHERE id = ?", [(i,) for i in item_ids])
 
     def drop(self, team: str, item_ids: list[str]) -> int:

@@ -54,7 +54,9 @@ class Database:
     dialect: Dialect
     url: str
 
-    def transaction(self) -> Any:  # context manager yielding a Conn
+    def transaction(self, *, durable: bool = True) -> Any:  # context manager yielding a Conn
+        """A write transaction. `durable=False`: a write that may be lost in a power cut and redone (an
+        index's bookkeeping), committed without waiting for the disk; the next durable commit flushes it."""
         raise NotImplementedError
 
     def reading(self) -> Any:  # context manager yielding a Conn
@@ -80,6 +82,7 @@ class SqliteDatabase(Database):
         self._conn = _sqlite(path)
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute(f"PRAGMA synchronous={synchronous}")
+        self._synchronous = synchronous
         self._lock = threading.RLock()
         self._idle: list[sqlite3.Connection] = [_sqlite(path)]  # read connections not in use
         self._readers = 1  # opened so far, at most READERS
@@ -92,15 +95,22 @@ class SqliteDatabase(Database):
             self._conn.executescript(sqlite_schema)
 
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
+    def transaction(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
+        relaxed = not durable and self._synchronous == "FULL"
         with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
+            if relaxed:  # WAL + NORMAL: the commit is not synced; the next FULL commit's fsync covers it
+                self._conn.execute("PRAGMA synchronous=NORMAL")
             try:
-                yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self._conn
+                except BaseException:
+                    self._conn.execute("ROLLBACK")
+                    raise
+                self._conn.execute("COMMIT")
+            finally:
+                if relaxed:
+                    self._conn.execute("PRAGMA synchronous=FULL")
 
     def on_reader(self, sql: str) -> None:
         """Run `sql` on every read connection, now and when one is opened (per-connection state: temp tables)."""
@@ -236,9 +246,11 @@ class PostgresDatabase(Database):
                 conn.execute(statement)
 
     @contextmanager
-    def transaction(self) -> Iterator[_PgConn]:
+    def transaction(self, *, durable: bool = True) -> Iterator[_PgConn]:
         with self._pool.connection() as conn:
             with conn.transaction():
+                if not durable:
+                    conn.execute("SET LOCAL synchronous_commit TO OFF")
                 yield _PgConn(conn)
 
     @contextmanager

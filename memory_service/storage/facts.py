@@ -111,7 +111,7 @@ class FactStore:
 
     def mark_facts_indexed(self, fact_ids: list[str]) -> None:
         if fact_ids:
-            with self.db.transaction() as conn:
+            with self.db.transaction(durable=False) as conn:
                 conn.executemany("UPDATE facts SET indexed = 1 WHERE id = ?", [(f,) for f in fact_ids])
 
     def unindexed_facts(self, limit: int) -> list[tuple[Fact, str | None]]:

@@ -68,9 +68,9 @@ class Journal(JobQueue, FactStore, KeywordSearch):
         if self._owns:
             self.db.close()
 
-    def transaction(self) -> Any:
-        """One write transaction, for the storage modules built on the journal."""
-        return self.db.transaction()
+    def transaction(self, *, durable: bool = True) -> Any:
+        """One write transaction, for the storage modules built on the journal (`durable`: see Database)."""
+        return self.db.transaction(durable=durable)
 
     def reading(self) -> Any:
         """A read connection, for the storage modules built on the journal."""
@@ -120,7 +120,7 @@ class Journal(JobQueue, FactStore, KeywordSearch):
             return Memory.from_row(row), True
 
     def mark_indexed(self, memory_ids: list[str]) -> None:
-        with self.db.transaction() as conn:
+        with self.db.transaction(durable=False) as conn:
             conn.executemany("UPDATE memories SET indexed = 1 WHERE id = ?", [(m,) for m in memory_ids])
 
     def get(self, team: str, memory_id: str) -> Memory | None:
