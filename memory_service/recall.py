@@ -187,9 +187,12 @@ def recall(q: RecallQuery, *, journal: Journal, vectors: VectorStore, embedder: 
         keyword = [hit for leg in pending for hit in leg.result()]
     else:
         keyword = [hit for leg in keyword_legs for hit in leg()]
-    # then only what the keyword legs added
-    facts.update(journal.fact_recall_rows(q.team, list({h.item_id for h in keyword if h.kind == "fact"} - fact_ids)))
-    texts.update(journal.recall_rows(q.team, list({h.memory_id for h in keyword if h.kind == "passage"} - memory_ids)))
+    # what the keyword legs added: they read it with the match, from the same journal rows
+    for h in keyword:
+        if h.kind == "fact":
+            facts.setdefault(h.item_id, (h.memory_id, h.agent_id, h.created_at, h.tags, h.text))
+        else:
+            texts.setdefault(h.memory_id, (h.agent_id, h.created_at, h.tags, h.text))
     rows: dict[str, _Row] = {
         fid: _Row(memory_id, agent_id, created_at, tags, text)
         for fid, (memory_id, agent_id, created_at, tags, text) in facts.items()
@@ -232,7 +235,9 @@ def recall(q: RecallQuery, *, journal: Journal, vectors: VectorStore, embedder: 
             rank += 1
 
     words = QueryWords(q.query)
-    weights = _term_weights(words, [rows[key].text for key in rows])
+    # the query words each candidate holds, found once: in a long text, its head (a word's spread, cheaply)
+    held = {key: words.held(row.text[:PASSAGE_WINDOW_CHARS]) for key, row in rows.items()}
+    weights = _term_weights(words, list(held.values()))
     ranks = {"passage": 0, "fact": 0}
     for kh in keyword:
         key = "p:" + kh.memory_id if kh.kind == "passage" else kh.item_id
@@ -251,7 +256,7 @@ def recall(q: RecallQuery, *, journal: Journal, vectors: VectorStore, embedder: 
                 fact_id=kh.item_id if kh.kind == "fact" else None, agent_id=row.agent_id,
                 created_at=row.created_at, tags=list(row.tags),
             )
-        coverage = sum(weights[t] for t in words.held(text))
+        coverage = sum(weights[t] for t in (held[key] if len(text) <= PASSAGE_WINDOW_CHARS else words.held(text)))
         hit.score += (KEYWORD_BASE_WEIGHT + coverage) / (RRF_K + rank + 1)
 
     candidates = list(hits.values())
@@ -281,8 +286,9 @@ def _window_start(vector_id: str) -> int:
         return 0
 
 
-def _term_weights(words: QueryWords, texts: list[str]) -> dict[str, float]:
-    """Each query word's share of the query's weight, by how rare it is among the items both legs found.
+def _term_weights(words: QueryWords, held: list[frozenset[str]]) -> dict[str, float]:
+    """Each query word's share of the query's weight, by how rare it is among the items both legs found
+    (`held`: the query words each of them holds).
 
     A word most candidates hold (in a chat, the name of the person asked about) says little about which
     one answers; the rarer words do. Inverse frequency among this recall's candidates, so the weights
@@ -290,7 +296,6 @@ def _term_weights(words: QueryWords, texts: list[str]) -> dict[str, float]:
     query_terms = words.terms
     if not query_terms:
         return {}
-    held = [words.held(text[:PASSAGE_WINDOW_CHARS]) for text in texts]  # a long text's head: a word's spread, cheaply
     n = len(held)
     raw = {t: math.log((n + 1) / (sum(1 for h in held if t in h) + 0.5)) for t in query_terms}
     total = sum(raw.values())

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..text import STOPWORDS
 from .database import Database
-from .records import DELETED, KeywordHit
+from .records import DELETED, KeywordHit, tags_of
 
 # Keyword leg bounds (BM25 costs ~5-10 us a row, the join to the item as much): rows the rarest words may
 # match before the rest must co-occur, rows ranked at most, and rows looked at when a filter skips some.
@@ -106,6 +106,14 @@ def _item_filter(kind: str, agent_id: str | None, tags: tuple[str, ...], since: 
     return "".join(" AND " + w for w in where), args
 
 
+_SHOWN = "t.text, t.agent_id, t.created_at, t.tags"  # what recall shows of a hit, read with the match
+
+
+def _hit(kind: str, row: Any, rank: float) -> KeywordHit:
+    """A hit from (id, memory id, text, agent, created_at, tags, rank) as selected with `_SHOWN`."""
+    return KeywordHit(kind, row[0], row[1], row[2], rank, row[3], float(row[4]), tags_of(row[5]))
+
+
 def _joined(words: list[str], operator: str) -> str:
     """Quoted words joined by an FTS5 operator: each is a phrase, never FTS syntax."""
     return f" {operator} ".join(f'"{w}"' for w in words)
@@ -140,8 +148,8 @@ class KeywordSearch:
                         until: float | None) -> list[KeywordHit]:
         filtered = agent_id is not None or bool(tags) or since is not None or until is not None
         hits: list[KeywordHit] = []
-        for kind, fts, table, cols in (("passage", "memories_fts", "memories", "t.id, t.id, t.text"),
-                                       ("fact", "facts_fts", "facts", "t.id, t.memory_id, t.text")):
+        for kind, fts, table, cols in (("passage", "memories_fts", "memories", "t.id, t.id, " + _SHOWN),
+                                       ("fact", "facts_fts", "facts", "t.id, t.memory_id, " + _SHOWN)):
             if kind not in kinds:
                 continue
             match = self._bounded_match(conn, fts, words)
@@ -161,7 +169,7 @@ class KeywordSearch:
                    f"ON t.rowid = {fts}.rowid WHERE {fts} MATCH ? AND t.team = ? {where} "
                    f"ORDER BY {fts}.rowid DESC LIMIT ?) ORDER BY r LIMIT ?")
             for row in conn.execute(sql, (match, team, *args, KEYWORD_MAX_RANKED, limit)):
-                hits.append(KeywordHit(kind, row[0], row[1], row[2], row[3]))
+                hits.append(_hit(kind, row, row[6]))
         return hits
 
     def _keyword_postgres(self, conn: Any, team: str, words: list[str], kinds: set[str], limit: int,
@@ -174,8 +182,8 @@ class KeywordSearch:
         """
         query = " || ".join(["plainto_tsquery('english', ?)"] * len(words))
         hits: list[KeywordHit] = []
-        for kind, table, cols in (("passage", "memories", "t.id, t.id, t.text"),
-                                  ("fact", "facts", "t.id, t.memory_id, t.text")):
+        for kind, table, cols in (("passage", "memories", "t.id, t.id, " + _SHOWN),
+                                  ("fact", "facts", "t.id, t.memory_id, " + _SHOWN)):
             if kind not in kinds:
                 continue
             where, args = _item_filter(kind, agent_id, tags, since, until, "postgresql")
@@ -183,7 +191,7 @@ class KeywordSearch:
                    f"(SELECT {query} AS q) q WHERE t.tsv @@ q.q AND t.team = ? {where} "
                    f"ORDER BY t.rowid DESC LIMIT ?) AS c ORDER BY r DESC LIMIT ?")
             for row in conn.execute(sql, (*words, team, *args, KEYWORD_MAX_SCANNED, limit)):
-                hits.append(KeywordHit(kind, row[0], row[1], row[2], -float(row[3])))
+                hits.append(_hit(kind, row, -float(row[6])))
         return hits
 
     def _bounded_match(self, conn: Any, fts: str, words: list[str]) -> str:

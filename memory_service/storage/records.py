@@ -98,11 +98,16 @@ class FactPlan:
 
 @dataclass
 class KeywordHit:
+    """A keyword match with what recall shows of it, read in the same query (no second look-up)."""
+
     kind: str  # passage | fact
     item_id: str
     memory_id: str
     text: str
     rank: float
+    agent_id: str
+    created_at: float
+    tags: tuple[str, ...]
 
 
 def fact_from_row(row: Any) -> Fact:
