@@ -185,6 +185,9 @@ def test_keyword_search_finds_a_text_the_moment_it_is_saved_with_filters_inside(
     save(journal, "Invoice INV-88123 was paid", team="b")
     hits = journal.keyword_search("a", "who paid INV-88123", kinds={"passage"}, limit=5)
     assert hits and hits[0].memory_id == rare.id
+    # the hit carries what recall shows of it, read with the match
+    assert (hits[0].text, hits[0].agent_id, hits[0].tags, hits[0].created_at) == (
+        rare.text, "quiet", ("billing",), rare.created_at)
     assert all(h.memory_id != rare.id for h in journal.keyword_search("b", "INV-88123", kinds={"passage"}, limit=5)) \
         and len(journal.keyword_search("b", "INV-88123", kinds={"passage"}, limit=5)) == 1
     assert [h.memory_id for h in journal.keyword_search("a", "invoice paid", kinds={"passage"}, limit=5,
