@@ -237,7 +237,7 @@ def recall(q: RecallQuery, *, journal: Journal, vectors: VectorStore, embedder: 
     words = QueryWords(q.query)
     # the query words each candidate holds, found once: in a long text, its head (a word's spread, cheaply)
     held = {key: words.held(row.text[:PASSAGE_WINDOW_CHARS]) for key, row in rows.items()}
-    weights = _term_weights(words, list(held.values()))
+    weights = _term_weights(words.terms, list(held.values()))
     ranks = {"passage": 0, "fact": 0}
     for kh in keyword:
         key = "p:" + kh.memory_id if kh.kind == "passage" else kh.item_id
@@ -286,14 +286,13 @@ def _window_start(vector_id: str) -> int:
         return 0
 
 
-def _term_weights(words: QueryWords, held: list[frozenset[str]]) -> dict[str, float]:
+def _term_weights(query_terms: frozenset[str], held: list[frozenset[str]]) -> dict[str, float]:
     """Each query word's share of the query's weight, by how rare it is among the items both legs found
     (`held`: the query words each of them holds).
 
     A word most candidates hold (in a chat, the name of the person asked about) says little about which
     one answers; the rarer words do. Inverse frequency among this recall's candidates, so the weights
     follow the team's own words and cost nothing to keep."""
-    query_terms = words.terms
     if not query_terms:
         return {}
     n = len(held)

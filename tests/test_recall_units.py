@@ -80,12 +80,12 @@ def test_a_query_word_most_candidates_hold_weighs_less_than_a_rare_one():
     texts = [f"Caroline talked about her day number {n}" for n in range(20)] + ["Caroline researched adoption agencies"]
     words = QueryWords("What did Caroline research?")
     query = words.terms
-    weights = _term_weights(words, [words.held(text) for text in texts])
+    weights = _term_weights(query, [words.held(text) for text in texts])
     name, topic = _terms("Caroline"), _terms("research")
     assert set(weights) == set(query) and abs(sum(weights.values()) - 1.0) < 1e-9
     assert sum(weights[t] for t in topic) > 5 * sum(weights[t] for t in name)
     # with no candidates to tell them apart, every word weighs the same
-    even = _term_weights(words, [])
+    even = _term_weights(query, [])
     assert len(set(round(w, 9) for w in even.values())) == 1
 
 
