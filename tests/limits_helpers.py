@@ -23,7 +23,7 @@ from fastapi import FastAPI
 
 from memory_service.api.app import create_app
 from memory_service.config import Settings
-from memory_service.http_client import service_client
+from memory_service.client.service import service_client
 from memory_service.storage.keys import KeyStore
 from memory_service.metrics import Metrics
 from memory_service.storage.limits import LimitStore

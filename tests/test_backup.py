@@ -49,7 +49,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
     embedder's (the data dir is always given with --data-dir)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORY_") or k in (
         "MEMORY_CACHE_DIR", "MEMORY_EMBED_THREADS", "MEMORY_EMBEDDER")}
-    return subprocess.run([sys.executable, "-m", "memory_service.cli", *args], env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "memory_service.cli.main", *args], env=env, capture_output=True,
                           text=True, timeout=300)
 
 

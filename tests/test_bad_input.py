@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from memory_service.ids import ID_RULE
-from memory_service.storage.limit_rules import InvalidInput
+from memory_service.contract.ids import ID_RULE
+from memory_service.contract.limit_rules import InvalidInput
 
 
 REMEMBER_CASES = [

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from memory_service.config import Settings
-from memory_service.llm_runtime import build, proven
-from memory_service.llm_runtime.models import ensure_model
-from memory_service.llm_runtime.server import LlamaServerError, LlamaServerProcess, find_binary, launch
+from memory_service.llm.runtime import build, proven
+from memory_service.llm.runtime.models import ensure_model
+from memory_service.llm.runtime.server import LlamaServerError, LlamaServerProcess, find_binary, launch
 
 from conftest import CACHE
 

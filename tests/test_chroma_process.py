@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memory_service.llm_runtime.server import free_port
+from memory_service.llm.runtime.server import free_port
 from memory_service.storage.chroma_process import ChromaCallError
 from memory_service.storage.vectors import VectorItem, VectorStore
 

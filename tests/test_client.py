@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ast
 import subprocess
 import sys
 import uuid
@@ -13,8 +14,8 @@ import httpx
 import pytest
 
 from conftest import ROOT, ServiceProcess
-from memory_service.api.models import MemoryOut, RecallResponse, RememberResponse
-from memory_service.api.routes_limits import ConsumeAnswer, HandledOut
+from memory_service.contract.models import MemoryOut, RecallResponse, RememberResponse
+from memory_service.contract.limits import ConsumeAnswer, HandledOut
 from memory_service.client import AsyncMemoryClient, MemoryClient, MemoryServiceError
 from tests.fakes.fake_llama_server import FakeLlamaServer
 
@@ -48,11 +49,17 @@ class Flaky(httpx.BaseTransport):
         return response
 
 
-def test_importing_the_client_leaves_heavy_libraries_out():
+def test_importing_the_client_loads_no_part_of_the_server():
+    """The client is contract/ + httpx: an agent's process pays for neither the server nor its stores."""
     probe = ("import sys, memory_service.client; "
-             "print([m for m in ('torch', 'chromadb', 'sentence_transformers', 'onnxruntime') if m in sys.modules])")
+             "print(sorted({m.split('.')[0] if not m.startswith('memory_service.') else '.'.join(m.split('.')[:2]) "
+             "for m in sys.modules}))")
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+    loaded = set(ast.literal_eval(out.stdout.strip()))
+    forbidden = {"fastapi", "starlette", "psycopg", "chromadb", "onnxruntime", "torch", "sentence_transformers",
+                 "memory_service.storage", "memory_service.api", "memory_service.services"}
+    assert loaded & forbidden == set(), out.stderr
+    assert "memory_service.contract" in loaded and "httpx" in loaded  # the probe sees what it should
 
 
 def test_sync_client_covers_memories_with_typed_results(service):

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 
 from conftest import wait_status
-from memory_service.llm_runtime.server import free_port
+from memory_service.llm.runtime.server import free_port
 
 
 def test_saves_wait_for_a_dead_model_and_resume_after_restart(tiny_llama, service_factory, tmp_path):

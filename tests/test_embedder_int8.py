@@ -14,8 +14,8 @@ import numpy as np
 import onnx
 import pytest
 
-from memory_service.storage import int8_model
-from memory_service.storage.embedder import EmbedderError, OnnxEmbedder, load_embedder, shipped_onnx
+from memory_service.embedding import int8_model
+from memory_service.embedding.embedder import EmbedderError, OnnxEmbedder, load_embedder, shipped_onnx
 
 SENTENCES = [
     "Melanie signed up for a pottery class last week and loved it.",

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from memory_service.extraction.grounding import GroundedFact
-from memory_service.indexing import decide_facts
-from memory_service.storage.embedder import Embedder, load_embedder
+from memory_service.pipeline.passages import decide_facts
+from memory_service.embedding.embedder import Embedder, load_embedder
 from memory_service.storage.journal import DONE, Journal, Memory
 from memory_service.storage.vectors import VectorStore
-from memory_service.worker import PassageIndexer, write_fact_vectors
+from memory_service.pipeline.worker import PassageIndexer, write_fact_vectors
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from conftest import ServiceProcess, wait_status
-from memory_service.api.routes_transfer import export_chunks
+from memory_service.api.routes.transfer import export_chunks
 from tests.fakes.fake_llama_server import FakeLlamaServer
 
 
@@ -310,7 +310,7 @@ def test_cli_export_import_list_and_forget(service, tmp_path):
     agent = f"cli-{marker}"
 
     def cli(*argv: str, key: str = "key-a") -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "memory_service.cli", *argv, "--url", service.url,
+        return subprocess.run([sys.executable, "-m", "memory_service.cli.main", *argv, "--url", service.url,
                                "--api-key", key], cwd=ROOT, capture_output=True, text=True, timeout=120)
 
     with service.client("key-a") as a:

@@ -8,9 +8,11 @@ import time
 import numpy as np
 import pytest
 
-from memory_service import hubness, vector_search
-from memory_service.storage.embedder import load_embedder
-from memory_service.vector_search import VectorFilter
+from memory_service.recall import hubness
+
+from memory_service.recall import filtered_vectors as vector_search
+from memory_service.embedding.embedder import load_embedder
+from memory_service.recall.filtered_vectors import VectorFilter
 from tests.test_recall_filters import TEAM, Stores
 
 

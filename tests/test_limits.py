@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from limits_helpers import Clock, Server, concurrently, dump, make_app, utc
-from memory_service import limits_cli
+from memory_service.cli import limits as limits_cli
 from memory_service.storage.database import PostgresDatabase
 from memory_service.storage.limits import LimitStore
 

@@ -19,8 +19,8 @@ import pytest
 from conftest import start_llama, wait_status
 from memory_service.bench.common import llama_busy
 from memory_service.config import ConfigError, Settings
-from memory_service.doctor import run_doctor
-from memory_service.model_pool import ModelPool
+from memory_service.ops.doctor import run_doctor
+from memory_service.llm.pool import ModelPool
 from tests.fakes.fake_llama_server import FakeLlamaServer
 
 TEXTS = [

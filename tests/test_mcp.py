@@ -19,9 +19,9 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from conftest import ROOT, ServiceProcess
-from memory_service.api import models as api_models
-from memory_service.api import routes_limits
-from memory_service.llm_runtime.server import free_port
+from memory_service.contract import models as api_models
+from memory_service.api.routes import limits as routes_limits
+from memory_service.llm.runtime.server import free_port
 from memory_service.mcp_server.tools import TOOL_NAMES, TOOLS
 
 READ_TOOLS = tuple(spec.name for spec in TOOLS if not spec.writes)

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def fact(text: str, fact_id: str) -> NewFact:
     from memory_service.extraction.grounding import shape
-    from memory_service.text import normalize
+    from memory_service.contract.text import normalize
 
     norm = normalize(text)
     return NewFact(id=fact_id, text=text, norm=norm, shape=shape(norm), spans=[(0, len(text))])
@@ -59,7 +59,7 @@ def build_data_dir(data: Path) -> dict:
 
 
 def migrate(data: Path, url: str, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "memory_service.cli", "migrate", "--to", url, "--data-dir", str(data),
+    return subprocess.run([sys.executable, "-m", "memory_service.cli.main", "migrate", "--to", url, "--data-dir", str(data),
                            *extra], capture_output=True, text=True, cwd=ROOT, timeout=600,
                           env={k: v for k, v in __import__("os").environ.items() if not k.startswith("MEMORY_")
                                or k in ("MEMORY_CACHE_DIR", "MEMORY_EMBEDDER")})

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from memory_service.llm_runtime.server import free_port
+from memory_service.llm.runtime.server import free_port
 
 
 class _Collector(BaseHTTPRequestHandler):

@@ -12,15 +12,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memory_service.forgetting import forget
-from memory_service.indexing import index_passages
-from memory_service.recall import RecallQuery, recall
+from memory_service.pipeline.forgetting import forget
+from memory_service.pipeline.passages import index_passages
+from memory_service.recall.search import RecallQuery, recall
 from memory_service.storage.forget import mark_forgotten
 from memory_service.storage.journal import Journal
 from memory_service.storage.vectors import VectorStore
-from memory_service.text import normalize
-from memory_service import vector_search
-from memory_service.vector_search import FilteredVectors
+from memory_service.contract.text import normalize
+from memory_service.recall import filtered_vectors as vector_search
+from memory_service.recall.filtered_vectors import FilteredVectors
 
 TEAM = "team-filters"
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ServiceProcess, wait_status
-from memory_service.llm_runtime.server import free_port
+from memory_service.llm.runtime.server import free_port
 from memory_service.storage.vectors import KINDS, VectorStore
 from tests.fakes.fake_llama_server import FakeLlamaServer
 
@@ -44,7 +44,7 @@ def reindex(data: Path, *args: str, env: dict[str, str] | None = None) -> subpro
     """`memory-service reindex` with no MEMORY_* setting from this environment but the embedder's."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("MEMORY_") or k in (
         "MEMORY_CACHE_DIR", "MEMORY_EMBED_THREADS", "MEMORY_EMBEDDER")}
-    return subprocess.run([sys.executable, "-m", "memory_service.cli", "reindex", "--data-dir", str(data), *args],
+    return subprocess.run([sys.executable, "-m", "memory_service.cli.main", "reindex", "--data-dir", str(data), *args],
                           env={**base, **(env or {})}, capture_output=True, text=True, timeout=300)
 
 

@@ -91,7 +91,7 @@ def test_serve_starts_its_own_llama_server_and_leaves_no_orphan(tmp_path, how, n
 def test_refuses_to_listen_beyond_loopback_without_keys(tmp_path):
     env = {**os.environ, "MEMORY_HOST": "0.0.0.0", "MEMORY_API_KEYS": "", "MEMORY_DATA_DIR": str(tmp_path),
            "MEMORY_LLM_URL": "http://127.0.0.1:9"}
-    result = subprocess.run([sys.executable, "-m", "memory_service.cli", "serve"], env=env, cwd=ROOT,
+    result = subprocess.run([sys.executable, "-m", "memory_service.cli.main", "serve"], env=env, cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert "MEMORY_API_KEYS" in result.stderr and "0.0.0.0" in result.stderr
@@ -99,7 +99,7 @@ def test_refuses_to_listen_beyond_loopback_without_keys(tmp_path):
 
 def test_bad_configuration_is_reported_not_a_traceback(tmp_path):
     env = {**os.environ, "MEMORY_PORT": "eighty", "MEMORY_DATA_DIR": str(tmp_path)}
-    result = subprocess.run([sys.executable, "-m", "memory_service.cli", "serve"], env=env, cwd=ROOT,
+    result = subprocess.run([sys.executable, "-m", "memory_service.cli.main", "serve"], env=env, cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "MEMORY_PORT" in result.stderr and "Traceback" not in result.stderr
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from memory_service.api import workers
-from memory_service.cli import build_parser
+from memory_service.cli.main import build_parser
 from memory_service.config import ConfigError, Settings
-from memory_service.llm_runtime.server import free_port
+from memory_service.llm.runtime.server import free_port
 
 
 def test_workers_argument_is_a_positive_whole_number():
@@ -34,7 +34,7 @@ def serve(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess
     before one would be started."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("MEMORY_") or k == "MEMORY_CACHE_DIR"}
     clean.update({"MEMORY_DATA_DIR": str(tmp_path / "data"), "MEMORY_PORT": str(free_port()), **env})
-    return subprocess.run([sys.executable, "-m", "memory_service.cli", "serve", *args], env=clean,
+    return subprocess.run([sys.executable, "-m", "memory_service.cli.main", "serve", *args], env=clean,
                           capture_output=True, text=True, timeout=60)
 
 

@@ -26,7 +26,7 @@ def save(journal: Journal, text: str, *, team: str = "a", agent: str = "bot", ke
 
 def fact(text: str, fact_id: str) -> NewFact:
     from memory_service.extraction.grounding import shape
-    from memory_service.text import normalize
+    from memory_service.contract.text import normalize
 
     norm = normalize(text)
     return NewFact(id=fact_id, text=text, norm=norm, shape=shape(norm), spans=[(0, len(text))])

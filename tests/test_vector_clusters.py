@@ -12,9 +12,9 @@ import time
 import numpy as np
 import pytest
 
-from memory_service import vector_search
-from memory_service.forgetting import forget
-from memory_service.vector_clusters import ClusteredVectors
+from memory_service.recall import filtered_vectors as vector_search
+from memory_service.pipeline.forgetting import forget
+from memory_service.recall.clusters import ClusteredVectors
 from tests.test_recall_filters import Stores
 
 DIMS = 384

@@ -10,19 +10,21 @@ from fastapi import FastAPI, HTTPException
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .. import console
-from ..config import ConfigError, Settings, is_loopback
-from ..services import KEYS_FILE, Services
-from ..storage.keys import KeyStore
-from .request_id import RequestId
-from . import (errors, routes_health, routes_keys, routes_limits, routes_memories, routes_recall, routes_team,
-               routes_transfer)
+from memory_service import console
+from memory_service.config import ConfigError, Settings, is_loopback
+from memory_service.services import KEYS_FILE, Services
+from memory_service.storage.keys import KeyStore
+from memory_service.api.request_id import RequestId
+from memory_service.api import errors
+from memory_service.api.routes import health as routes_health, keys as routes_keys, limits as routes_limits
+from memory_service.api.routes import memories as routes_memories, recall as routes_recall, team as routes_team
+from memory_service.api.routes import transfer as routes_transfer
 
 BODY_OVERHEAD_BYTES = 64 * 1024
 
 
 def _stored_keys(settings: Settings) -> bool:
-    from ..storage.database import open_database
+    from memory_service.storage.database import open_database
 
     database = open_database(settings)
     path = settings.data_dir / KEYS_FILE

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Annotated, Callable
 
 from fastapi import Depends, HTTPException, Request
 
-from ..config import Settings, is_loopback
-from ..storage.keys import Role, role_allows
+from memory_service.config import Settings, is_loopback
+from memory_service.storage.keys import Role, role_allows
 
 if TYPE_CHECKING:
-    from ..services import Services
+    from memory_service.services import Services
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from ..storage.chroma_process import ChromaProcessFailed
-from ..storage.database import UNAVAILABLE
-from .models import ErrorOut
+from memory_service.storage.chroma_process import ChromaProcessFailed
+from memory_service.storage.database import UNAVAILABLE
+from memory_service.contract.models import ErrorOut
 
 log = logging.getLogger("memory_service.api")
 

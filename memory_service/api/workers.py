@@ -17,7 +17,7 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
-from ..config import ConfigError, Settings
+from memory_service.config import ConfigError, Settings
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -62,8 +62,8 @@ def _speed_prior() -> tuple[float, float] | None:
 
 def app() -> "FastAPI":
     """The app factory uvicorn calls in each worker."""
-    from ..logs import configure as configure_logging
-    from .app import create_app
+    from memory_service.logs import configure as configure_logging
+    from memory_service.api.app import create_app
 
     settings = Settings.from_env()
     configure_logging(settings.log_format, os.environ.get("MEMORY_LOG_LEVEL", "INFO"))
@@ -74,7 +74,7 @@ def app() -> "FastAPI":
 def __getattr__(name: str) -> Any:
     """`http_protocol`: the guarded protocol with this worker's timeouts, built when uvicorn asks for it."""
     if name == "http_protocol":
-        from .http_guard import guarded_protocol
+        from memory_service.api.http_guard import guarded_protocol
 
         settings = Settings.from_env()
         return guarded_protocol(settings.header_timeout_s, settings.body_timeout_s)

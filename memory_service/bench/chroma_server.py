@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from ..llm_runtime.server import free_port, stop_group
+from memory_service.llm.runtime.server import free_port, stop_group
 
 
 def chroma_command() -> list[str]:

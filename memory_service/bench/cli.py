@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from . import common, consolidation, extraction, recall, remember, rss, scale, transfer
-from .options import add_bench_arguments
+from memory_service.bench import common, consolidation, extraction, recall, remember, rss, scale, transfer
+from memory_service.bench.options import add_bench_arguments
 
 LIMITS_CONCURRENCY = 32
 LIMITS_MODULE = "memory_service.bench.limits"  # run with `python -m`, in a process of its own

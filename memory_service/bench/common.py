@@ -24,8 +24,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 import httpx
 
-from ..http_client import service_client
-from ..llm_runtime.server import die_with_parent, stop_group, wait_until_healthy
+from memory_service.client.service import service_client
+from memory_service.llm.runtime.server import die_with_parent, stop_group, wait_until_healthy
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ def machine_info() -> dict[str, Any]:
     info: dict[str, Any] = {"cpus": os.cpu_count(), "loadavg_1_5_15": [round(x, 2) for x in load],
                             "python": sys.version.split()[0]}
     try:  # which embedder the services started here use: it changes recall latency and RSS a lot
-        from ..config import Settings
+        from memory_service.config import Settings
 
         info["service_embedder"] = getattr(Settings.from_env(), "embedder", "torch")
     except Exception:
@@ -136,9 +136,9 @@ def llama_busy(url: str) -> bool:
 def start_llama(model: str = "default", log_dir: Path | None = None, threads: int | None = None,
                 extra_args: tuple[str, ...] = ()):  # type: ignore[no-untyped-def]
     """One llama-server child with the service's own defaults (threads = cores - 1, 4096 ctx, one slot)."""
-    from ..config import Settings
-    from ..llm_runtime.models import resolve_model
-    from ..llm_runtime.server import LlamaServerProcess
+    from memory_service.config import Settings
+    from memory_service.llm.runtime.models import resolve_model
+    from memory_service.llm.runtime.server import LlamaServerProcess
 
     settings = Settings.from_env()
     log_dir = log_dir or Path(tempfile.mkdtemp(prefix="bench-llama-"))
@@ -161,7 +161,7 @@ class ServiceRunner:
         model: str = "default",
         env: Mapping[str, str] | None = None,
     ) -> None:
-        from ..llm_runtime.server import free_port
+        from memory_service.llm.runtime.server import free_port
 
         self.data_dir = data_dir
         self.port = free_port()
@@ -202,7 +202,7 @@ class ServiceRunner:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "memory_service.cli", "serve"], env=self.env, cwd=str(self.data_dir.parent),
+            [sys.executable, "-m", "memory_service.cli.main", "serve"], env=self.env, cwd=str(self.data_dir.parent),
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             # a killed eval or benchmark must not leave its service extracting: SIGTERM lets it shut down
             # cleanly, and its own children (llama-server, the vector store) go with it

@@ -27,11 +27,11 @@ from typing import Any
 
 import httpx
 
-from ..http_client import service_client
-from .common import (
+from memory_service.client.service import service_client
+from memory_service.bench.common import (
     ServiceRunner, agent_text, goal, latency_summary, llama_busy, machine_info, main_with_llama, pyplot, write_figure,
 )
-from .transfer import ndjson, wait_indexed
+from memory_service.bench.transfer import ndjson, wait_indexed
 
 TEAM = "bench-consolidation"
 SUBJECTS = ("Amara", "Bruno", "Chiara", "Dmitri", "Elena", "Farid", "Greta", "Hiro", "Ines", "Jonas", "Kavya",

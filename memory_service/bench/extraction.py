@@ -33,7 +33,7 @@ from typing import Any
 
 import httpx
 
-from .common import (
+from memory_service.bench.common import (
     AGENT_TEXTS, ServiceRunner, goal, machine_info, main_with_llama, pyplot, start_llama, write_figure,
 )
 
@@ -43,8 +43,8 @@ POLL_S = 0.02
 
 def direct_body(text: str, max_tokens: int) -> dict[str, Any]:
     """Exactly what LlamaClient.complete_json sends for one chunk, with the service's default settings."""
-    from ..config import Settings
-    from ..extraction.prompt import build_messages, facts_schema
+    from memory_service.config import Settings
+    from memory_service.extraction.prompt import build_messages, facts_schema
 
     settings = Settings()
     schema = facts_schema(settings.max_facts, settings.max_fact_chars)
@@ -75,7 +75,7 @@ def read_stream(response: httpx.Response) -> dict[str, Any]:
 
 def service_cap(llm: httpx.Client) -> int:
     """The service's output cap before any throughput is measured: min(MEMORY_MAX_OUTPUT_TOKENS, n_ctx/4)."""
-    from ..config import Settings
+    from memory_service.config import Settings
 
     props = llm.get("/props").json()
     n_ctx = (props.get("default_generation_settings") or {}).get("n_ctx") or props.get("n_ctx") or 4096

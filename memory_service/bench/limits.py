@@ -37,7 +37,7 @@ from typing import AsyncIterator
 
 import httpx
 
-from ..http_client import async_service_client, auth_headers
+from memory_service.client.service import async_service_client, auth_headers
 
 GOAL = {"requests_per_s": 800, "over_limit": 0}
 JSON_HEADERS = {"Content-Type": "application/json"}
@@ -52,12 +52,12 @@ def build_app(data_dir: Path, api_key: str | None, synchronous: str = "NORMAL"):
 
     from fastapi import FastAPI
 
-    from ..api import routes_limits
-    from ..config import Settings
-    from ..services import KEYS_FILE
-    from ..storage.keys import KeyStore
-    from ..metrics import Metrics
-    from ..storage.limits import LimitStore
+    from memory_service.api.routes import limits as routes_limits
+    from memory_service.config import Settings
+    from memory_service.services import KEYS_FILE
+    from memory_service.storage.keys import KeyStore
+    from memory_service.metrics import Metrics
+    from memory_service.storage.limits import LimitStore
 
     settings = Settings(data_dir=data_dir, api_keys={api_key: "bench"} if api_key else {})
 

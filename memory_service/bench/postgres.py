@@ -17,7 +17,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..llm_runtime.server import free_port
+from memory_service.llm.runtime.server import free_port
 
 
 class NoPostgres(RuntimeError):

@@ -42,9 +42,9 @@ from typing import Any
 
 import numpy as np
 
-from ..http_client import service_client
-from ..vector_search import UNFILTERED_EXACT_MAX_ROWS
-from .common import (
+from memory_service.client.service import service_client
+from memory_service.recall.filtered_vectors import UNFILTERED_EXACT_MAX_ROWS
+from memory_service.bench.common import (
     ServiceRunner, agent_text, goal, latency_summary, machine_info, main_with_llama, pyplot, scrape, write_figure,
 )
 
@@ -134,10 +134,10 @@ class Loader:
         self.seen: set[str] = set()
 
     def load_to(self, total: int) -> None:
-        from ..extraction.grounding import normalize, shape
-        from ..indexing import fact_id
-        from ..storage.journal import Journal
-        from ..storage.vectors import VectorItem, VectorStore, tag_key
+        from memory_service.extraction.grounding import normalize, shape
+        from memory_service.pipeline.passages import fact_id
+        from memory_service.storage.journal import Journal
+        from memory_service.storage.vectors import VectorItem, VectorStore, tag_key
 
         started = time.monotonic()
         Journal(self.data_dir / "journal.sqlite3").close()  # creates the schema and triggers
@@ -208,8 +208,8 @@ class Loader:
 
     def inprocess_timings(self, query_vectors: np.ndarray, query_texts: list[str]) -> dict[str, Any]:
         """Chroma and FTS alone, in this process, before the service opens the path (breakdown only)."""
-        from ..storage.journal import Journal
-        from ..storage.vectors import VectorStore
+        from memory_service.storage.journal import Journal
+        from memory_service.storage.vectors import VectorStore
 
         vectors = VectorStore(self.data_dir / "chroma", url=self.chroma_url)
         journal = Journal(self.data_dir / "journal.sqlite3")
@@ -315,8 +315,8 @@ def variants_at(level: int, epoch: float) -> dict[str, dict[str, Any]]:
 
 def service_embedder() -> tuple[Any, str]:
     """The embedder the service would use (MEMORY_EMBEDDER), one thread, as the service runs it."""
-    from ..config import Settings
-    from ..storage.embedder import load_embedder
+    from memory_service.config import Settings
+    from memory_service.embedding.embedder import load_embedder
 
     settings = Settings.from_env()
     return load_embedder(settings.embedder, threads=1, cache_dir=settings.cache_dir), settings.embedder

@@ -25,9 +25,9 @@ from typing import Any, Awaitable, Callable
 
 import httpx
 
-from ..http_client import async_service_client, service_client
-from .raw_http import RawHttpClient, RawHttpError
-from .common import (
+from memory_service.client.service import async_service_client, service_client
+from memory_service.bench.raw_http import RawHttpClient, RawHttpError
+from memory_service.bench.common import (
     ServiceRunner, agent_text, goal, latency_summary, machine_info, main_with_llama, pyplot, scrape, write_figure,
 )
 

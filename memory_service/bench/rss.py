@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .common import (
+from memory_service.bench.common import (
     ServiceRunner, agent_text, goal, machine_info, main_with_llama, pyplot, wait_queue_empty, write_figure,
 )
 

@@ -30,13 +30,13 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from . import recall, remember
-from .chroma_server import ChromaServer
-from .common import ServiceRunner, goal, machine_info, main_with_llama, pyplot, start_llama, write_figure
-from .group import ServiceGroup, shared_env
-from .limits import GOAL as CONSUME_GOAL
-from .limits import process_cpu_s
-from .postgres import PostgresCluster
+from memory_service.bench import recall, remember
+from memory_service.bench.chroma_server import ChromaServer
+from memory_service.bench.common import ServiceRunner, goal, machine_info, main_with_llama, pyplot, start_llama, write_figure
+from memory_service.bench.group import ServiceGroup, shared_env
+from memory_service.bench.limits import GOAL as CONSUME_GOAL
+from memory_service.bench.limits import process_cpu_s
+from memory_service.bench.postgres import PostgresCluster
 
 LIMITS_MODULE = "memory_service.bench.limits"
 CONSUME_CLIENTS = 32

@@ -31,8 +31,8 @@ from typing import Any
 
 import httpx
 
-from .common import ServiceRunner, goal, latency_summary, machine_info, main_without_llama, pyplot, write_figure
-from .recall import fact_text
+from memory_service.bench.common import ServiceRunner, goal, latency_summary, machine_info, main_without_llama, pyplot, write_figure
+from memory_service.bench.recall import fact_text
 
 TEAM = "bench-transfer"
 BULK_AGENT, RARE_AGENT = "agent-bulk", "agent-rare"  # 30% and 2% of the memories

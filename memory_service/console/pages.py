@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from ..api.models import MemoryOut
-from ..config import Settings
-from .highlight import Segment, segments
+from memory_service.contract.models import MemoryOut
+from memory_service.config import Settings
+from memory_service.console.highlight import Segment, segments
 
 STATUSES = ("queued", "extracting", "done", "failed")
 PENDING = ("queued", "extracting")

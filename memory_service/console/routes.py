@@ -18,21 +18,21 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from jinja2 import Environment, FileSystemLoader
 
-from ..api import cursor as cursors
-from ..api.auth import caller_of_key, open_access
-from ..api.routes_memories import memory_out
-from ..recall import RecallQuery
-from ..storage.catalog import ListFilter, facets, list_memories, status_counts
-from ..storage.keys import role_allows
-from ..storage.database import UNAVAILABLE
-from ..storage.limit_rules import InvalidInput, LimitNotFound
-from ..storage.limits import LimitStore, LimitView
-from . import pages
-from .session import (COOKIE, COOKIE_PATH, CsrfRejected, LoginRequired, Session, checked_form, cookie_secure,
+from memory_service.api import cursor as cursors
+from memory_service.api.auth import caller_of_key, open_access
+from memory_service.api.routes.memories import memory_out
+from memory_service.recall.search import RecallQuery
+from memory_service.storage.catalog import ListFilter, facets, list_memories, status_counts
+from memory_service.storage.keys import role_allows
+from memory_service.storage.database import UNAVAILABLE
+from memory_service.contract.limit_rules import InvalidInput, LimitNotFound
+from memory_service.storage.limits import LimitStore, LimitView
+from memory_service.console import pages
+from memory_service.console.session import (COOKIE, COOKIE_PATH, CsrfRejected, LoginRequired, Session, checked_form, cookie_secure,
                       login_token, new_secret, read_form, require_session, resolve, safe_next, same_origin)
 
 if TYPE_CHECKING:
-    from ..services import Services
+    from memory_service.services import Services
 
 HERE = Path(__file__).parent
 PAGE_SIZE = 50

@@ -12,8 +12,8 @@ import re
 from datetime import date
 from typing import Any
 
-from ..storage.consolidation import SourceFact
-from ..text import STOPWORDS, normalize
+from memory_service.storage.consolidation import SourceFact
+from memory_service.contract.text import STOPWORDS, normalize
 
 PROMPT_VERSION = "consolidate-v1"
 MAX_POINT_CHARS = 160

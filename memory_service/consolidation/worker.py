@@ -17,15 +17,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..config import Settings
-from ..extraction.errors import ExtractionError, LlmUnavailable
-from ..indexing import item_metadata
-from ..model_pool import ModelPool
-from ..storage.consolidation import DONE, FAILED, INTERRUPTED, YIELDED, ConsolidationStore, Item
-from ..storage.embedder import Embedder
-from ..storage.vectors import VectorItem, VectorStore
-from . import summary
-from .groups import GROUP_MAX_FACTS, Group, group_facts
+from memory_service.config import Settings
+from memory_service.extraction.errors import ExtractionError, LlmUnavailable
+from memory_service.pipeline.passages import item_metadata
+from memory_service.llm.pool import ModelPool
+from memory_service.storage.consolidation import DONE, FAILED, INTERRUPTED, YIELDED, ConsolidationStore, Item
+from memory_service.embedding.embedder import Embedder
+from memory_service.storage.vectors import VectorItem, VectorStore
+from memory_service.consolidation import summary
+from memory_service.consolidation.groups import GROUP_MAX_FACTS, Group, group_facts
 
 log = logging.getLogger("memory_service.consolidation")
 

@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..bench import common
-from . import locomo, personaext
-from .options import eval_parser
+from memory_service.bench import common
+from memory_service.evals import locomo, personaext
+from memory_service.evals.options import eval_parser
 
 
 def _progress(message: str) -> None:

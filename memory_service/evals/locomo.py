@@ -28,8 +28,8 @@ from typing import Any, Iterable
 
 import httpx
 
-from ..bench.common import latency_summary, pyplot, write_figure
-from ..http_client import service_client
+from memory_service.bench.common import latency_summary, pyplot, write_figure
+from memory_service.client.service import service_client
 
 K = 20
 CUTOFFS = (1, 5, 10, 20)
@@ -348,7 +348,7 @@ def embedding_baseline(conversations: list[Conversation]) -> list[dict[str, Any]
     all-MiniLM-L6-v2 (sentence-transformers), exact cosine, no extraction, no keyword search."""
     import numpy as np
 
-    from ..storage.embedder import TorchEmbedder
+    from memory_service.embedding.embedder import TorchEmbedder
 
     embedder = TorchEmbedder(threads=1)
     rows: list[dict[str, Any]] = []
@@ -408,7 +408,7 @@ def run(
         ingest_s = time.monotonic() - started
         total_turns = sum(len(c.turns) for c in conversations)
         _log(f"saved {total_turns} turns in {ingest_s:.1f}s; waiting for extraction")
-        from ..bench.common import wait_queue_empty
+        from memory_service.bench.common import wait_queue_empty
 
         ready = wait_queue_empty(url, extraction_timeout_s or max(600.0, total_turns * 30.0),
                                  progress="locomo extraction", total=total_turns)

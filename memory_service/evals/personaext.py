@@ -27,8 +27,8 @@ from typing import Any
 
 import httpx
 
-from ..bench.common import percentile, pyplot, write_figure
-from ..http_client import service_client
+from memory_service.bench.common import percentile, pyplot, write_figure
+from memory_service.client.service import service_client
 
 DEFAULT_LIMIT = 200
 WAIT_S = 60.0

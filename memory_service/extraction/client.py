@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from .errors import BadReply, ContextOverflow, LlmTimeout, LlmUnavailable
+from memory_service.extraction.errors import BadReply, ContextOverflow, LlmTimeout, LlmUnavailable
 
 
 @dataclass

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..text import STOPWORDS, normalize
+from memory_service.contract.text import STOPWORDS, normalize
 
 _NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")
 SENTENCE = re.compile(r"[^.!?\n]+[.!?]*", re.UNICODE)  # a sentence and its end marks

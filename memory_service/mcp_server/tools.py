@@ -18,8 +18,8 @@ from typing import Annotated, Any, Awaitable, Callable
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
-from ..client import AsyncMemoryClient, MemoryServiceError
-from ..storage.keys import Role
+from memory_service.client import AsyncMemoryClient, MemoryServiceError
+from memory_service.storage.keys import Role
 
 
 class ToolFailed(ToolError):

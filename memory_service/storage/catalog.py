@@ -13,10 +13,10 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from ..extraction.grounding import shape
-from ..text import normalize
-from .database import Conn
-from .journal import DELETED, DONE, EXTRACTING, FAILED, QUEUED, Journal, Memory, has_tag, json_items
+from memory_service.extraction.grounding import shape
+from memory_service.contract.text import normalize
+from memory_service.storage.database import Conn
+from memory_service.storage.journal import DELETED, DONE, EXTRACTING, FAILED, QUEUED, Journal, Memory, has_tag, json_items
 
 Cursor = tuple[float, str]  # (created_at, id) of the last item shown
 

@@ -21,7 +21,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
-from .journal import DELETED, Journal
+from memory_service.storage.journal import DELETED, Journal
 
 CHUNK = 500  # ids per statement, well under SQLite's variable limit
 

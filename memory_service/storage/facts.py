@@ -12,8 +12,8 @@ import time
 from contextlib import contextmanager
 from typing import Any, Iterable, Iterator
 
-from .database import Database
-from .records import (DELETED, DONE, Fact, FactPlan, Memory, dumps_or_none as _dumps,
+from memory_service.storage.database import Database
+from memory_service.storage.records import (DELETED, DONE, Fact, FactPlan, Memory, dumps_or_none as _dumps,
                       fact_from_row as _fact_from_row, tags_of)
 
 

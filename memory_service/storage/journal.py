@@ -21,13 +21,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from .database import Database, SqliteDatabase
-from .facts import FactStore
-from .jobs import JobQueue
-from .keyword import KeywordSearch, fts_query, fts_words, has_tag, json_items
-from .records import (DELETED, DONE, EXTRACTING, FAILED, LOST, QUEUED, Fact, FactPlan, KeywordHit, Memory,
+from memory_service.storage.database import Database, SqliteDatabase
+from memory_service.storage.facts import FactStore
+from memory_service.storage.jobs import JobQueue
+from memory_service.storage.keyword import KeywordSearch, fts_query, fts_words, has_tag, json_items
+from memory_service.storage.records import (DELETED, DONE, EXTRACTING, FAILED, LOST, QUEUED, Fact, FactPlan, KeywordHit, Memory,
                       NewFact, tags_of)
-from .schema import POSTGRES_SCHEMA, SCHEMA
+from memory_service.storage.schema import POSTGRES_SCHEMA, SCHEMA
 
 __all__ = ["DELETED", "DONE", "EXTRACTING", "FAILED", "LOST", "QUEUED", "Fact", "FactPlan", "Journal", "KeywordHit",
            "Memory", "NewFact", "POSTGRES_SCHEMA", "SCHEMA", "fts_query", "fts_words", "has_tag", "json_items"]

@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Any, Callable, Literal
 from zoneinfo import ZoneInfo
 
-from .database import Conn, Database, SqliteDatabase
-from .limit_rules import (MAX_AGENTS_SHOWN, MAX_DAILY_LIMIT, MAX_HANDLED_KEY_LEN, MAX_HISTORY_DAYS,
+from memory_service.contract.limits import HandledRecord
+from memory_service.storage.database import Conn, Database, SqliteDatabase
+from memory_service.contract.limit_rules import (MAX_AGENTS_SHOWN, MAX_DAILY_LIMIT, MAX_HANDLED_KEY_LEN, MAX_HISTORY_DAYS,
                           MAX_IDEMPOTENCY_KEY_LEN, MAX_TTL_DAYS, IdempotencyConflict, InvalidInput, LimitNotFound,
                           check_agent_id, check_int, check_name, check_text, check_timezone)
 
@@ -91,15 +92,6 @@ class LimitView:
     history: list[dict[str, object]] | None = None  # oldest first, today last
 
 
-@dataclass(frozen=True)
-class HandledRecord:
-    key: str
-    agent_id: str | None
-    first_time: bool
-    first_seen_at: str
-    last_seen_at: str
-    seen_count: int
-    expires_at: str | None
 
 
 # ---------------------------------------------------------------- time

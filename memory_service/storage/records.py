@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-QUEUED, EXTRACTING, DONE, FAILED = "queued", "extracting", "done", "failed"
+from memory_service.contract.types import DONE, EXTRACTING, FAILED, QUEUED  # noqa: F401 (re-exported)
+
 # A forgotten memory whose vectors are not removed yet: invisible to every read, purged on completion.
 DELETED = "deleted"
 # What `fail_attempt` answers when the worker's lease was taken over: the job is someone else's now.

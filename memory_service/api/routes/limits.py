@@ -1,0 +1,242 @@
+"""HTTP routes for daily limits and the handled-item ledger.
+
+Everything is scoped to the caller's team (`Team`): another team's limits and
+keys are invisible, even under the same names. Handlers are sync `def`s run in
+the threadpool, so a store call waiting on the SQLite lock (or an fsync with
+synchronous=FULL) never stalls the event loop that serves every other route.
+The store does one short transaction per call. Responses are built directly
+(no response_model re-validation) to keep the consume path lean; the models
+below only document the shapes in /docs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+from memory_service.storage.database import UNAVAILABLE
+from memory_service.contract.limit_rules import MAX_DAILY_LIMIT, MAX_HISTORY_DAYS, MAX_TTL_DAYS, IdempotencyConflict, InvalidInput, \
+    LimitNotFound
+from memory_service.storage.limits import LimitView
+from memory_service.contract.limits import ConsumeAnswer, ConsumeRequest, HandledOut, HandledRequest, LimitOut, LimitSpec
+from memory_service.api.auth import Admin, Team, Writer, check_agent
+from memory_service.api.deps import ServicesDep
+from memory_service.api.errors import error_responses
+from memory_service.contract.types import REPLAYED, AgentId, HandledKey, IdempotencyKey, JsonInt, LimitName, Timezone, whole_float_as_int
+
+router = APIRouter(tags=["limits"])
+
+
+# ---------------------------------------------------------------- input types
+
+AgentQuery = Annotated[AgentId | None, Query(description="Show this agent's counter (per=agent limits)")]
+
+_ERRORS = error_responses(401, 422, 503)
+_NOT_FOUND = error_responses(404, described={404: "No such limit"})
+_BODY_ERRORS = error_responses(400, 413)  # routes with a JSON body: not JSON, or too large
+_FORBIDDEN = error_responses(403)  # below the role the route needs, or a pinned key acting as another agent
+
+
+# ---------------------------------------------------------------- helpers
+
+
+@contextmanager
+def _store_errors() -> Iterator[None]:
+    """Map store exceptions to 4xx/503 so callers never see a 500 for them."""
+    try:
+        yield
+    except InvalidInput as exc:
+        raise HTTPException(status_code=422, detail=str(exc)) from None
+    except LimitNotFound as exc:
+        raise HTTPException(status_code=404, detail=str(exc)) from None
+    except IdempotencyConflict as exc:
+        raise HTTPException(status_code=409, detail=str(exc)) from None
+    except (*UNAVAILABLE, RuntimeError) as exc:
+        raise HTTPException(
+            status_code=503, detail=f"limit storage unavailable: {exc}", headers={"Retry-After": "1"}
+        ) from None
+
+
+def _view_body(view: LimitView) -> dict[str, object]:
+    body = asdict(view)
+    for optional in ("agents", "history"):
+        if body[optional] is None:
+            del body[optional]
+    return body
+
+
+# ---------------------------------------------------------------- limits
+
+
+@router.put(
+    "/v1/limits/{name}",
+    summary="Create or change a daily limit",
+    response_model=None,
+    responses={200: {"model": LimitOut, "description": "Changed"}, 201: {"model": LimitOut, "description": "Created"}}
+    | _BODY_ERRORS
+    | _FORBIDDEN
+    | _ERRORS,
+)
+def put_limit(name: LimitName, spec: LimitSpec, team: Admin, services: ServicesDep) -> JSONResponse:
+    """Create (201) or change (200) the team's limit `name`.
+
+    The day is the local calendar day in `timezone` (IANA name; 23- and
+    25-hour DST days included). Today's counters are kept: lowering
+    `daily_limit` below today's usage denies consumes until the reset;
+    changing `timezone` or `per` starts new counters. `daily_limit` is
+    0-1,000,000,000 (0 blocks everything). Names: 1-128 chars of
+    `[A-Za-z0-9._-]`, starting with a letter or digit, no `..`.
+    """
+    with _store_errors():
+        view, created = services.limits.set_limit(team, name, spec.daily_limit, spec.timezone, spec.per)
+    return JSONResponse(_view_body(view), status_code=201 if created else 200)
+
+
+@router.get("/v1/limits", summary="List the team's limits with today's usage", response_model=None,
+            responses={200: {"model": list[LimitOut]}} | _ERRORS)
+def list_limits(team: Team, services: ServicesDep, agent_id: AgentQuery = None) -> JSONResponse:
+    """All of the team's limits, sorted by name, each with today's usage.
+
+    For per=agent limits `used` is the sum over agents unless `agent_id` is given.
+    """
+    with _store_errors():
+        views = services.limits.list_limits(team, agent_id)
+    return JSONResponse([_view_body(v) for v in views])
+
+
+@router.get("/v1/limits/{name}", summary="One limit with today's usage (and history)", response_model=None,
+            responses={200: {"model": LimitOut}} | _NOT_FOUND | _ERRORS)
+def get_limit(
+    name: LimitName,
+    team: Team,
+    services: ServicesDep,
+    agent_id: AgentQuery = None,
+    days: Annotated[
+        int | None, Query(ge=1, le=MAX_HISTORY_DAYS, description=f"Add the last N local days (1-{MAX_HISTORY_DAYS})")
+    ] = None,
+) -> JSONResponse:
+    """Today's usage of `name`; 404 if the team has no such limit.
+
+    per=agent: pass `agent_id` for one agent's counter, or omit it to get the
+    sum plus per-agent counters (`agents`, busiest 1000). `days=N` adds
+    `history`, the last N local days ending today (zeros included).
+    """
+    with _store_errors():
+        view = services.limits.get_limit(team, name, agent_id, days)
+    return JSONResponse(_view_body(view))
+
+
+@router.delete("/v1/limits/{name}", status_code=204, summary="Delete a limit and its counters",
+               responses=_NOT_FOUND | _FORBIDDEN | _ERRORS)
+def delete_limit(name: LimitName, team: Admin, services: ServicesDep) -> Response:
+    """Remove the limit, its counters and idempotency records (204); 404 if absent."""
+    with _store_errors():
+        services.limits.delete_limit(team, name)
+    return Response(status_code=204)
+
+
+@router.post(
+    "/v1/limits/{name}/consume",
+    summary="Check and count usage atomically",
+    response_model=None,
+    responses={
+        200: {"model": ConsumeAnswer, "description": "Allowed and counted",
+              "headers": {REPLAYED: {"description": "`true` when this repeats an earlier idempotency_key today",
+                                     "schema": {"type": "string", "enum": ["true"]}}}},
+        429: {
+            "model": ConsumeAnswer,
+            "description": "Denied (allowed=false). Nothing counted.",
+            "headers": {"Retry-After": {"description": "Seconds until resets_at", "schema": {"type": "integer"}}},
+        },
+    }
+    | error_responses(409, described={409: "idempotency_key reused today with another agent_id or amount"})
+    | _NOT_FOUND
+    | _BODY_ERRORS
+    | _FORBIDDEN
+    | _ERRORS,
+)
+def consume(name: LimitName, body: ConsumeRequest, request: Request, team: Writer,
+            services: ServicesDep) -> JSONResponse:
+    """Add `amount` (1-1,000,000,000) to today's counter if it stays within the limit.
+
+    Check and count are one transaction: concurrent callers can never push
+    `used` past `daily_limit`, and a denial (429, same body with
+    allowed=false, `Retry-After` header) changes nothing. per=agent limits
+    count each `agent_id` separately. With `idempotency_key`, repeats on the
+    same local day return the first allowed answer (header
+    `Idempotent-Replayed: true`) and count once; denials are not recorded,
+    so a denied request may be retried with the same key. 404 when the team
+    has no limit `name` (create it with PUT first).
+    """
+    check_agent(request, body.agent_id)
+    with _store_errors():
+        result = services.limits.consume(team, name, body.agent_id, body.amount, body.idempotency_key)
+    services.metrics.consume.labels(team, "allowed" if result.allowed else "denied").inc()
+    if not result.allowed:
+        return JSONResponse(result.body(), status_code=429, headers={"Retry-After": str(result.retry_after_s)})
+    headers = {REPLAYED: "true"} if result.replayed else None
+    return JSONResponse(result.body(), headers=headers)
+
+
+# ---------------------------------------------------------------- handled ledger
+
+
+@router.post("/v1/handled", summary="Record a key; say whether it is the first time", response_model=None,
+             responses={200: {"model": HandledOut}} | _BODY_ERRORS | _FORBIDDEN | _ERRORS)
+def mark_handled(body: HandledRequest, request: Request, team: Writer, services: ServicesDep) -> JSONResponse:
+    """Atomic set-if-absent of `key` in the team's ledger (or the agent's, with `agent_id`).
+
+    Exactly one of any number of concurrent posts gets `first_time: true`;
+    others bump `seen_count`. With `ttl_days` the key is forgotten that many
+    days after first being seen, and then counts as first_time again (later
+    posts do not extend it). Keys: 1-2048 chars, any text but NUL.
+    """
+    check_agent(request, body.agent_id, required=False)
+    with _store_errors():
+        record = services.limits.mark_handled(team, body.key, body.agent_id, body.ttl_days)
+    return JSONResponse(asdict(record))
+
+
+def _get_handled(team: str, services: ServicesDep, key: str, agent_id: str | None) -> JSONResponse:
+    with _store_errors():
+        record = services.limits.get_handled(team, key, agent_id)
+    if record is None:
+        raise HTTPException(status_code=404, detail="key not recorded for this team/agent (or expired)")
+    return JSONResponse(asdict(record) | {"first_time": False})
+
+
+_HANDLED_GET = {200: {"model": HandledOut}} | error_responses(404, described={404: "Never seen, or expired"})
+
+
+@router.get("/v1/handled", summary="Look up a key given as a query parameter", response_model=None,
+            responses=_HANDLED_GET | _ERRORS)
+def get_handled_by_query(
+    team: Team,
+    services: ServicesDep,
+    key: Annotated[HandledKey, Query(description="The key, URL-encoded")],
+    agent_id: AgentQuery = None,
+) -> JSONResponse:
+    """Recommended form for keys with `?`, `#`, `%` or `//` (e.g. URLs): `?key=<url-encoded>`."""
+    return _get_handled(team, services, key, agent_id)
+
+
+@router.get("/v1/handled/{key:path}", summary="Look up a key given in the path", response_model=None,
+            responses=_HANDLED_GET | _ERRORS)
+def get_handled(
+    key: Annotated[HandledKey, Path(description="The key; may contain '/'")],
+    team: Team,
+    services: ServicesDep,
+    agent_id: AgentQuery = None,
+) -> JSONResponse:
+    """The record for `key`, or 404 if never seen or expired.
+
+    The rest of the path is the key, slashes included; percent-encode `?`,
+    `#` and `%`, or use `GET /v1/handled?key=` instead.
+    """
+    return _get_handled(team, services, key, agent_id)

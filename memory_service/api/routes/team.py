@@ -1,0 +1,32 @@
+"""GET /v1/team: who the caller's key is and what its team's memory holds.
+
+Agents and tools ask this before they act: an MCP server hides write tools from a read-only key, and an
+empty recall can name the agent ids and tags that do exist instead of leaving a small model to conclude
+that memory is empty or broken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter, Request
+
+from memory_service.storage.catalog import facets
+from memory_service.api.auth import Caller, Team
+from memory_service.api.deps import ServicesDep
+from memory_service.api.errors import error_responses
+from memory_service.contract.models import TeamOut
+
+router = APIRouter(tags=["team"])
+
+
+@router.get("/v1/team", response_model=TeamOut, responses=error_responses(401))
+async def team_route(request: Request, team: Team, services: ServicesDep) -> TeamOut:
+    """The caller's team, the key's role, and the team's memory count with its busiest agent ids and tags."""
+    caller: Caller = request.state.caller
+    found = await asyncio.to_thread(facets, services.journal, team)
+    return TeamOut(
+        team=team, role=caller.role, memories=found.memories,
+        agents=[{"agent_id": a, "memories": n} for a, n in found.agents],
+        tags=[{"tag": t, "memories": n} for t, n in found.tags],
+    )

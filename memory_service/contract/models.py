@@ -1,0 +1,287 @@
+"""Request and response models: the API's edges, strict (unknown fields are refused)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from memory_service.contract.types import (AgentId, ExportId, FreeText, IdempotencyKey, JobStatus, JsonFloat, JsonInt, Metadata, RunId,
+                    Tags)
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class FieldError(BaseModel):
+    field: str = Field(description="Where: a body field (`tags.0`), or `query.<name>` / `path.<name>`.")
+    message: str
+
+
+class ErrorOut(BaseModel):
+    """Every error body, whatever the route: a code for programs, a message for people."""
+
+    error: str = Field(description="bad_request, unauthorized, forbidden, not_found, method_not_allowed, conflict, "
+                                   "request_timeout, too_large, invalid_request, limit_reached, unavailable or "
+                                   "internal.", examples=["invalid_request"])
+    detail: str = Field(description="What was wrong and what is allowed.")
+    errors: list[FieldError] | None = Field(default=None, description="On a refused request body or parameter: "
+                                                                      "each field and its problem.")
+
+
+class RememberRequest(Strict):
+    text: FreeText = Field(min_length=1, description="What the agent did, read or was told, without NUL "
+                                                     "characters. Limit: MEMORY_MAX_TEXT_BYTES (64 KiB).")
+    agent_id: AgentId
+    run_id: RunId | None = None
+    tags: Tags = Field(default_factory=list)
+    metadata: Metadata = Field(default_factory=dict)
+    idempotency_key: IdempotencyKey | None = Field(
+        default=None, description="A repeat with the same key (per team) returns the first save, with header "
+                                  "`Idempotent-Replayed: true`.")
+    occurred_at: datetime | None = Field(
+        default=None, description="When what the text tells happened (ISO-8601; with an offset it counts in that "
+                                  "offset, without one in MEMORY_TIMEZONE). Relative dates in its facts "
+                                  "('yesterday') count from that day. Default: the save time.")
+    wait_s: JsonFloat = Field(default=0, ge=0, le=120, description="Wait up to this long for extraction to finish before answering.")
+
+    @field_validator("text")
+    @classmethod
+    def _text_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("text is empty or only whitespace; send the text to remember")
+        return value
+
+
+class RememberResponse(BaseModel):
+    id: str
+    status: JobStatus
+    created: bool = Field(description="False when an earlier save with the same idempotency_key was returned.")
+    queue_depth: int
+    estimated_extraction_s: float | None = Field(
+        description="Seconds until this save's facts are extracted: the work queued ahead of it (and its own) at the "
+                    "model's speed. Null when no speed is known yet (see estimate_basis).")
+    estimate_basis: str | None = Field(
+        default=None, description="What the estimate rests on: 'measured', 'bootstrap smoke test', or 'unknown'.")
+
+
+class FactOut(BaseModel):
+    id: str
+    text: str
+    spans: list[list[int]]
+    superseded_by: str | None = None
+    created_at: datetime
+
+
+class MemoryHead(BaseModel):
+    """What every view of a saved text shows first."""
+
+    id: str
+    status: JobStatus
+    agent_id: str
+    run_id: str | None
+    text: str
+    tags: list[str]
+
+
+class MemoryOut(MemoryHead):
+    metadata: dict[str, Any]
+    created_at: datetime
+    occurred_at: datetime | None = Field(default=None, description="As given to remember; null when not given.")
+    occurred_day: str | None = Field(default=None, description="The day relative dates in its facts count from.")
+    attempts: int
+    deferrals: int
+    next_attempt_at: datetime | None
+    last_error: str | None
+    facts: list[FactOut]
+    rejected_facts: list[dict[str, str]]
+    timings: dict[str, Any] | None
+    extraction: dict[str, Any] | None
+    raw_reply: str | None = Field(description="The model's raw reply, kept when parsing failed.")
+    progress: dict[str, int] | None = Field(
+        default=None, description="While a long text is part-way: chunks done and characters done of the total.")
+
+
+class RecallRequest(Strict):
+    query: FreeText = Field(min_length=1, max_length=4096)
+    agent_id: AgentId | None = None
+    scope: Literal["team", "agent"] = "team"
+    k: JsonInt = Field(default=10, ge=1, le=100)
+    kinds: list[Literal["fact", "passage", "consolidated"]] = Field(
+        default_factory=lambda: ["fact", "passage"], min_length=1,
+        description="consolidated (asked for explicitly): one line per subject summing up its facts "
+                    "(MEMORY_CONSOLIDATE), with all their sources.")
+    tags: Tags = Field(default_factory=list, description="Items must carry all of these.")
+    since: datetime | None = None
+    until: datetime | None = None
+    time_field: Literal["created_at", "occurred_at"] = Field(
+        default="created_at", description="What since/until compare: when the text was saved, or when what it "
+                                          "tells happened (its `occurred_at`; a text saved without one: its save time).")
+    min_score: JsonFloat | None = Field(default=None, ge=-1, le=1, description="Minimum cosine similarity of an item to the query.")
+
+    @field_validator("query")
+    @classmethod
+    def _query_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("query is empty or only whitespace")
+        return value
+
+
+class RecallItem(BaseModel):
+    kind: Literal["fact", "passage", "consolidated"]
+    text: str
+    score: float = Field(description="Rank-fusion score of vector and keyword search; higher is better.")
+    similarity: float | None = Field(description="Cosine similarity to the query, when the vector search found it.")
+    memory_id: str
+    source_memory_ids: list[str]
+    fact_id: str | None = Field(default=None, description="The fact's id; for a consolidated item, its id (c:...).")
+    agent_id: str
+    created_at: datetime
+    tags: list[str]
+
+
+class RecallResponse(BaseModel):
+    items: list[RecallItem]
+
+
+class AgentCount(BaseModel):
+    agent_id: str
+    memories: int
+
+
+class TagCount(BaseModel):
+    tag: str
+    memories: int
+
+
+class TeamOut(BaseModel):
+    team: str
+    role: Literal["read", "write", "admin"] = Field(
+        description="What this key may do. read: recall, get, list, check; write: also remember, consume, mark "
+                    "handled, import; admin: also forget, define limits, manage keys.")
+    memories: int = Field(description="Saved texts in the team's memory (forgotten ones excluded).")
+    agents: list[AgentCount] = Field(description="The agent ids with most memories, busiest first (max 50).")
+    tags: list[TagCount] = Field(description="The most used tags, most used first (max 50).")
+
+
+class MemorySummary(MemoryHead):
+    created_at: datetime
+    facts: int = Field(description="How many facts this text produced or confirmed.")
+
+
+class MemoryPage(BaseModel):
+    items: list[MemorySummary]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last page.")
+
+
+class ForgetResponse(BaseModel):
+    deleted: int
+
+
+class ExportedFact(BaseModel):
+    """A fact as `/v1/export` writes it and `/v1/import` reads it."""
+
+    id: ExportId
+    text: FreeText = Field(min_length=1, max_length=4096)
+    spans: list[tuple[int, int]] = Field(default_factory=list)
+    created_at: float | None = None
+    superseded_by: str | None = None
+    superseded_at: float | None = None
+
+
+class ExportedMemory(BaseModel):
+    """One line of `/v1/export`: a memory with its facts. Unknown fields are ignored (newer exports)."""
+
+    id: ExportId
+    text: FreeText
+    agent_id: AgentId
+    run_id: RunId | None = None
+    tags: Tags = Field(default_factory=list)
+    metadata: Metadata = Field(default_factory=dict)
+    created_at: float
+    status: JobStatus = JobStatus.QUEUED
+    idempotency_key: IdempotencyKey | None = None
+    occurred_at: float | None = None
+    occurred_day: str | None = Field(default=None, pattern=r"^\d{4}-\d{2}-\d{2}$")
+    facts: list[ExportedFact] = Field(default_factory=list)
+
+    @field_validator("text")
+    @classmethod
+    def _text_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("text is empty or only whitespace")
+        return value
+
+
+class ImportResponse(BaseModel):
+    imported: int = Field(description="Lines stored as new memories.")
+    skipped: int = Field(description="Lines already imported before (same original id or idempotency key).")
+    failed: int
+    errors: list[dict[str, Any]] = Field(description="The first 100 bad lines: {line, detail}.")
+
+
+class HealthOut(BaseModel):
+    status: Literal["ok"]
+
+
+class JobCounts(BaseModel):
+    queued: int
+    extracting: int
+    done: int
+    failed: int
+
+
+class ThroughputOut(BaseModel):
+    prompt_tokens_per_s: float | None
+    generation_tokens_per_s: float | None
+    seconds_per_job: float | None
+    source: str = Field(description="Where the speeds come from: measured, a prior, or unmeasured.")
+
+
+class ModelServerOut(BaseModel):
+    url: str
+    reachable: bool
+    error: str | None
+    n_ctx: int | None
+    slots: int | None
+    build: str | None
+    model: str | None = Field(description="The model file's name.")
+    throughput: ThroughputOut | None = Field(None, description="This server's measured speed.")
+
+
+class StorageOut(BaseModel):
+    database: str = Field(description="`sqlite` (the data dir's files) or the PostgreSQL URL, password hidden.")
+    vectors: str = Field(description="`embedded` (the data dir's Chroma) or the Chroma server's URL.")
+
+
+class ReadyOut(BaseModel):
+    """`/ready`'s body, the same on 200 and 503: the reason is in it."""
+
+    status: Literal["ready", "unavailable"]
+    model_server: ModelServerOut = Field(description="The first server that is up (or the first listed).")
+    model_servers: list[ModelServerOut] = Field(description="Every server of MEMORY_LLM_URL, in its order.")
+    thinking: dict[str, Any] | None = Field(description="Whether the chat template turns thinking off.")
+    queue_depth: int
+    jobs: JobCounts
+    throughput: ThroughputOut
+    extract_budget_s: float
+    storage: StorageOut
+
+
+class ConsolidationOut(BaseModel):
+    enabled: bool
+    running: bool = Field(description="A consolidation model call or write is in progress now.")
+    items: int = Field(description="Consolidated items stored (all teams).")
+    runs: list[dict[str, Any]] = Field(default_factory=list, description="The latest passes, newest first: "
+                                       "started_at, ended_at, outcome (running, done, yielded, interrupted, "
+                                       "failed), groups_due, written, removed.")
+    last_error: str | None = None
+
+
+class StatsOut(BaseModel):
+    jobs: JobCounts
+    throughput: ThroughputOut
+    model_ready: bool
+    consolidation: ConsolidationOut

@@ -1,0 +1,132 @@
+"""One annotated type per input concept, used by every router in bodies, query and path parameters.
+
+One definition keeps /docs, validation and the 422 message of a concept the same on every route, and
+each 422 says the rule in words (pydantic's own message would only quote a regular expression).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import (AfterValidator, BeforeValidator, Field, ValidationError, ValidatorFunctionWrapHandler,
+                      WrapValidator)
+
+from memory_service.contract.ids import ID_PATTERN, ID_RULE, MAX_ID_LEN
+from memory_service.contract.limit_rules import (MAX_HANDLED_KEY_LEN, MAX_IDEMPOTENCY_KEY_LEN, MAX_NAME_LEN, NAME_PATTERN, NAME_RULE,
+                                   check_name, check_timezone)
+
+# A saved text's extraction status: the journal stores these strings and the API shows them.
+QUEUED, EXTRACTING, DONE, FAILED = "queued", "extracting", "done", "failed"
+REPLAYED = "Idempotent-Replayed"  # response header, `true` when an idempotency key's first answer is replayed
+MAX_TAGS = 32
+MAX_TAG_LEN = 64
+NO_CONTROL_CHARS = r"^[^\x00-\x1f\x7f]+$"
+NO_NUL = r"^[^\x00]+$"
+MAX_METADATA_DEPTH = 32
+NUL_RULE = "must not contain NUL characters (\\u0000)"
+
+
+class JobStatus(StrEnum):
+    """Where a saved text's extraction stands: the journal's statuses (a forgotten text is never shown)."""
+
+    QUEUED = QUEUED
+    EXTRACTING = EXTRACTING
+    DONE = DONE
+    FAILED = FAILED
+
+
+def _rule(rule: str) -> WrapValidator:
+    """Any failure of the inner checks (type, length, pattern) becomes one message: the rule in words."""
+    def validate(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        try:
+            return handler(value)
+        except ValidationError:
+            raise ValueError(f"must be {rule}") from None
+    return WrapValidator(validate)
+
+
+def _tag(value: str) -> str:
+    value = value.strip()
+    if not value:
+        raise ValueError("a tag must not be empty or only whitespace")
+    return value
+
+
+def _tz(value: str) -> str:
+    check_timezone(value)
+    return value
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError(NUL_RULE)
+    return value
+
+
+def whole_float_as_int(value: Any) -> Any:
+    """JSON Schema counts 158.0 as an integer: let it through, while the strict int still refuses 1.5, true, "5"."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def check_metadata(value: dict[str, Any]) -> dict[str, Any]:
+    """Depth and NUL checks without recursion: a 10,000-deep object must be a 422, not a RecursionError later
+    when the memory is serialized."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_METADATA_DEPTH:
+            raise ValueError(f"nested more than {MAX_METADATA_DEPTH} levels deep; flatten it")
+        children = (list(node.keys()) + list(node.values())) if isinstance(node, dict) else (
+            node if isinstance(node, list) else [])
+        for child in children:
+            if isinstance(child, str):
+                if "\x00" in child:
+                    raise ValueError(f"keys and strings {NUL_RULE}")
+            elif isinstance(child, (dict, list)):
+                stack.append((child, depth + 1))
+    return value
+
+
+TAG_RULE = f"1-{MAX_TAG_LEN} characters, no control characters"
+LABEL_RULE = "at most 200 characters, no control characters"
+IDEMPOTENCY_RULE = f"1-{MAX_IDEMPOTENCY_KEY_LEN} characters, no control characters"
+HANDLED_KEY_RULE = f"1-{MAX_HANDLED_KEY_LEN} characters, any text but NUL"
+
+AgentId = Annotated[str, Field(min_length=1, max_length=MAX_ID_LEN, pattern=ID_PATTERN,
+                               description=f"The agent: {ID_RULE}"), _rule(ID_RULE)]
+RunId = Annotated[str, Field(min_length=1, max_length=MAX_ID_LEN, pattern=ID_PATTERN,
+                             description=f"The run: {ID_RULE}"), _rule(ID_RULE)]
+Tag = Annotated[str, Field(min_length=1, max_length=MAX_TAG_LEN, pattern=NO_CONTROL_CHARS,
+                           description=f"{TAG_RULE}; trimmed"),
+                _rule(TAG_RULE), AfterValidator(_tag)]
+Tags = Annotated[list[Tag], Field(max_length=MAX_TAGS, description=f"At most {MAX_TAGS}; repeats dropped"),
+                 AfterValidator(lambda tags: list(dict.fromkeys(tags)))]
+IdempotencyKey = Annotated[str, Field(min_length=1, max_length=MAX_IDEMPOTENCY_KEY_LEN, pattern=NO_CONTROL_CHARS,
+                                      description=IDEMPOTENCY_RULE), _rule(IDEMPOTENCY_RULE)]
+LimitName = Annotated[str, Field(max_length=MAX_NAME_LEN, pattern=NAME_PATTERN, description=f"Limit name: {NAME_RULE}"),
+                      _rule(NAME_RULE), AfterValidator(check_name)]
+Timezone = Annotated[str, Field(min_length=1, max_length=64, examples=["Europe/Madrid"],
+                                description="IANA timezone name"), AfterValidator(_tz)]
+HandledKey = Annotated[str, Field(min_length=1, max_length=MAX_HANDLED_KEY_LEN, pattern=NO_NUL,
+                                  description=f"Opaque key (URL, message id): {HANDLED_KEY_RULE}"),
+                       _rule(HANDLED_KEY_RULE)]
+
+# Free text (a memory, a query, a fact): anything but NUL, which is never meaningful in text and whose
+# handling SQLite leaves undefined (its functions may cut a string there). The pattern documents the rule;
+# the validator words it.
+FreeText = Annotated[str, Field(json_schema_extra={"pattern": "^[^\\x00]*$"}), AfterValidator(_no_nul)]
+Label = Annotated[str, Field(max_length=200, pattern=r"^[^\x00-\x1f\x7f]*$",
+                             description=f"A note for people, e.g. 'mailer on host-3': {LABEL_RULE}"),
+                  _rule(LABEL_RULE)]
+EXPORT_ID_RULE = "1-256 characters, no control characters"
+ExportId = Annotated[str, Field(min_length=1, max_length=256, pattern=NO_CONTROL_CHARS,
+                                description=f"The id in the exporting service: {EXPORT_ID_RULE}"),
+                     _rule(EXPORT_ID_RULE)]
+# JSON numbers only: no true/false, no "5". An integral float (158.0) is an integer, as JSON Schema says.
+# (constraints of an optional one go in its own Annotated, before the validator, or the schema loses them)
+JsonInt = Annotated[int, Field(strict=True), BeforeValidator(whole_float_as_int)]
+JsonFloat = Annotated[float, Field(strict=True)]
+Metadata = Annotated[dict[str, Any], AfterValidator(check_metadata),
+                     Field(description=f"Kept with the text, returned as given (≤ 8 KiB as JSON, at most "
+                                       f"{MAX_METADATA_DEPTH} levels deep, no NUL characters).")]

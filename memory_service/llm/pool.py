@@ -1,0 +1,72 @@
+"""The llama-servers the service extracts with (MEMORY_LLM_URL may list several).
+
+Each server has its own `ModelHandle`: its own readiness, props and measured speed.
+Extraction workers are bound to one handle each, so a server that goes down only
+idles its own workers (they wait on its /health and claim nothing meanwhile) while
+the others keep taking jobs; when it answers again its workers resume.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from memory_service.config import Settings
+from memory_service.extraction.client import LlamaClient
+from memory_service.llm.handle import ModelHandle
+
+
+@dataclass
+class ModelPool:
+    handles: list[ModelHandle]
+
+    @classmethod
+    def open(cls, settings: Settings, *, speed_prior: tuple[float, float] | None = None) -> "ModelPool":
+        """One handle per URL, in the order given; the first is the primary while it is up."""
+        return cls([ModelHandle(settings, LlamaClient(url), speed_prior=speed_prior) for url in settings.llm_urls])
+
+    def __post_init__(self) -> None:
+        if not self.handles:
+            raise ValueError("a model pool needs at least one llama-server")
+
+    @property
+    def primary(self) -> ModelHandle:
+        """The first server that is up (or the first listed, when none is): what single-server views show."""
+        return next((h for h in self.handles if h.ready), self.handles[0])
+
+    @property
+    def ready(self) -> bool:
+        """At least one server can extract."""
+        return any(h.ready for h in self.handles)
+
+    def set_on_timings(self, callback: Callable[[dict[str, Any]], None]) -> None:
+        for handle in self.handles:
+            handle.on_timings = callback
+
+    async def probe(self, max_age_s: float | None = None) -> None:
+        """Probe every server at once (a down one costs at most its health timeout, not the sum of them)."""
+        due = [h for h in self.handles
+               if max_age_s is None or not h.ready or time.time() - h.last_check > max_age_s]
+        await asyncio.gather(*(h.probe() for h in due))
+
+    def servers(self) -> dict[str, bool]:
+        """{url: up} for every server, in the order given."""
+        return {h.client.base_url: h.ready for h in self.handles}
+
+    def estimate(self, jobs: int, chars: int, max_output: int) -> tuple[float | None, str]:
+        """Seconds to extract a backlog with the servers that are up working side by side (rates add up).
+
+        With none up, the servers' last known speeds stand in: the jobs wait for one to return.
+        """
+        estimates = [(h.ready, *h.estimate(jobs, chars, max_output)) for h in self.handles]
+        known = [(ready, seconds, source) for ready, seconds, source in estimates if seconds]
+        usable = [e for e in known if e[0]] or known
+        if not usable:
+            return estimates[0][1], estimates[0][2]
+        combined = 1.0 / sum(1.0 / seconds for _, seconds, _ in usable)
+        return round(combined, 2), usable[0][2]
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*(h.client.aclose() for h in self.handles))

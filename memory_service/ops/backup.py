@@ -1,0 +1,316 @@
+"""`memory-service backup DIR` and `memory-service restore DIR`.
+
+A backup is a directory: a copy of each SQLite database of the data dir (the journal: texts, jobs,
+facts; the limits store: counters and the handled ledger; the API keys, as hashes) plus `manifest.json`
+with their sha256 and row counts. The copies come from SQLite's online backup API, so a backup can be taken while
+the service runs: each database is copied from one read snapshot (WAL: writers carry on) and is
+consistent on its own. The databases never refer to each other, so snapshots a moment
+apart are a valid state. A backup is built in a hidden sibling directory and renamed into place
+last, so a directory with a manifest is always complete.
+
+Vectors are derived from the journal. While a service runs they are not copied (Chroma's files are
+not safe to copy under a writer) and restore embeds every passage and active fact again. When no
+service holds the data dir, the backup copies them too, under the data dir's exclusive lock, and
+restore uses the copy.
+
+Restore checks every checksum first (a damaged or partial backup changes nothing), refuses while a
+service holds the data dir, builds the new data dir beside the old one, and only then swaps them:
+the current data is moved aside to `<data dir>.before-restore-<time>`, never deleted. Jobs that were
+queued or mid-extraction in the snapshot are queued again on the next start.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sqlite3
+import time
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from memory_service.config import Settings
+from memory_service.storage.datalock import LOCK_NAME, DataDirBusy, DataDirLock
+
+if TYPE_CHECKING:
+    from memory_service.ops.reindex import Reindexed
+
+FORMAT = "memory-service-backup"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+JOURNAL = "journal.sqlite3"
+DATABASES = (JOURNAL, "limits.sqlite3", "keys.sqlite3")  # keys: API keys with roles, as hashes
+VECTORS = "chroma"
+
+
+class BackupError(RuntimeError):
+    """A backup or restore that cannot go ahead; the message says why and what to do."""
+
+
+# ---------------------------------------------------------------- backup
+
+
+def backup(data_dir: Path, dest: Path) -> dict[str, Any]:
+    """Snapshot `data_dir` into the new directory `dest`; returns a summary."""
+    data_dir = data_dir.absolute()
+    dest = dest.absolute()
+    if not (data_dir / JOURNAL).is_file():
+        raise BackupError(f"no {JOURNAL} in {data_dir}: is it a memory-service data dir? "
+                          "(--data-dir, env MEMORY_DATA_DIR)")
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise BackupError(f"{dest} already exists and is not empty: back up into a new directory")
+    if dest == data_dir or data_dir in dest.parents:
+        raise BackupError(f"{dest} is inside the data dir: back up somewhere else")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = dest.parent / f".{dest.name}.partial-{os.getpid()}"
+    lock = DataDirLock(data_dir)
+    try:
+        lock.acquire(exclusive=True, wait=False)
+        quiescent = True  # no service: the vector files hold still and can be copied
+    except DataDirBusy:
+        quiescent = False
+    try:
+        staging.mkdir()
+        files = {name: _snapshot(data_dir / name, staging / name) for name in DATABASES
+                 if (data_dir / name).is_file()}
+        vectors: dict[str, Any] = {"mode": "rebuild"}
+        if quiescent and (data_dir / VECTORS).is_dir():
+            shutil.copytree(data_dir / VECTORS, staging / VECTORS)
+            vectors = {"mode": "copied", "files": {
+                f"{VECTORS}/{path.relative_to(staging / VECTORS).as_posix()}": _describe(path)
+                for path in sorted((staging / VECTORS).rglob("*")) if path.is_file()}}
+        manifest = {
+            "format": FORMAT, "format_version": FORMAT_VERSION,
+            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "source_data_dir": str(data_dir), "package_version": _package_version(),
+            "files": files, "vectors": vectors,
+        }
+        (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        _sync_tree(staging)
+        if dest.exists():
+            dest.rmdir()
+        staging.rename(dest)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    finally:
+        lock.release()
+    journal_rows = files[JOURNAL]["rows"]
+    return {"backup": str(dest), "data_dir": str(data_dir), "created_at": manifest["created_at"],
+            "memories": journal_rows.get("memories", 0), "facts": journal_rows.get("facts", 0),
+            "databases": sorted(files), "vectors": "copied" if vectors["mode"] == "copied" else "rebuilt on restore"}
+
+
+def _snapshot(source: Path, target: Path) -> dict[str, Any]:
+    """One consistent copy of a live SQLite database, as a single self-contained file."""
+    src = sqlite3.connect(source, timeout=30)
+    dst = sqlite3.connect(target)
+    try:
+        src.backup(dst)  # all pages in one step: one read snapshot, writers are not blocked (WAL)
+        dst.execute("PRAGMA journal_mode=DELETE")  # no -wal beside the copy
+        problem = _check_database(dst)
+        if problem:
+            raise BackupError(f"{source} fails SQLite's check ({problem}): the database itself is damaged")
+        rows = _row_counts(dst)
+    finally:
+        dst.close()
+        src.close()
+    return {**_describe(target), "rows": rows}
+
+
+def _row_counts(conn: sqlite3.Connection) -> dict[str, int]:
+    """Rows per table, leaving out full-text indexes (derived from the tables they index)."""
+    tables = conn.execute(
+        "SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
+    ).fetchall()
+    virtual = [name for name, sql in tables if (sql or "").upper().startswith("CREATE VIRTUAL")]
+    real = [name for name, _ in tables if name not in virtual and not any(name.startswith(v + "_") for v in virtual)]
+    return {name: conn.execute(f'SELECT COUNT(*) FROM "{name}"').fetchone()[0] for name in real}
+
+
+def _check_database(conn: sqlite3.Connection) -> str | None:
+    result = [row[0] for row in conn.execute("PRAGMA quick_check")]
+    return None if result == ["ok"] else "; ".join(map(str, result[:3]))
+
+
+# ---------------------------------------------------------------- verify
+
+
+def verify(src: Path) -> dict[str, Any]:
+    """The backup's manifest once every file it lists is present with its size and checksum."""
+    if not src.is_dir():
+        raise BackupError(f"{src} is not a directory")
+    try:
+        manifest = json.loads((src / MANIFEST).read_text())
+    except FileNotFoundError:
+        raise BackupError(f"{src} is not a complete backup: {MANIFEST} is missing") from None
+    except (OSError, ValueError) as exc:
+        raise BackupError(f"{src}/{MANIFEST} is unreadable ({exc}): the backup is damaged") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise BackupError(f"{src}/{MANIFEST} is not a memory-service backup manifest")
+    version = manifest.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise BackupError(f"{src} was written in backup format {version!r}; this version reads up to "
+                          f"{FORMAT_VERSION}: upgrade memory-service to restore it")
+    files = manifest.get("files")
+    if not isinstance(files, dict) or JOURNAL not in files:
+        raise BackupError(f"{src}/{MANIFEST} lists no {JOURNAL}: the backup is damaged")
+    for name, info in _listed(manifest).items():
+        problem = _file_problem(src, name, info)
+        if problem:
+            raise BackupError(f"the backup in {src} is damaged: {problem}; nothing was restored")
+    return manifest
+
+
+def _listed(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    vectors = manifest.get("vectors") or {}
+    return {**manifest["files"], **(vectors.get("files") or {} if vectors.get("mode") == "copied" else {})}
+
+
+def _file_problem(root: Path, name: str, info: Any) -> str | None:
+    relative = Path(name)
+    if relative.is_absolute() or ".." in relative.parts or not isinstance(info, dict):
+        return f"the manifest entry {name!r} is not a file of the backup"
+    path = root / relative
+    if not path.is_file():
+        return f"{name} is missing"
+    size = path.stat().st_size
+    if size != info.get("bytes"):
+        return f"{name} has {size} bytes, the manifest says {info.get('bytes')}"
+    if _sha256(path) != info.get("sha256"):
+        return f"{name} does not match its checksum in the manifest"
+    return None
+
+
+# ---------------------------------------------------------------- restore
+
+
+def restore(src: Path, settings: Settings, *, force: bool = False, rebuild_vectors: bool = False) -> dict[str, Any]:
+    """Make `settings.data_dir` the state saved in the backup `src`; returns a summary."""
+    src = src.absolute()
+    data_dir = settings.data_dir.absolute()
+    manifest = verify(src)
+    if settings.chroma_url:
+        raise BackupError("restore rebuilds the vector store under the data dir, but MEMORY_CHROMA_URL points at a "
+                          "Chroma server: unset it to restore into the embedded store")
+    if data_dir.exists() and not data_dir.is_dir():
+        raise BackupError(f"{data_dir} is not a directory")
+    lock = DataDirLock(data_dir)
+    if data_dir.is_dir():
+        try:
+            lock.acquire(exclusive=True, wait=False)
+        except DataDirBusy:
+            raise BackupError(f"a memory-service is running on {data_dir}: stop it, then restore") from None
+    occupied = data_dir.is_dir() and any(p.name != LOCK_NAME for p in data_dir.iterdir())
+    if occupied and not force:
+        lock.release()
+        raise BackupError(f"{data_dir} already holds data: pass --force to restore over it (the current data "
+                          "is moved aside, not deleted)")
+    data_dir.parent.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    staging = data_dir.parent / f".{data_dir.name}.restoring-{stamp}-{os.getpid()}"
+    kept_aside: Path | None = None
+    try:
+        staging.mkdir()
+        for name, info in manifest["files"].items():
+            shutil.copyfile(src / name, staging / name)
+            problem = _file_problem(staging, name, info)  # the copy, not only the original, is what counts
+            if problem:
+                raise BackupError(f"copying the backup failed: {problem}; nothing was restored")
+            conn = sqlite3.connect(staging / name)
+            try:
+                problem = _check_database(conn)
+            finally:
+                conn.close()
+            if problem:
+                raise BackupError(f"{src / name} fails SQLite's check ({problem}): the backup is damaged; "
+                                  "nothing was restored")
+        copied = manifest.get("vectors", {}).get("mode") == "copied" and not rebuild_vectors
+        if copied:
+            shutil.copytree(src / VECTORS, staging / VECTORS)
+            embedded = None
+        else:
+            embedded = _rebuild_vectors(staging, settings)
+        _sync_tree(staging)
+        if data_dir.exists():
+            if occupied:
+                kept_aside = data_dir.with_name(f"{data_dir.name}.before-restore-{stamp}")
+                data_dir.rename(kept_aside)
+            else:
+                (data_dir / LOCK_NAME).unlink(missing_ok=True)
+                data_dir.rmdir()
+        try:
+            staging.rename(data_dir)
+        except BaseException:
+            if kept_aside is not None:
+                kept_aside.rename(data_dir)
+                kept_aside = None
+            raise
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    finally:
+        lock.release()
+    journal_rows = manifest["files"][JOURNAL].get("rows", {})
+    summary: dict[str, Any] = {
+        "restored": str(data_dir), "from": str(src), "backup_created_at": manifest.get("created_at"),
+        "memories": journal_rows.get("memories"), "facts": journal_rows.get("facts"),
+        "vectors": "copied" if copied else "rebuilt",
+        "previous_data": str(kept_aside) if kept_aside else None,
+    }
+    if embedded is not None:
+        summary.update(passages_embedded=embedded.passages, facts_embedded=embedded.facts)
+    return summary
+
+
+def _rebuild_vectors(staging: Path, settings: Settings) -> "Reindexed":
+    """Embed the restored journal into a new vector store beside it (the model loads only here)."""
+    from memory_service.ops.reindex import reindex
+    from memory_service.embedding.embedder import load_embedder
+    from memory_service.storage.journal import Journal
+    from memory_service.storage.vectors import VectorStore
+
+    journal = Journal(staging / JOURNAL)
+    try:
+        vectors = VectorStore(staging / VECTORS)
+        embedder = load_embedder(settings.embedder, threads=settings.embed_threads, cache_dir=settings.cache_dir)
+        return reindex(journal, embedder, vectors)
+    finally:
+        journal.close()
+
+
+# ---------------------------------------------------------------- files
+
+
+def _describe(path: Path) -> dict[str, Any]:
+    return {"sha256": _sha256(path), "bytes": path.stat().st_size}
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _sync_tree(root: Path) -> None:
+    """Files and directories on disk before the rename that makes them visible."""
+    for path in [*sorted(root.rglob("*")), root]:
+        if path.is_symlink() or not (path.is_dir() or path.is_file()):
+            continue
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _package_version() -> str:
+    try:
+        return metadata.version("memory-service")
+    except metadata.PackageNotFoundError:
+        return "unknown"

@@ -1,0 +1,45 @@
+"""Import: exported memories back into a team, their facts kept (and embedded) or queued for extraction.
+
+Each line is its own transaction keyed on the original id, so an import cut off half-way can simply
+be run again: lines already in are skipped. Passages are embedded by the usual indexer afterwards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from memory_service.pipeline.passages import base_metadata
+from memory_service.storage.catalog import ImportedFact, import_record
+from memory_service.embedding.embedder import Embedder
+from memory_service.storage.journal import Journal, Memory
+from memory_service.storage.vectors import VectorItem, VectorStore
+
+
+@dataclass
+class ImportTally:
+    imported: int = 0
+    skipped: int = 0
+
+
+def import_batch(records: list[dict], *, team: str, journal: Journal, embedder: Embedder, vectors: VectorStore,
+                 re_extract: bool, budget_s: float) -> ImportTally:
+    """Store a batch of validated export records; facts kept as they are unless `re_extract`."""
+    tally = ImportTally()
+    to_embed: list[tuple[Memory, ImportedFact]] = []
+    for record in records:
+        memory, created, facts = import_record(journal, team, record, keep_facts=not re_extract, budget_s=budget_s)
+        if created:
+            tally.imported += 1
+            to_embed += [(memory, fact) for fact in facts]
+        else:
+            tally.skipped += 1
+    if to_embed:
+        embeddings = embedder.embed([fact.text for _, fact in to_embed])
+        vectors.upsert(team, [
+            VectorItem(id=fact.id, text=fact.text, embedding=np.asarray(vec),
+                       metadata={**base_metadata(memory), "kind": "fact"})
+            for (memory, fact), vec in zip(to_embed, embeddings)
+        ])
+    return tally
