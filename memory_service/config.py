@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from urllib.parse import urlsplit
 from typing import Annotated, Any, ClassVar, Literal
+from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -30,8 +30,9 @@ DEFAULT_CACHE_DIR = Path.home() / ".cache" / "memory-service"
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="MEMORY_", frozen=True, extra="ignore", env_ignore_empty=True,
-                                      populate_by_name=True)
+    model_config = SettingsConfigDict(
+        env_prefix="MEMORY_", frozen=True, extra="ignore", env_ignore_empty=True, populate_by_name=True
+    )
 
     host: str = "127.0.0.1"
     port: int = Field(8700, ge=1, le=65535)
@@ -48,7 +49,8 @@ class Settings(BaseSettings):
     llama_nice: int = Field(10, ge=0, le=19)
     llama_ctx: int = Field(4096, ge=512, le=1 << 20)
     llama_chat_template_file: str | None = Field(
-        None, validation_alias=AliasChoices("MEMORY_CHAT_TEMPLATE_FILE", "llama_chat_template_file"))
+        None, validation_alias=AliasChoices("MEMORY_CHAT_TEMPLATE_FILE", "llama_chat_template_file")
+    )
     api_keys: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)  # key -> team
     extract_budget_s: float = Field(20.0, ge=0.5, le=3600)
     max_output_tokens: int = Field(384, ge=16, le=8192)
@@ -145,7 +147,7 @@ class Settings(BaseSettings):
     def auth_enabled(self) -> bool:
         return bool(self.api_keys)
 
-    def with_overrides(self, **changes: object) -> "Settings":
+    def with_overrides(self, **changes: object) -> Settings:
         """A copy with the given values (None means "not given"), validated like the environment."""
         given = {k: v for k, v in changes.items() if v is not None}
         try:
@@ -154,7 +156,7 @@ class Settings(BaseSettings):
             raise ConfigError(_explain(exc)) from None
 
     @classmethod
-    def from_env(cls) -> "Settings":
+    def from_env(cls) -> Settings:
         try:
             return cls()
         except ValidationError as exc:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from contextvars import ContextVar
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Literal
 
 REQUEST_ID: ContextVar[str | None] = ContextVar("request_id", default=None)
@@ -20,7 +20,11 @@ ACCESS_LOGGER = "memory_service.access"
 # what every LogRecord has; anything else on a record was passed as `extra` and goes into the JSON
 # (but uvicorn's `color_message`, the message again with terminal colours)
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
-    "message", "asctime", "request_id", "color_message"}
+    "message",
+    "asctime",
+    "request_id",
+    "color_message",
+}
 
 
 class RequestIdFilter(logging.Filter):
@@ -36,7 +40,7 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         body: dict[str, object] = {
-            "ts": datetime.fromtimestamp(record.created, tz=timezone.utc).isoformat(timespec="milliseconds"),
+            "ts": datetime.fromtimestamp(record.created, tz=UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),

@@ -34,36 +34,67 @@ class Metrics:
         self.registry = CollectorRegistry()
         registry = self.registry
         self.remember_ack = Histogram(
-            "memory_remember_ack_seconds", "Time to commit a saved text and its job, up to the 202 (any wait_s "
-            "excluded)", buckets=ACK_BUCKETS, registry=registry)
-        self.recall = Histogram("memory_recall_seconds", "Time to answer a recall query",
-                                buckets=RECALL_BUCKETS, registry=registry)
+            "memory_remember_ack_seconds",
+            "Time to commit a saved text and its job, up to the 202 (any wait_s excluded)",
+            buckets=ACK_BUCKETS,
+            registry=registry,
+        )
+        self.recall = Histogram(
+            "memory_recall_seconds", "Time to answer a recall query", buckets=RECALL_BUCKETS, registry=registry
+        )
         self.extraction = Histogram(
-            "memory_extraction_seconds", "Duration of one extraction attempt that called the model, by outcome",
-            ["outcome"], buckets=EXTRACTION_BUCKETS, registry=registry)
-        self.jobs = Counter("memory_jobs", "Extraction attempts by outcome (done, failed, deferred, retried, "
-                            "forgotten)", ["team", "outcome"], registry=registry)
-        self.prompt_tokens = Counter("memory_llm_prompt_tokens", "Prompt tokens llama-server evaluated "
-                                     "(prompt_n)", registry=registry)
-        self.cached_tokens = Counter("memory_llm_cached_tokens", "Prompt tokens llama-server reused from its "
-                                     "prompt cache (cache_n)", registry=registry)
-        self.generated_tokens = Counter("memory_llm_generated_tokens", "Tokens llama-server generated "
-                                        "(predicted_n)", registry=registry)
-        self.facts_stored = Counter("memory_facts_stored", "New facts stored by finished jobs", ["team"],
-                                    registry=registry)
-        self.facts_merged = Counter("memory_facts_merged", "Extracted facts folded into an existing one",
-                                    ["team"], registry=registry)
-        self.facts_superseded = Counter("memory_facts_superseded", "Facts retired by a changed value",
-                                        ["team"], registry=registry)
-        self.facts_rejected = Counter("memory_facts_rejected", "Proposed facts that grounding rejected, by "
-                                      "reason", ["team", "reason"], registry=registry)
-        self.consume = Counter("memory_limit_consume", "Daily-limit consumes by result (allowed, denied)",
-                               ["team", "result"], registry=registry)
+            "memory_extraction_seconds",
+            "Duration of one extraction attempt that called the model, by outcome",
+            ["outcome"],
+            buckets=EXTRACTION_BUCKETS,
+            registry=registry,
+        )
+        self.jobs = Counter(
+            "memory_jobs",
+            "Extraction attempts by outcome (done, failed, deferred, retried, forgotten)",
+            ["team", "outcome"],
+            registry=registry,
+        )
+        self.prompt_tokens = Counter(
+            "memory_llm_prompt_tokens", "Prompt tokens llama-server evaluated (prompt_n)", registry=registry
+        )
+        self.cached_tokens = Counter(
+            "memory_llm_cached_tokens",
+            "Prompt tokens llama-server reused from its prompt cache (cache_n)",
+            registry=registry,
+        )
+        self.generated_tokens = Counter(
+            "memory_llm_generated_tokens", "Tokens llama-server generated (predicted_n)", registry=registry
+        )
+        self.facts_stored = Counter(
+            "memory_facts_stored", "New facts stored by finished jobs", ["team"], registry=registry
+        )
+        self.facts_merged = Counter(
+            "memory_facts_merged", "Extracted facts folded into an existing one", ["team"], registry=registry
+        )
+        self.facts_superseded = Counter(
+            "memory_facts_superseded", "Facts retired by a changed value", ["team"], registry=registry
+        )
+        self.facts_rejected = Counter(
+            "memory_facts_rejected",
+            "Proposed facts that grounding rejected, by reason",
+            ["team", "reason"],
+            registry=registry,
+        )
+        self.consume = Counter(
+            "memory_limit_consume",
+            "Daily-limit consumes by result (allowed, denied)",
+            ["team", "result"],
+            registry=registry,
+        )
 
     def llm_timings(self, timings: Mapping[str, Any]) -> None:
         """One completion's llama.cpp `timings`: its prompt, cached and generated token counts."""
-        for counter, key in ((self.prompt_tokens, "prompt_n"), (self.cached_tokens, "cache_n"),
-                             (self.generated_tokens, "predicted_n")):
+        for counter, key in (
+            (self.prompt_tokens, "prompt_n"),
+            (self.cached_tokens, "cache_n"),
+            (self.generated_tokens, "predicted_n"),
+        ):
             value = timings.get(key)
             if isinstance(value, (int, float)) and value > 0:
                 counter.inc(value)
@@ -76,14 +107,17 @@ class Metrics:
 
     def facts(self, team: str, *, stored: int, merged: int, superseded: int, rejected: list[str]) -> None:
         """What a finished job did to the team's facts; `rejected` holds one reason code per rejected fact."""
-        for counter, count in ((self.facts_stored, stored), (self.facts_merged, merged),
-                               (self.facts_superseded, superseded)):
+        for counter, count in (
+            (self.facts_stored, stored),
+            (self.facts_merged, merged),
+            (self.facts_superseded, superseded),
+        ):
             if count:
                 counter.labels(team).inc(count)
         for reason in rejected:
             self.facts_rejected.labels(team, reason).inc()
 
-    def watch(self, state: "StateSource") -> None:
+    def watch(self, state: StateSource) -> None:
         """Report `state` at every scrape."""
         self.registry.register(ServiceState(state))
 
@@ -127,8 +161,8 @@ class ServiceState:
         for server, ready in self.source.model_servers().items():
             up.add_metric([server], 1.0 if ready else 0.0)
         yield up
-        indexes = GaugeMetricFamily("memory_vector_indexes_ready",
-                                    "Teams' fact or passage vectors searched by the in-process clustered index")
+        indexes = GaugeMetricFamily(
+            "memory_vector_indexes_ready", "Teams' fact or passage vectors searched by the in-process clustered index"
+        )
         indexes.add_metric([], self.source.vector_indexes())
         yield indexes
-

@@ -14,21 +14,21 @@ from typing import Any
 
 from memory_service.config import Settings
 from memory_service.consolidation.worker import Consolidator
-from memory_service.pipeline.forgetting import finish_pending, forget
-from memory_service.metrics import Metrics
+from memory_service.embedding.embedder import Embedder, load_embedder
 from memory_service.llm.handle import ModelHandle
 from memory_service.llm.pool import ModelPool
+from memory_service.metrics import Metrics
+from memory_service.pipeline.forgetting import finish_pending, forget
+from memory_service.pipeline.worker import ExtractionWorker, PassageIndexer, process_holder
+from memory_service.recall.filtered_vectors import FilteredVectors
 from memory_service.recall.search import Hit, RecallQuery, recall
 from memory_service.storage.consolidation import store_for
 from memory_service.storage.database import UNAVAILABLE, Database, open_database
 from memory_service.storage.datalock import DataDirBusy, DataDirLock
-from memory_service.embedding.embedder import Embedder, load_embedder
 from memory_service.storage.journal import DONE, FAILED, Journal, Memory
 from memory_service.storage.keys import KeyStore
 from memory_service.storage.limits import LimitStore
 from memory_service.storage.vectors import VectorStore
-from memory_service.recall.filtered_vectors import FilteredVectors
-from memory_service.pipeline.worker import ExtractionWorker, PassageIndexer, process_holder
 
 log = logging.getLogger("memory_service")
 
@@ -55,8 +55,17 @@ class Services:
     def __post_init__(self) -> None:
         wake = asyncio.Event()  # shared: a save wakes the idle workers of every server
         self.extractors = [
-            ExtractionWorker(self.settings, self.journal, handle, self.embedder, self.vectors,
-                             metrics=self.metrics, settled=self._settled, wake=wake, holder=self.holder)
+            ExtractionWorker(
+                self.settings,
+                self.journal,
+                handle,
+                self.embedder,
+                self.vectors,
+                metrics=self.metrics,
+                settled=self._settled,
+                wake=wake,
+                holder=self.holder,
+            )
             for handle in self.models.handles
         ]
         self.metrics.watch(self)
@@ -64,15 +73,16 @@ class Services:
         self.passages = PassageIndexer(self.journal, self.embedder, self.vectors)
         self.consolidator: Consolidator | None = None
         if self.settings.consolidate:
-            self.consolidator = Consolidator(self.settings, store_for(self.journal), self.models, self.embedder,
-                                             self.vectors, holder=self.holder)
+            self.consolidator = Consolidator(
+                self.settings, store_for(self.journal), self.models, self.embedder, self.vectors, holder=self.holder
+            )
         # created before any write, so it sees them all (it listens to the vector store)
         self.search = FilteredVectors(self.journal, self.vectors)
         # recall's keyword leg runs here while the request's thread embeds the query (see `recall`)
         self._recall_legs = ThreadPoolExecutor(max_workers=4, thread_name_prefix="recall-keyword")
 
     @classmethod
-    def open(cls, settings: Settings, *, speed_prior: tuple[float, float] | None = None) -> "Services":
+    def open(cls, settings: Settings, *, speed_prior: tuple[float, float] | None = None) -> Services:
         data = settings.data_dir
         data.mkdir(parents=True, exist_ok=True)
         if not settings.llm_url:
@@ -154,8 +164,14 @@ class Services:
 
     def recall(self, query: RecallQuery) -> list[Hit]:
         """Recall over this team's stores (blocking: call it in a thread; the keyword leg runs beside it)."""
-        return recall(query, journal=self.journal, vectors=self.vectors, embedder=self.embedder,
-                      search=self.search, legs=self._recall_legs)
+        return recall(
+            query,
+            journal=self.journal,
+            vectors=self.vectors,
+            embedder=self.embedder,
+            search=self.search,
+            legs=self._recall_legs,
+        )
 
     def forget(self, team: str, **selector: Any) -> list[str]:
         """Forget the team's memories matching the selector (blocking: call it in a thread)."""
@@ -211,11 +227,11 @@ class Services:
                     try:
                         await asyncio.wait_for(event.wait(), min(left, SETTLE_POLL_S))
                         break
-                    except asyncio.TimeoutError:
+                    except TimeoutError:
                         current = await asyncio.to_thread(self.journal.get, team, memory_id)
                         if current is None or current.status in (DONE, FAILED):
                             return current
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         finally:
             waiters = self._waiters.get(memory_id, [])

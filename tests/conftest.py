@@ -9,23 +9,23 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import pytest
+from chroma_server import ChromaServer
 from fastapi.testclient import TestClient
 
-from chroma_server import ChromaServer
 from memory_service.api.app import create_app
 from memory_service.bench.common import ServiceRunner
 from memory_service.bench.postgres import PostgresCluster
-from memory_service.storage.database import Database, PostgresDatabase, SqliteDatabase
-from memory_service.storage.journal import Journal
 from memory_service.config import Settings
-from memory_service.services import Services
 from memory_service.llm.runtime.models import ensure_model
 from memory_service.llm.runtime.server import LlamaServerProcess, free_port, stop_group
+from memory_service.services import Services
+from memory_service.storage.database import Database, PostgresDatabase, SqliteDatabase
+from memory_service.storage.journal import Journal
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = Settings.from_env().cache_dir
@@ -38,8 +38,9 @@ def start_llama(model: str, tmp: Path, **kwargs) -> LlamaServerProcess:
     kwargs.setdefault("threads", int(os.environ.get("MEMORY_LLAMA_THREADS", "1")))
     kwargs.setdefault("ctx", 4096)
     kwargs.setdefault("chat_template_file", None)
-    return LlamaServerProcess.from_settings(settings, ensure_model(model, CACHE), tmp / f"llama-{model}.log",
-                                            **kwargs).start()
+    return LlamaServerProcess.from_settings(
+        settings, ensure_model(model, CACHE), tmp / f"llama-{model}.log", **kwargs
+    ).start()
 
 
 @pytest.fixture(scope="session")
@@ -128,10 +129,14 @@ class ServiceProcess(ServiceRunner):
     quick retries."""
 
     def __init__(self, data_dir: Path, llm_url: str | None, env: dict[str, str] | None = None) -> None:
-        super().__init__(data_dir, api_keys=KEYS, llm_url=llm_url,
-                         env={"MEMORY_LOG_LEVEL": "INFO", "MEMORY_RETRY_BASE_S": "0.2", **(env or {})})
+        super().__init__(
+            data_dir,
+            api_keys=KEYS,
+            llm_url=llm_url,
+            env={"MEMORY_LOG_LEVEL": "INFO", "MEMORY_RETRY_BASE_S": "0.2", **(env or {})},
+        )
 
-    def start(self, timeout: float = 120) -> "ServiceProcess":
+    def start(self, timeout: float = 120) -> ServiceProcess:
         super().start(timeout)
         return self
 
@@ -152,8 +157,9 @@ class ServiceProcess(ServiceRunner):
 def service_factory(tmp_path) -> Iterator:
     started: list[ServiceProcess] = []
 
-    def make(llm_url: str | None, *, data_dir: Path | None = None, env: dict[str, str] | None = None,
-             start: bool = True) -> ServiceProcess:
+    def make(
+        llm_url: str | None, *, data_dir: Path | None = None, env: dict[str, str] | None = None, start: bool = True
+    ) -> ServiceProcess:
         svc = ServiceProcess(data_dir or tmp_path / f"data{len(started)}", llm_url, env)
         started.append(svc)
         return svc.start() if start else svc

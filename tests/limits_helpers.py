@@ -11,21 +11,21 @@ import sqlite3
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Callable
 
 import httpx
 import uvicorn
 from fastapi import FastAPI
 
 from memory_service.api.app import create_app
-from memory_service.config import Settings
 from memory_service.client.service import service_client
-from memory_service.storage.keys import KeyStore
+from memory_service.config import Settings
 from memory_service.metrics import Metrics
+from memory_service.storage.keys import KeyStore
 from memory_service.storage.limits import LimitStore
 
 KEYS = {"ka": "team-a", "kb": "team-b"}
@@ -54,8 +54,7 @@ class Clock:
 def make_app(store: LimitStore, keys_path: Path) -> FastAPI:
     """The production app (handlers, error shapes, middleware) over just the stores these routes use."""
     settings = Settings(api_keys=KEYS)
-    services = SimpleNamespace(settings=settings, limits=store, keys=KeyStore(keys_path),
-                               metrics=Metrics())
+    services = SimpleNamespace(settings=settings, limits=store, keys=KeyStore(keys_path), metrics=Metrics())
     return create_app(settings, services=services)  # type: ignore[arg-type]
 
 
@@ -65,12 +64,12 @@ class Server:
     def __init__(self, app: FastAPI) -> None:
         self._sock = socket.socket()
         self._sock.bind(("127.0.0.1", 0))
-        self.url = "http://127.0.0.1:%d" % self._sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
 
-    def __enter__(self) -> "Server":
+    def __enter__(self) -> Server:
         self._thread.start()
         deadline = time.monotonic() + 10
         while not self._server.started:
@@ -96,7 +95,7 @@ def dump(db_path: Path) -> list[tuple[str, list[tuple[object, ...]]]]:
 
 
 def utc(text: str) -> datetime:
-    return datetime.fromisoformat(text).astimezone(timezone.utc)
+    return datetime.fromisoformat(text).astimezone(UTC)
 
 
 def concurrently(calls: list[Callable[[], httpx.Response]]) -> list[httpx.Response]:

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from conftest import ServiceProcess, wait_status
+
 from memory_service.storage.datalock import DataDirBusy, DataDirLock
 from memory_service.storage.journal import Journal
 from memory_service.storage.limits import LimitStore
@@ -31,8 +31,10 @@ from tests.fakes.fake_llama_server import FakeLlamaServer
 BACKUP_TEXT = "The staging database backups run every night at 02:00 and are kept for fourteen days."
 PARAPHRASE = "How long are snapshots retained?"
 TICKET_TEXT = "Escalation for ticket INC-48213 goes to Priya Raman on the platform team."
-OTHER_TEXTS = ["The pump station in Valencia was serviced on 3 March by the Acme crew.",
-               "Marco prefers the quarterly report as a single PDF attached to the email."]
+OTHER_TEXTS = [
+    "The pump station in Valencia was serviced on 3 March by the Acme crew.",
+    "Marco prefers the quarterly report as a single PDF attached to the email.",
+]
 PENDING_TEXT = "The firewall change for the billing cluster is scheduled for Thursday evening."
 LATER_TEXT = "The warehouse robots were upgraded to firmware 7.4 after the audit."
 LIMIT, KEY, LATER_KEY = "outbound-email", "https://example.com/tickets/1", "https://example.com/tickets/2"
@@ -47,10 +49,14 @@ def fake() -> Iterator[FakeLlamaServer]:
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     """`memory-service ARGS` as an operator runs it, with no MEMORY_* setting from this environment but the
     embedder's (the data dir is always given with --data-dir)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORY_") or k in (
-        "MEMORY_CACHE_DIR", "MEMORY_EMBED_THREADS", "MEMORY_EMBEDDER")}
-    return subprocess.run([sys.executable, "-m", "memory_service.cli.main", *args], env=env, capture_output=True,
-                          text=True, timeout=300)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("MEMORY_") or k in ("MEMORY_CACHE_DIR", "MEMORY_EMBED_THREADS", "MEMORY_EMBEDDER")
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "memory_service.cli.main", *args], env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def summary(result: subprocess.CompletedProcess[str]) -> dict:
@@ -79,9 +85,11 @@ def memories(client: httpx.Client) -> dict[str, dict]:
 
 def ledger(client: httpx.Client) -> dict:
     """Limit usage and handled keys, as the API shows them."""
-    return {"limit": client.get(f"/v1/limits/{LIMIT}").json(),
-            "handled": client.get("/v1/handled", params={"key": KEY}).json(),
-            "later_handled": client.get("/v1/handled", params={"key": LATER_KEY}).status_code}
+    return {
+        "limit": client.get(f"/v1/limits/{LIMIT}").json(),
+        "handled": client.get("/v1/handled", params={"key": KEY}).json(),
+        "later_handled": client.get("/v1/handled", params={"key": LATER_KEY}).status_code,
+    }
 
 
 def recall(client: httpx.Client, query: str, kind: str) -> list[dict]:
@@ -91,8 +99,11 @@ def recall(client: httpx.Client, query: str, kind: str) -> list[dict]:
 
 
 def tree_digest(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_backup_while_serving_then_restore_gives_back_exactly_the_backup(fake, tmp_path):
@@ -117,8 +128,9 @@ def test_backup_while_serving_then_restore_gives_back_exactly_the_backup(fake, t
             assert before[pending]["status"] in ("queued", "extracting")
             assert all(before[m]["status"] == "done" and before[m]["facts"] for m in kept.values())
 
-            kept_key = json.loads(cli("keys", "create", "--team", "team-a", "--role", "read", "--data-dir",
-                                      str(data)).stdout)["key"]
+            kept_key = json.loads(
+                cli("keys", "create", "--team", "team-a", "--role", "read", "--data-dir", str(data)).stdout
+            )["key"]
             made = summary(cli("backup", str(backup_dir), "--data-dir", str(data)))  # while the service runs
             assert made["memories"] == len(kept) + 2 and made["vectors"] == "rebuilt on restore"
             assert not (backup_dir / "chroma").exists()
@@ -132,8 +144,9 @@ def test_backup_while_serving_then_restore_gives_back_exactly_the_backup(fake, t
             assert a.post(f"/v1/limits/{LIMIT}/consume", json={"agent_id": "mailer", "amount": 2}).json()["used"] == 5
             assert a.post("/v1/handled", json={"key": KEY}).json()["seen_count"] == 2
             assert a.post("/v1/handled", json={"key": LATER_KEY}).json()["first_time"] is True
-            later_key = json.loads(cli("keys", "create", "--team", "team-a", "--role", "read", "--data-dir",
-                                       str(data)).stdout)["key"]
+            later_key = json.loads(
+                cli("keys", "create", "--team", "team-a", "--role", "read", "--data-dir", str(data)).stdout
+            )["key"]
     finally:
         assert svc.stop() == 0
 
@@ -196,8 +209,16 @@ def small_backup(tmp_path_factory) -> Path:
     """A backup of a data dir written through the stores (no service, no model needed)."""
     root = tmp_path_factory.mktemp("small")
     journal = Journal(root / "data" / "journal.sqlite3")
-    journal.insert(team="local", agent_id="a", text="The pump station needs ticket INC-7.", run_id=None, tags=[],
-                   metadata={}, idempotency_key=None, budget_s=20)
+    journal.insert(
+        team="local",
+        agent_id="a",
+        text="The pump station needs ticket INC-7.",
+        run_id=None,
+        tags=[],
+        metadata={},
+        idempotency_key=None,
+        budget_s=20,
+    )
     journal.close()
     limits = LimitStore(root / "data" / "limits.sqlite3")
     limits.set_limit("local", LIMIT, 5, "UTC", "team")
@@ -214,14 +235,20 @@ def _flip_byte(path: Path) -> None:
     path.write_bytes(bytes(raw))
 
 
-@pytest.mark.parametrize("damage, message", [
-    (lambda b: _flip_byte(b / "journal.sqlite3"), "journal.sqlite3 does not match its checksum"),
-    (lambda b: (b / "limits.sqlite3").unlink(), "limits.sqlite3 is missing"),
-    (lambda b: (b / "limits.sqlite3").write_bytes((b / "limits.sqlite3").read_bytes()[:4096]),
-     "limits.sqlite3 has 4096 bytes"),
-    (lambda b: (b / "manifest.json").unlink(), "not a complete backup: manifest.json is missing"),
-    (lambda b: (b / "manifest.json").write_text("{\"format\": "), "manifest.json is unreadable"),
-], ids=["flipped-byte", "missing-file", "truncated-file", "no-manifest", "broken-manifest"])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda b: _flip_byte(b / "journal.sqlite3"), "journal.sqlite3 does not match its checksum"),
+        (lambda b: (b / "limits.sqlite3").unlink(), "limits.sqlite3 is missing"),
+        (
+            lambda b: (b / "limits.sqlite3").write_bytes((b / "limits.sqlite3").read_bytes()[:4096]),
+            "limits.sqlite3 has 4096 bytes",
+        ),
+        (lambda b: (b / "manifest.json").unlink(), "not a complete backup: manifest.json is missing"),
+        (lambda b: (b / "manifest.json").write_text('{"format": '), "manifest.json is unreadable"),
+    ],
+    ids=["flipped-byte", "missing-file", "truncated-file", "no-manifest", "broken-manifest"],
+)
 def test_restore_of_a_damaged_backup_fails_clearly_and_changes_nothing(small_backup, tmp_path, damage, message):
     broken = tmp_path / "broken"
     shutil.copytree(small_backup, broken)

@@ -10,7 +10,6 @@ import pytest
 from memory_service.contract.ids import ID_RULE
 from memory_service.contract.limit_rules import InvalidInput
 
-
 REMEMBER_CASES = [
     ({"text": "", "agent_id": "a"}, 422, "text"),
     ({"text": "   \n\t ", "agent_id": "a"}, 422, "empty"),
@@ -36,19 +35,24 @@ def test_remember_rejects_bad_bodies(inprocess, body, status, needle):
 
 def test_invalid_json_is_a_400(inprocess):
     with inprocess.client() as client:
-        response = client.post("/v1/remember", content=b'{"text": "unterminated', headers={"content-type": "application/json"})
+        response = client.post(
+            "/v1/remember", content=b'{"text": "unterminated', headers={"content-type": "application/json"}
+        )
         assert response.status_code == 400 and "not valid JSON" in response.json()["detail"]
 
 
-@pytest.mark.parametrize("body,needle", [
-    ({"query": "x", "k": 0}, "k"),
-    ({"query": "x", "k": 101}, "k"),
-    ({"query": ""}, "query"),
-    ({"query": "x", "scope": "agent"}, "agent_id"),
-    ({"query": "x", "scope": "galaxy"}, "scope"),
-    ({"query": "x", "kinds": ["opinion"]}, "kinds"),
-    ({"query": "x", "since": "2030-01-01T00:00:00Z", "until": "2020-01-01T00:00:00Z"}, "since"),
-])
+@pytest.mark.parametrize(
+    "body,needle",
+    [
+        ({"query": "x", "k": 0}, "k"),
+        ({"query": "x", "k": 101}, "k"),
+        ({"query": ""}, "query"),
+        ({"query": "x", "scope": "agent"}, "agent_id"),
+        ({"query": "x", "scope": "galaxy"}, "scope"),
+        ({"query": "x", "kinds": ["opinion"]}, "kinds"),
+        ({"query": "x", "since": "2030-01-01T00:00:00Z", "until": "2020-01-01T00:00:00Z"}, "since"),
+    ],
+)
 def test_recall_rejects_bad_queries(inprocess, body, needle):
     with inprocess.client() as client:
         response = client.post("/v1/recall", json=body)

@@ -68,19 +68,49 @@ def test_turn_text_carries_date_speaker_and_photo() -> None:
 
 
 def test_personaext_matching_and_summary() -> None:
-    assert persona.detokenize(["hello", ",", "i", "like", "wine", "and", "coffee", "."]) == "hello, i like wine and coffee."
+    assert (
+        persona.detokenize(["hello", ",", "i", "like", "wine", "and", "coffee", "."])
+        == "hello, i like wine and coffee."
+    )
     assert persona.phrase_in("coffee", "The speaker likes wine and Coffee.")
     assert not persona.phrase_in("tea", "The speaker likes steak.")  # whole words only
     assert persona.phrase_in_lenient("teas", "The speaker likes big fancy tea.")
     assert not persona.phrase_in("teas", "The speaker likes big fancy tea.")
     rows = [
-        {"text": "i like tea", "label": "like_drink", "tail": "tea", "status": "done", "facts": ["Likes tea."],
-         "rejected": [], "reject_reasons": [], "proposed": 2, "stored": 1, "merged": 0, "predicted_n": 20,
-         "wall_s": 1.0, "tail_in_facts": True, "tail_in_facts_lenient": True, "tail_in_proposed": True},
-        {"text": "i ski", "label": "like_activity", "tail": "ski", "status": "done", "facts": [],
-         "rejected": ["Skis a lot."], "reject_reasons": ["ungrounded: x"], "proposed": 1, "stored": 0, "merged": 0,
-         "predicted_n": 10, "wall_s": 2.0, "tail_in_facts": False, "tail_in_facts_lenient": False,
-         "tail_in_proposed": False},
+        {
+            "text": "i like tea",
+            "label": "like_drink",
+            "tail": "tea",
+            "status": "done",
+            "facts": ["Likes tea."],
+            "rejected": [],
+            "reject_reasons": [],
+            "proposed": 2,
+            "stored": 1,
+            "merged": 0,
+            "predicted_n": 20,
+            "wall_s": 1.0,
+            "tail_in_facts": True,
+            "tail_in_facts_lenient": True,
+            "tail_in_proposed": True,
+        },
+        {
+            "text": "i ski",
+            "label": "like_activity",
+            "tail": "ski",
+            "status": "done",
+            "facts": [],
+            "rejected": ["Skis a lot."],
+            "reject_reasons": ["ungrounded: x"],
+            "proposed": 1,
+            "stored": 0,
+            "merged": 0,
+            "predicted_n": 10,
+            "wall_s": 2.0,
+            "tail_in_facts": False,
+            "tail_in_facts_lenient": False,
+            "tail_in_proposed": False,
+        },
     ]
     metrics = persona.summarize(rows)["metrics"]
     assert metrics["tail_found_in_stored_facts"] == 0.5
@@ -99,7 +129,8 @@ def test_percentile_and_goal_verdicts() -> None:
 
 
 def test_plots_are_skipped_with_one_log_line_without_matplotlib(
-        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
     """matplotlib is an optional extra: without it the results are written and the plots skipped, said once."""
     drawn: list[Path] = []
     common.plots_available.cache_clear()
@@ -119,11 +150,27 @@ def test_plots_are_skipped_with_one_log_line_without_matplotlib(
 def test_plots_are_drawn_when_matplotlib_is_there(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")  # the dev extra installs it; this checks the path that draws
     common.plots_available.cache_clear()
-    result = persona.summarize([
-        {"text": "i like tea", "label": "like_drink", "tail": "tea", "status": "done", "facts": ["Likes tea."],
-         "rejected": [], "reject_reasons": [], "proposed": 1, "stored": 1, "merged": 0, "predicted_n": 9,
-         "wall_s": 1.0, "tail_in_facts": True, "tail_in_facts_lenient": True, "tail_in_proposed": True},
-    ])
+    result = persona.summarize(
+        [
+            {
+                "text": "i like tea",
+                "label": "like_drink",
+                "tail": "tea",
+                "status": "done",
+                "facts": ["Likes tea."],
+                "rejected": [],
+                "reject_reasons": [],
+                "proposed": 1,
+                "stored": 1,
+                "merged": 0,
+                "predicted_n": 9,
+                "wall_s": 1.0,
+                "tail_in_facts": True,
+                "tail_in_facts_lenient": True,
+                "tail_in_proposed": True,
+            },
+        ]
+    )
     assert common.save_plot(persona.plot, result, tmp_path / "sub" / "personaext.png") is True
     assert (tmp_path / "sub" / "personaext.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -133,8 +180,11 @@ def test_limits_client_fails_sniffio_imports_fast_only_when_run(monkeypatch: pyt
     monkeypatch.setitem(sys.modules, "sniffio", sys.modules.get("sniffio"))  # restored after the test
     monkeypatch.delitem(sys.modules, "sniffio")
     real_find_spec = limits.importlib.util.find_spec
-    monkeypatch.setattr(limits.importlib.util, "find_spec",
-                        lambda name, package=None: None if name == "sniffio" else real_find_spec(name, package))
+    monkeypatch.setattr(
+        limits.importlib.util,
+        "find_spec",
+        lambda name, package=None: None if name == "sniffio" else real_find_spec(name, package),
+    )
     limits._fail_fast_without_sniffio()
     assert "sniffio" in sys.modules and sys.modules["sniffio"] is None
     with pytest.raises(ImportError):
@@ -143,8 +193,10 @@ def test_limits_client_fails_sniffio_imports_fast_only_when_run(monkeypatch: pyt
 
 def test_transfer_benchmark_quick_mode(tmp_path: Path) -> None:
     """List, export and forget on 500 imported memories, end to end: each section measured, nothing forgotten back."""
-    shares = {agent: sum(transfer.agent_of(i) == agent for i in range(1000))
-              for agent in (transfer.BULK_AGENT, transfer.RARE_AGENT)}
+    shares = {
+        agent: sum(transfer.agent_of(i) == agent for i in range(1000))
+        for agent in (transfer.BULK_AGENT, transfer.RARE_AGENT)
+    }
     assert shares == {transfer.BULK_AGENT: 300, transfer.RARE_AGENT: 20}
     result = transfer.run(quick=True, workdir=tmp_path)
     assert result["forgotten_never_returned"] is True and result["failed_checks"] == []
@@ -168,39 +220,54 @@ def test_consolidation_benchmark_seed_gives_every_subject_a_group_due() -> None:
     facts = []
     for line in lines:
         for fact in line["facts"]:
-            (start, end), = fact["spans"]
+            ((start, end),) = fact["spans"]
             assert line["text"][start:end] == fact["text"]
-            facts.append(SourceFact(id=fact["id"], agent_id=line["agent_id"], text=fact["text"], tags=[],
-                                    created_at=fact["created_at"], memory_ids=[line["id"]]))
+            facts.append(
+                SourceFact(
+                    id=fact["id"],
+                    agent_id=line["agent_id"],
+                    text=fact["text"],
+                    tags=[],
+                    created_at=fact["created_at"],
+                    memory_ids=[line["id"]],
+                )
+            )
     groups = group_facts("t", facts)
     assert sorted(g.subject for g in groups) == sorted(consolidation.SUBJECTS)
     assert all(len(g.facts) == consolidation.FACTS_PER_SUBJECT for g in groups)
 
 
-SYNTHETIC = [{
-    "sample_id": "syn-1",
-    "conversation": {
-        "speaker_a": "Ann", "speaker_b": "Bob",
-        "session_1_date_time": "1:56 pm on 8 May, 2023",
-        "session_1": [
-            {"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a dog named Rex last week."},
-            {"speaker": "Bob", "dia_id": "D1:2", "text": "I started learning the violin in March."},
-            {"speaker": "Ann", "dia_id": "D1:3", "text": "I work as a nurse at Mercy Hospital in Boston."},
+SYNTHETIC = [
+    {
+        "sample_id": "syn-1",
+        "conversation": {
+            "speaker_a": "Ann",
+            "speaker_b": "Bob",
+            "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_1": [
+                {"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a dog named Rex last week."},
+                {"speaker": "Bob", "dia_id": "D1:2", "text": "I started learning the violin in March."},
+                {"speaker": "Ann", "dia_id": "D1:3", "text": "I work as a nurse at Mercy Hospital in Boston."},
+            ],
+            "session_2_date_time": "10:00 am on 9 June, 2023",
+            "session_2": [
+                {
+                    "speaker": "Bob",
+                    "dia_id": "D2:1",
+                    "text": "I moved to Denver for a job at an airline.",
+                    "blip_caption": "a photo of mountains",
+                },
+            ],
+        },
+        "qa": [
+            {"question": "What is the name of Ann's dog?", "answer": "Rex", "evidence": ["D1:1"], "category": 4},
+            {"question": "Where does Ann work?", "answer": "Mercy Hospital", "evidence": ["D1:03"], "category": 4},
+            {"question": "When did Bob move?", "answer": "June 2023", "evidence": ["D2:1; D1:2"], "category": 2},
+            {"question": "adversarial", "adversarial_answer": "x", "evidence": ["D1:1"], "category": 5},
+            {"question": "broken evidence", "answer": "x", "evidence": ["D9:9"], "category": 1},
         ],
-        "session_2_date_time": "10:00 am on 9 June, 2023",
-        "session_2": [
-            {"speaker": "Bob", "dia_id": "D2:1", "text": "I moved to Denver for a job at an airline.",
-             "blip_caption": "a photo of mountains"},
-        ],
-    },
-    "qa": [
-        {"question": "What is the name of Ann's dog?", "answer": "Rex", "evidence": ["D1:1"], "category": 4},
-        {"question": "Where does Ann work?", "answer": "Mercy Hospital", "evidence": ["D1:03"], "category": 4},
-        {"question": "When did Bob move?", "answer": "June 2023", "evidence": ["D2:1; D1:2"], "category": 2},
-        {"question": "adversarial", "adversarial_answer": "x", "evidence": ["D1:1"], "category": 5},
-        {"question": "broken evidence", "answer": "x", "evidence": ["D9:9"], "category": 1},
-    ],
-}]
+    }
+]
 
 
 def test_locomo_runner_end_to_end_on_tiny_model(tiny_llama, tmp_path: Path) -> None:
@@ -209,8 +276,9 @@ def test_locomo_runner_end_to_end_on_tiny_model(tiny_llama, tmp_path: Path) -> N
     data = tmp_path / "tiny_locomo.json"
     data.write_text(json.dumps(SYNTHETIC))
     out = tmp_path / "out"
-    args = argparse.Namespace(data=[str(data)], out=str(out), url=None, api_key=None, limit=None,
-                              model="tiny", llm_url=tiny_llama.url)
+    args = argparse.Namespace(
+        data=[str(data)], out=str(out), url=None, api_key=None, limit=None, model="tiny", llm_url=tiny_llama.url
+    )
     assert run_eval(args) == 0
     result = json.loads((out / "locomo-tiny_locomo.json").read_text())
     assert (out / "locomo-tiny_locomo.png").stat().st_size > 0
@@ -250,7 +318,9 @@ def test_eval_passes_settings_to_its_own_service_and_refuses_anything_else() -> 
     from memory_service.evals.cli import service_settings
 
     assert service_settings(["MEMORY_EXTRACT_COMPLETE=0", "MEMORY_TIMEZONE=Europe/Madrid"]) == {
-        "MEMORY_EXTRACT_COMPLETE": "0", "MEMORY_TIMEZONE": "Europe/Madrid"}
+        "MEMORY_EXTRACT_COMPLETE": "0",
+        "MEMORY_TIMEZONE": "Europe/Madrid",
+    }
     for bad in ("EXTRACT_COMPLETE=0", "MEMORY_EXTRACT_COMPLETE"):
         with pytest.raises(SystemExit, match="MEMORY_NAME=VALUE"):
             service_settings([bad])
@@ -311,5 +381,6 @@ def test_raw_http_client_reads_answers_reconnects_after_a_close_and_refuses_chun
         server.shutdown()
     assert [status for status, _ in answers] == [202] * 5
     assert [json.loads(body) for _, body in answers] == [
-        {"echo": {"text": f"save {i}"}, "auth": "Bearer k-1"} for i in range(5)]
+        {"echo": {"text": f"save {i}"}, "auth": "Bearer k-1"} for i in range(5)
+    ]
     assert len(connections) >= 3  # every answer arrived although the server closed twice

@@ -16,13 +16,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import CACHE
 
 from memory_service.config import Settings
 from memory_service.llm.runtime import build, proven
 from memory_service.llm.runtime.models import ensure_model
 from memory_service.llm.runtime.server import LlamaServerError, LlamaServerProcess, find_binary, launch
-
-from conftest import CACHE
 
 AMX_CPU = {"avx2", "fma", "avx512f", "amx_tile", "amx_int8", "amx_bf16"}
 
@@ -88,8 +87,9 @@ def test_a_refused_build_falls_back_to_the_next_variant_and_is_never_cached_as_g
         smoked.append(variant)
         raise AssertionError("a proven or refused build was tested again")
 
-    again = build.ensure_llama_server(cache, tiny_model, build=builds, smoke=no_smoke, cpu_flags=AMX_CPU,
-                                      log=lines.append)
+    again = build.ensure_llama_server(
+        cache, tiny_model, build=builds, smoke=no_smoke, cpu_flags=AMX_CPU, log=lines.append
+    )
     assert again.variant == "portable" and builds.built == ["native", "native-noamx", "portable"]
     assert smoked == []
 
@@ -125,14 +125,16 @@ def test_a_build_is_proven_on_every_model_since_each_quantisation_reaches_other_
 
     def build_dying_on_the_second_model(variant: build.Variant, binary: Path, cache_dir: Path) -> None:
         if variant.name == "native":  # dies only when it loads the tiny model's Q4_1 weights
-            write_exe(binary, f'case "$*" in *{tiny_model.name}*) kill -ILL $$;; esac\n'
-                              f'exec "{real_llama_server()}" "$@"')
+            write_exe(
+                binary, f'case "$*" in *{tiny_model.name}*) kill -ILL $$;; esac\nexec "{real_llama_server()}" "$@"'
+            )
         else:
             InjectedBuilds(refused=set())(variant, binary, cache_dir)
 
     lines: list[str] = []
-    verdict = build.ensure_llama_server(cache, [default_model, tiny_model], build=build_dying_on_the_second_model,
-                                        cpu_flags={"avx2"}, log=lines.append)
+    verdict = build.ensure_llama_server(
+        cache, [default_model, tiny_model], build=build_dying_on_the_second_model, cpu_flags={"avx2"}, log=lines.append
+    )
     assert verdict.variant == "portable" and verdict.model == default_model.name  # speeds of the first model
     assert any("'native' failed its smoke test" in line and tiny_model.name in line for line in lines)
 
@@ -148,8 +150,9 @@ def test_a_build_that_fails_without_a_signal_falls_back_now_but_is_tried_again_n
         if variant.name == "native":
             write_exe(binary, "exit 3")
 
-    first = build.ensure_llama_server(cache, tiny_model, build=build_with_a_failing_native, cpu_flags={"avx2"},
-                                      log=lambda _: None)
+    first = build.ensure_llama_server(
+        cache, tiny_model, build=build_with_a_failing_native, cpu_flags={"avx2"}, log=lambda _: None
+    )
     assert first.variant == "portable"
     assert proven.stamp_of(failing) is None  # not remembered as refused
     write_exe(failing, f'exec "{real_llama_server()}" "$@"')  # the trouble has passed
@@ -160,8 +163,7 @@ def test_a_build_that_fails_without_a_signal_falls_back_now_but_is_tried_again_n
 def test_a_forced_variant_that_the_cpu_refuses_fails_with_every_reason(tmp_path, tiny_model):
     builds = InjectedBuilds(refused={"native"})
     with pytest.raises(build.BuildError) as err:
-        build.ensure_llama_server(tmp_path, tiny_model, "native", build=builds, cpu_flags=AMX_CPU,
-                                  log=lambda _: None)
+        build.ensure_llama_server(tmp_path, tiny_model, "native", build=builds, cpu_flags=AMX_CPU, log=lambda _: None)
     assert "native: llama-server was killed by SIGILL" in str(err.value)
     assert "MEMORY_LLAMA_BUILD=auto" in str(err.value)
     with pytest.raises(build.BuildError, match="must be 'auto' or one of"):
@@ -187,8 +189,11 @@ def test_a_sigill_at_run_time_names_the_cause_and_the_remedy_and_retires_the_bui
     binary = Path(verdict.binary)
     # The proven build starts dying later (say, a kernel the smoke test never reached).
     write_exe(binary, "kill -ILL $$")
-    proven.save_stamp(proven.Verdict(ok=True, variant="native", binary=str(binary),
-                                     sha256=proven.sha256_of(binary), cpu=proven.cpu_key()))
+    proven.save_stamp(
+        proven.Verdict(
+            ok=True, variant="native", binary=str(binary), sha256=proven.sha256_of(binary), cpu=proven.cpu_key()
+        )
+    )
     proven.save_record(cache, proven.stamp_of(binary))
     settings = Settings(cache_dir=cache, llama_threads=1, llama_ctx=512)
 

@@ -25,8 +25,14 @@ def _items(n: int, seed: int = 0) -> list[VectorItem]:
     out = []
     for i in range(n):
         vec = rng.standard_normal(384).astype(np.float32)
-        out.append(VectorItem(id=f"p:{i}", text=f"text {i}", embedding=vec / np.linalg.norm(vec),
-                              metadata={"kind": "passage", "agent_id": "a" if i % 3 else "b"}))
+        out.append(
+            VectorItem(
+                id=f"p:{i}",
+                text=f"text {i}",
+                embedding=vec / np.linalg.norm(vec),
+                metadata={"kind": "passage", "agent_id": "a" if i % 3 else "b"},
+            )
+        )
     return out
 
 
@@ -130,7 +136,7 @@ def test_the_child_exits_when_its_service_dies(tmp_path):
         import os, sys, numpy as np
         from pathlib import Path
         from memory_service.storage.vectors import VectorStore, VectorItem
-        store = VectorStore(Path({str(tmp_path / 'v')!r}), process=True)
+        store = VectorStore(Path({str(tmp_path / "v")!r}), process=True)
         store.upsert("t", [VectorItem(id="p:1", text="x", embedding=np.ones(384, dtype=np.float32),
                                       metadata={{"kind": "passage"}})])
         print(store._client.pid, flush=True)
@@ -149,8 +155,9 @@ def test_the_child_exits_when_its_service_dies(tmp_path):
 
 def _store_process(service_pid: int) -> int:
     """The pid of the service's vector store child (the one child running this module)."""
-    for pid in subprocess.run(["ps", "-o", "pid=", "--ppid", str(service_pid)], capture_output=True,
-                              text=True).stdout.split():
+    for pid in subprocess.run(
+        ["ps", "-o", "pid=", "--ppid", str(service_pid)], capture_output=True, text=True
+    ).stdout.split():
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
         if b"memory_service.storage.chroma_process" in cmdline:
             return int(pid)

@@ -14,10 +14,10 @@ from collections.abc import Iterator
 
 import chromadb
 import pytest
-from chromadb.config import Settings as ChromaSettings
-
 from chroma_server import ChromaServer
+from chromadb.config import Settings as ChromaSettings
 from conftest import KEYS, ServiceProcess, wait_status
+
 from memory_service.llm.runtime.server import free_port
 from memory_service.storage.vectors import collection_name
 from tests.fakes.fake_llama_server import FakeLlamaServer
@@ -32,8 +32,9 @@ def fake() -> Iterator[FakeLlamaServer]:
 
 
 def server_collections(server: ChromaServer) -> set[str]:
-    client = chromadb.HttpClient(host="127.0.0.1", port=server.port,
-                                 settings=ChromaSettings(anonymized_telemetry=False))
+    client = chromadb.HttpClient(
+        host="127.0.0.1", port=server.port, settings=ChromaSettings(anonymized_telemetry=False)
+    )
     return {c.name for c in client.list_collections()}
 
 
@@ -71,18 +72,28 @@ def test_service_keeps_its_vectors_on_a_chroma_server(chroma_server, fake, tmp_p
 def test_serve_refuses_to_start_without_its_chroma_server(fake, tmp_path):
     """An unreachable server is one line naming MEMORY_CHROMA_URL, before any model is started."""
     url = f"http://127.0.0.1:{free_port()}"
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("MEMORY_")},
-           "MEMORY_DATA_DIR": str(tmp_path / "data"), "MEMORY_LLM_URL": fake.url, "MEMORY_CHROMA_URL": url,
-           "MEMORY_API_KEYS": ",".join(f"{k}:{t}" for k, t in KEYS.items()), "MEMORY_PORT": str(free_port())}
-    result = subprocess.run([sys.executable, "-m", "memory_service.cli.main", "serve"], env=env, capture_output=True,
-                            text=True, timeout=120)
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("MEMORY_")},
+        "MEMORY_DATA_DIR": str(tmp_path / "data"),
+        "MEMORY_LLM_URL": fake.url,
+        "MEMORY_CHROMA_URL": url,
+        "MEMORY_API_KEYS": ",".join(f"{k}:{t}" for k, t in KEYS.items()),
+        "MEMORY_PORT": str(free_port()),
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "memory_service.cli.main", "serve"], env=env, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode != 0
     assert f"MEMORY_CHROMA_URL={url}" in result.stderr and "Traceback" not in result.stderr, result.stderr
 
 
 def test_a_malformed_chroma_url_is_a_configuration_error(tmp_path):
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("MEMORY_")},
-           "MEMORY_DATA_DIR": str(tmp_path / "data"), "MEMORY_CHROMA_URL": "127.0.0.1:8000"}
-    result = subprocess.run([sys.executable, "-m", "memory_service.cli.main", "serve"], env=env, capture_output=True,
-                            text=True, timeout=120)
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("MEMORY_")},
+        "MEMORY_DATA_DIR": str(tmp_path / "data"),
+        "MEMORY_CHROMA_URL": "127.0.0.1:8000",
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "memory_service.cli.main", "serve"], env=env, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 2 and "MEMORY_CHROMA_URL" in result.stderr, result.stderr

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
-import ast
 import subprocess
 import sys
 import uuid
@@ -12,11 +12,11 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-
 from conftest import ROOT, ServiceProcess
-from memory_service.contract.models import MemoryOut, RecallResponse, RememberResponse
-from memory_service.contract.limits import ConsumeAnswer, HandledOut
+
 from memory_service.client import AsyncMemoryClient, MemoryClient, MemoryServiceError
+from memory_service.contract.limits import ConsumeAnswer, HandledOut
+from memory_service.contract.models import MemoryOut, RecallResponse, RememberResponse
 from tests.fakes.fake_llama_server import FakeLlamaServer
 
 
@@ -39,8 +39,11 @@ class Flaky(httpx.BaseTransport):
         self.sent.append(request)
         if self.busy:
             self.busy -= 1
-            return httpx.Response(503, json={"error": "unavailable", "detail": "busy, retry"},
-                                  headers={"Retry-After": self.retry_after, "X-Request-ID": "busy-1"})
+            return httpx.Response(
+                503,
+                json={"error": "unavailable", "detail": "busy, retry"},
+                headers={"Retry-After": self.retry_after, "X-Request-ID": "busy-1"},
+            )
         response = self.inner.handle_request(request)
         if self.lose:
             self.lose -= 1
@@ -51,13 +54,25 @@ class Flaky(httpx.BaseTransport):
 
 def test_importing_the_client_loads_no_part_of_the_server():
     """The client is contract/ + httpx: an agent's process pays for neither the server nor its stores."""
-    probe = ("import sys, memory_service.client; "
-             "print(sorted({m.split('.')[0] if not m.startswith('memory_service.') else '.'.join(m.split('.')[:2]) "
-             "for m in sys.modules}))")
+    probe = (
+        "import sys, memory_service.client; "
+        "print(sorted({m.split('.')[0] if not m.startswith('memory_service.') else '.'.join(m.split('.')[:2]) "
+        "for m in sys.modules}))"
+    )
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
     loaded = set(ast.literal_eval(out.stdout.strip()))
-    forbidden = {"fastapi", "starlette", "psycopg", "chromadb", "onnxruntime", "torch", "sentence_transformers",
-                 "memory_service.storage", "memory_service.api", "memory_service.services"}
+    forbidden = {
+        "fastapi",
+        "starlette",
+        "psycopg",
+        "chromadb",
+        "onnxruntime",
+        "torch",
+        "sentence_transformers",
+        "memory_service.storage",
+        "memory_service.api",
+        "memory_service.services",
+    }
     assert loaded & forbidden == set(), out.stderr
     assert "memory_service.contract" in loaded and "httpx" in loaded  # the probe sees what it should
 
@@ -65,8 +80,12 @@ def test_importing_the_client_loads_no_part_of_the_server():
 def test_sync_client_covers_memories_with_typed_results(service):
     marker = uuid.uuid4().hex[:8]
     with MemoryClient(service.url, api_key="key-a") as memory:
-        saved = memory.remember(f"Rosa Diaz closed incident {marker} on the payments gateway.", agent_id="oncall",
-                                tags=["incident"], wait_s=30)
+        saved = memory.remember(
+            f"Rosa Diaz closed incident {marker} on the payments gateway.",
+            agent_id="oncall",
+            tags=["incident"],
+            wait_s=30,
+        )
         assert isinstance(saved, RememberResponse) and saved.status == "done"
         got = memory.get(saved.id)
         assert isinstance(got, MemoryOut) and got.facts and got.tags == ["incident"]
@@ -95,8 +114,10 @@ def test_sync_client_covers_memories_with_typed_results(service):
 def test_every_response_carries_a_request_id(service):
     with service.client() as client:
         assert client.get("/health").headers["x-request-id"]
-        assert client.get("/v1/memories/nope", headers={"X-Request-ID": "agent-7.req-1"}).headers["x-request-id"] \
+        assert (
+            client.get("/v1/memories/nope", headers={"X-Request-ID": "agent-7.req-1"}).headers["x-request-id"]
             == "agent-7.req-1"
+        )
 
 
 def test_a_lost_answer_is_resent_without_saving_twice(service):
@@ -156,8 +177,9 @@ def test_async_client_shares_the_behaviour(service):
 
     async def main() -> None:
         async with AsyncMemoryClient(service.url, api_key="key-a") as memory:
-            saved = await memory.remember(f"Async note {marker}: the canal lock opens at dawn.", agent_id="async",
-                                          wait_s=30)
+            saved = await memory.remember(
+                f"Async note {marker}: the canal lock opens at dawn.", agent_id="async", wait_s=30
+            )
             assert saved.status == "done"
             got, hits = await asyncio.gather(memory.get(saved.id), memory.recall(f"canal lock {marker}"))
             assert got.facts and hits.items[0].memory_id == saved.id

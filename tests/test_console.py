@@ -7,7 +7,7 @@ security edges, which a browser test would only cover by accident.
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
@@ -35,11 +35,23 @@ def csrf_of(client: TestClient, path: str = "/ui/jobs") -> str:
 def saved(inprocess: InProcessApp) -> Iterator[str]:
     """A failed memory of team A whose text tries to inject markup."""
     api = inprocess.client("key-a")
-    memory_id = api.post("/v1/remember", json={"text": "<script>alert('x')</script> Ines approved the Plover plan.",
-                                               "agent_id": "agent-1", "tags": ["<i>t</i>"]}).json()["id"]
-    inprocess.services.journal.fail_attempt(memory_id, error="BadReply: <img src=x onerror=alert(1)>",
-                                            raw_reply="<b>prose</b>", timings=None, report=None, retry_at=None,
-                                            budget_s=20)
+    memory_id = api.post(
+        "/v1/remember",
+        json={
+            "text": "<script>alert('x')</script> Ines approved the Plover plan.",
+            "agent_id": "agent-1",
+            "tags": ["<i>t</i>"],
+        },
+    ).json()["id"]
+    inprocess.services.journal.fail_attempt(
+        memory_id,
+        error="BadReply: <img src=x onerror=alert(1)>",
+        raw_reply="<b>prose</b>",
+        timings=None,
+        report=None,
+        retry_at=None,
+        budget_s=20,
+    )
     yield memory_id
 
 
@@ -51,8 +63,9 @@ def test_pages_need_a_login_and_the_cookie_is_httponly_strict_and_scoped(inproce
     token = CSRF.search(anonymous.get("/ui/login").text).group(1)
     wrong = anonymous.post("/ui/login", data={"key": "key-z", "csrf": token})
     assert wrong.status_code == 401 and "Unknown API key" in wrong.text and "set-cookie" not in wrong.headers
-    answer = anonymous.post("/ui/login", data={"key": "key-a", "csrf": token, "next": "https://evil.example/"},
-                            follow_redirects=False)
+    answer = anonymous.post(
+        "/ui/login", data={"key": "key-a", "csrf": token, "next": "https://evil.example/"}, follow_redirects=False
+    )
     assert answer.headers["location"] == "/ui/memories"  # never off-site
     cookie = answer.headers["set-cookie"].lower()
     assert "httponly" in cookie and "samesite=strict" in cookie and "path=/ui" in cookie
@@ -71,15 +84,21 @@ def test_every_post_needs_the_sessions_csrf_token_and_the_same_origin(inprocess:
     assert a.post(url, data={"csrf": token}, headers={"Sec-Fetch-Site": "cross-site"}).status_code == 403
     assert inprocess.services.journal.get("team-a", saved).status == "failed"
     login_token = CSRF.search(TestClient(inprocess.app).get("/ui/login").text).group(1)
-    forged = TestClient(inprocess.app).post("/ui/login", data={"key": "key-a", "csrf": login_token},
-                                            headers={"Origin": "http://evil.example"})
+    forged = TestClient(inprocess.app).post(
+        "/ui/login", data={"key": "key-a", "csrf": login_token}, headers={"Origin": "http://evil.example"}
+    )
     assert forged.status_code == 403
 
 
 def test_everything_shown_is_escaped(inprocess: InProcessApp, saved: str) -> None:
     a = login(inprocess, "key-a")
-    for path in (f"/ui/memories/{saved}", "/ui/memories", "/ui/jobs", "/ui/memories?q=%3Cscript%3E+Plover",
-                 "/ui/handled?key=%3Cscript%3Ealert(1)%3C/script%3E"):
+    for path in (
+        f"/ui/memories/{saved}",
+        "/ui/memories",
+        "/ui/jobs",
+        "/ui/memories?q=%3Cscript%3E+Plover",
+        "/ui/handled?key=%3Cscript%3Ealert(1)%3C/script%3E",
+    ):
         page = a.get(path)
         assert page.status_code == 200, path
         assert "<script>alert" not in page.text and "<img src=x" not in page.text and "<b>prose" not in page.text
@@ -110,8 +129,9 @@ def test_a_read_key_browses_but_cannot_retry(inprocess: InProcessApp, saved: str
 def test_retry_queues_a_failed_job_now_and_logout_ends_the_session(inprocess: InProcessApp, saved: str) -> None:
     a = login(inprocess, "key-a")
     assert f'id="job-{saved}"' in a.get("/ui/jobs").text
-    answer = a.post(f"/ui/memories/{saved}/retry", data={"csrf": csrf_of(a), "next": "/ui/jobs"},
-                    follow_redirects=False)
+    answer = a.post(
+        f"/ui/memories/{saved}/retry", data={"csrf": csrf_of(a), "next": "/ui/jobs"}, follow_redirects=False
+    )
     assert answer.status_code == 303 and answer.headers["location"] == "/ui/jobs"
     memory = inprocess.services.journal.get("team-a", saved)
     assert memory.status == "queued" and memory.attempts == 1 and memory.last_error  # history kept
@@ -122,9 +142,12 @@ def test_retry_queues_a_failed_job_now_and_logout_ends_the_session(inprocess: In
 
 def test_bad_filters_are_explained_on_the_page(inprocess: InProcessApp) -> None:
     a = login(inprocess, "key-a")
-    for query, message in (("since=yesterday", "is not a date"), ("status=lost", "status: one of"),
-                           ("since=2024-05-02&until=2024-05-01", "since is after until"),
-                           ("cursor=%%%", "cursor")):
+    for query, message in (
+        ("since=yesterday", "is not a date"),
+        ("status=lost", "status: one of"),
+        ("since=2024-05-02&until=2024-05-01", "since is after until"),
+        ("cursor=%%%", "cursor"),
+    ):
         page = a.get(f"/ui/memories?{query}")
         assert page.status_code == 422 and message in page.text, (query, page.text[-600:])
 
@@ -133,24 +156,44 @@ def test_overlapping_spans_cut_the_text_into_marked_segments() -> None:
     text = "Ines approved the plan on May 3."
     cut = segments(text, [[[0, 22]], [[14, 31], [0, 0]], [[40, 99]]])  # an empty and an out-of-range span
     assert "".join(s.text for s in cut) == text
-    assert cut == [Segment("Ines approved ", (1,)), Segment("the plan", (1, 2)), Segment(" on May 3", (2,)),
-                   Segment(".", ())]
+    assert cut == [
+        Segment("Ines approved ", (1,)),
+        Segment("the plan", (1, 2)),
+        Segment(" on May 3", (2,)),
+        Segment(".", ()),
+    ]
 
 
 def test_a_memory_shows_its_spans_rejected_facts_and_superseded_history(inprocess: InProcessApp) -> None:
     journal, api = inprocess.services.journal, inprocess.client("key-a")
-    first, second = (api.post("/v1/remember", json={"text": t, "agent_id": "fin"}).json()["id"]
-                     for t in ("The Wren budget is 400 dollars.", "The Wren budget is 500 dollars now."))
-    old, new = (NewFact(id=f"f:{n}", text=t, norm=t.lower(), shape="wren budget", spans=[(0, len(t))])
-                for n, t in (("wren-old", "The Wren budget is 400 dollars"), ("wren-new", "The Wren budget is 500 dollars")))
+    first, second = (
+        api.post("/v1/remember", json={"text": t, "agent_id": "fin"}).json()["id"]
+        for t in ("The Wren budget is 400 dollars.", "The Wren budget is 500 dollars now.")
+    )
+    old, new = (
+        NewFact(id=f"f:{n}", text=t, norm=t.lower(), shape="wren budget", spans=[(0, len(t))])
+        for n, t in (("wren-old", "The Wren budget is 400 dollars"), ("wren-new", "The Wren budget is 500 dollars"))
+    )
     rejected = {"rejected": [{"text": "Wren is <em>great</em>", "reason": "not in the text"}]}
-    journal.complete(journal.get("team-a", first), FactPlan(new=[old]), raw_reply=None,
-                     timings={"prompt_n": 120, "cache_n": 80, "predicted_n": 21}, report=rejected)
-    journal.complete(journal.get("team-a", second), FactPlan(new=[new], superseded=[(old.id, new.id)]),
-                     raw_reply=None, timings=None, report={})
+    journal.complete(
+        journal.get("team-a", first),
+        FactPlan(new=[old]),
+        raw_reply=None,
+        timings={"prompt_n": 120, "cache_n": 80, "predicted_n": 21},
+        report=rejected,
+    )
+    journal.complete(
+        journal.get("team-a", second),
+        FactPlan(new=[new], superseded=[(old.id, new.id)]),
+        raw_reply=None,
+        timings=None,
+        report={},
+    )
     page = login(inprocess, "key-a").get(f"/ui/memories/{first}").text
     assert '<mark data-facts="1" title="fact 1">The Wren budget is 400 dollars<sup>1</sup></mark>.' in page
     superseded = page.split('id="superseded"', 1)[1].split("</ol>", 1)[0]
-    assert "The Wren budget is 400 dollars" in superseded and "replaced by “The Wren budget is 500 dollars”" in superseded
+    assert (
+        "The Wren budget is 400 dollars" in superseded and "replaced by “The Wren budget is 500 dollars”" in superseded
+    )
     assert "Wren is &lt;em&gt;great&lt;/em&gt;" in page and "not in the text" in page
-    assert "cached prompt tokens</th><td class=\"num\">80" in page
+    assert 'cached prompt tokens</th><td class="num">80' in page

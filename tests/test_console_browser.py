@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -27,8 +28,10 @@ TEXT = "Ines Ortega approved the Plover launch for May 3. The Plover budget is 4
 def chromium_path() -> str:
     found = os.environ.get("MEMORY_TEST_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
     if not found or not os.access(found, os.X_OK):
-        pytest.fail("no Chromium for the console's browser tests: run `scripts/bootstrap.sh --dev` "
-                    "(or `apt-get install -y chromium`), or point MEMORY_TEST_CHROMIUM at a Chromium binary")
+        pytest.fail(
+            "no Chromium for the console's browser tests: run `scripts/bootstrap.sh --dev` "
+            "(or `apt-get install -y chromium`), or point MEMORY_TEST_CHROMIUM at a Chromium binary"
+        )
     return found
 
 
@@ -55,8 +58,7 @@ def fake() -> Iterator[FakeLlamaServer]:
 
 @pytest.fixture(scope="module")
 def service(fake: FakeLlamaServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
-    svc = ServiceProcess(tmp_path_factory.mktemp("console") / "data", fake.url,
-                         {"MEMORY_MAX_ATTEMPTS": "1"}).start()
+    svc = ServiceProcess(tmp_path_factory.mktemp("console") / "data", fake.url, {"MEMORY_MAX_ATTEMPTS": "1"}).start()
     yield svc
     svc.kill()
 
@@ -96,8 +98,9 @@ def open_page(browser: Any, service: ServiceProcess, key: str, shots: Path) -> A
     return page
 
 
-def test_login_save_watch_it_turn_done_and_see_its_facts(browser: Any, service: ServiceProcess, shots: Path,
-                                                         saved: str) -> None:
+def test_login_save_watch_it_turn_done_and_see_its_facts(
+    browser: Any, service: ServiceProcess, shots: Path, saved: str
+) -> None:
     from playwright.sync_api import expect
 
     page = open_page(browser, service, "key-a", shots)
@@ -117,8 +120,9 @@ def test_login_save_watch_it_turn_done_and_see_its_facts(browser: Any, service: 
     page.screenshot(path=shots / "memory.png", full_page=True)
 
 
-def test_search_runs_recall_and_shows_scores(browser: Any, service: ServiceProcess, api: httpx.Client, shots: Path,
-                                             saved: str) -> None:
+def test_search_runs_recall_and_shows_scores(
+    browser: Any, service: ServiceProcess, api: httpx.Client, shots: Path, saved: str
+) -> None:
     from playwright.sync_api import expect
 
     assert wait_status(api, saved)["status"] == "done"
@@ -134,7 +138,8 @@ def test_search_runs_recall_and_shows_scores(browser: Any, service: ServiceProce
 
 
 def test_a_failed_job_shows_its_raw_reply_and_retries_from_the_jobs_page(
-        browser: Any, service: ServiceProcess, api: httpx.Client, fake: FakeLlamaServer, shots: Path) -> None:
+    browser: Any, service: ServiceProcess, api: httpx.Client, fake: FakeLlamaServer, shots: Path
+) -> None:
     from playwright.sync_api import expect
 
     fake.set_mode("malformed", tokens_per_s=5000)
@@ -155,8 +160,9 @@ def test_a_failed_job_shows_its_raw_reply_and_retries_from_the_jobs_page(
     assert wait_status(api, memory_id, timeout=60)["status"] == "done"
 
 
-def test_a_limits_usage_moves_after_a_consume(browser: Any, service: ServiceProcess, api: httpx.Client,
-                                              shots: Path) -> None:
+def test_a_limits_usage_moves_after_a_consume(
+    browser: Any, service: ServiceProcess, api: httpx.Client, shots: Path
+) -> None:
     from playwright.sync_api import expect
 
     assert api.put("/v1/limits/emails", json={"daily_limit": 5, "timezone": "Europe/Madrid"}).status_code == 201
@@ -165,7 +171,10 @@ def test_a_limits_usage_moves_after_a_consume(browser: Any, service: ServiceProc
     row = page.locator("#limit-emails")
     expect(row.locator(".used")).to_have_text("0")
     expect(row.locator(".resets")).to_contain_text("Europe/Madrid")
-    assert api.put("/v1/limits/calls", json={"daily_limit": 9, "timezone": "Asia/Tokyo", "per": "agent"}).status_code == 201
+    assert (
+        api.put("/v1/limits/calls", json={"daily_limit": 9, "timezone": "Asia/Tokyo", "per": "agent"}).status_code
+        == 201
+    )
     assert api.post("/v1/limits/emails/consume", json={"agent_id": "mailer", "amount": 2}).json()["used"] == 2
     assert api.post("/v1/limits/calls/consume", json={"agent_id": "mailer", "amount": 3}).json()["used"] == 3
     page.reload()
@@ -175,8 +184,9 @@ def test_a_limits_usage_moves_after_a_consume(browser: Any, service: ServiceProc
     page.screenshot(path=shots / "limits.png", full_page=True)
 
 
-def test_a_handled_key_is_found_by_lookup(browser: Any, service: ServiceProcess, api: httpx.Client,
-                                          shots: Path) -> None:
+def test_a_handled_key_is_found_by_lookup(
+    browser: Any, service: ServiceProcess, api: httpx.Client, shots: Path
+) -> None:
     from playwright.sync_api import expect
 
     assert api.post("/v1/handled", json={"key": "https://example.com/a?b=1#c"}).json()["first_time"] is True
@@ -188,8 +198,7 @@ def test_a_handled_key_is_found_by_lookup(browser: Any, service: ServiceProcess,
     page.screenshot(path=shots / "handled.png", full_page=True)
 
 
-def test_a_second_teams_key_sees_none_of_it(browser: Any, service: ServiceProcess, shots: Path,
-                                            saved: str) -> None:
+def test_a_second_teams_key_sees_none_of_it(browser: Any, service: ServiceProcess, shots: Path, saved: str) -> None:
     from playwright.sync_api import expect
 
     page = open_page(browser, service, "key-b", shots)

@@ -9,7 +9,8 @@ default model.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import httpx
 
@@ -42,30 +43,41 @@ def test_subjects_are_the_leading_name():
 
 def test_groups_by_agent_and_subject_newest_first_in_small_parts():
     facts = [fact(f"c{i}", f"Caroline fact number {i}", float(i)) for i in range(GROUP_MAX_FACTS + 1)]
-    facts += [fact("m1", "Melanie paints", 100.0), fact("m2", "Melanie runs", 101.0),
-              fact("x1", "Melanie swims", 1.0, agent="other"), fact("t1", "The build is green", 2.0)]
+    facts += [
+        fact("m1", "Melanie paints", 100.0),
+        fact("m2", "Melanie runs", 101.0),
+        fact("x1", "Melanie swims", 1.0, agent="other"),
+        fact("t1", "The build is green", 2.0),
+    ]
     groups = group_facts("t", facts)
     assert [(g.subject, g.part, len(g.facts)) for g in groups] == [("Melanie", 0, 2), ("Caroline", 0, 9)]
     assert group_facts("t", list(reversed(facts)))[1].digest == groups[1].digest  # order-free, restart-stable
 
 
 def test_a_point_must_be_made_of_the_facts_words_and_no_fact_is_lost():
-    facts = [fact("a", "Caroline attends an LGBTQ support group", 1.0),
-             fact("b", "Caroline is researching adoption agencies", 2.0)]
-    points = summary.grounded("Caroline", ["Caroline attends an LGBTQ support group (8 May 2023)",
-                                           "is a famous astronaut", "(8 May 2023)"], facts)
+    facts = [
+        fact("a", "Caroline attends an LGBTQ support group", 1.0),
+        fact("b", "Caroline is researching adoption agencies", 2.0),
+    ]
+    points = summary.grounded(
+        "Caroline",
+        ["Caroline attends an LGBTQ support group (8 May 2023)", "is a famous astronaut", "(8 May 2023)"],
+        facts,
+    )
     assert points == ["attends an LGBTQ support group (8 May 2023)"]
     line = summary.line("Caroline", summary.complete("Caroline", points, facts))
-    assert line == ("Caroline: attends an LGBTQ support group (8 May 2023); "
-                    "is researching adoption agencies (8 May 2023)")
+    assert line == (
+        "Caroline: attends an LGBTQ support group (8 May 2023); is researching adoption agencies (8 May 2023)"
+    )
 
 
 # ---------------------------------------------------------------- storage, SQLite and PostgreSQL
 
 
 def _with_fact(journal: Journal, text: str, fid: str) -> str:
-    memory, _ = journal.insert(team="t", agent_id="bot", text=text, run_id=None, tags=["x"], metadata={},
-                               idempotency_key=None, budget_s=60.0)
+    memory, _ = journal.insert(
+        team="t", agent_id="bot", text=text, run_id=None, tags=["x"], metadata={}, idempotency_key=None, budget_s=60.0
+    )
     claimed = journal.claim_next("w", 60.0)
     assert claimed is not None and claimed.id == memory.id
     plan = FactPlan(new=[NewFact(fid, text, text.lower(), text.lower(), [(0, len(text))])])
@@ -80,8 +92,20 @@ def test_store_writes_reads_and_drops_items_citing_a_source(journal):
     facts = store.recent_facts("t", 10)
     assert {(f.id, tuple(f.memory_ids)) for f in facts} == {("f:1", (m1,)), ("f:2", (m2,))}
     [group] = group_facts("t", facts)
-    item = Item(group.id, "t", "bot", "Caroline", 0, "Caroline: a; b", ["x"], m2, 2.0, 2.0, group.digest,
-                sources=[("f:1", m1), ("f:2", m2)])
+    item = Item(
+        group.id,
+        "t",
+        "bot",
+        "Caroline",
+        0,
+        "Caroline: a; b",
+        ["x"],
+        m2,
+        2.0,
+        2.0,
+        group.digest,
+        sources=[("f:1", m1), ("f:2", m2)],
+    )
     assert store.write(item)
     assert store.digests("t") == {group.id: group.digest}
     got = store.items_by_ids("t", [group.id])[group.id]
@@ -107,7 +131,12 @@ def test_run_log_says_what_ran_and_closes_runs_cut_off(journal):
     store.end_run(run, DONE, 2, 1)
     runs = {r["id"]: r for r in store.runs()}
     assert runs[old]["outcome"] == INTERRUPTED
-    assert (runs[run]["outcome"], runs[run]["written"], runs[run]["removed"], runs[run]["groups_due"]) == (DONE, 2, 1, 2)
+    assert (runs[run]["outcome"], runs[run]["written"], runs[run]["removed"], runs[run]["groups_due"]) == (
+        DONE,
+        2,
+        1,
+        2,
+    )
 
 
 # ---------------------------------------------------------------- the service, with the fake llama-server
@@ -142,8 +171,10 @@ def test_a_save_never_waits_behind_consolidation_and_items_cite_every_source(ser
         fake.set_mode("ok", hang_when=CONSOLIDATION_PROMPT)  # a consolidation call holds the only slot
         svc = service_factory(fake.url, env=ON)
         client = svc.client()
-        first = [remember(client, "Caroline attends an LGBTQ support group.", wait_s=30),
-                 remember(client, "Caroline is researching adoption agencies.", wait_s=30)]
+        first = [
+            remember(client, "Caroline attends an LGBTQ support group.", wait_s=30),
+            remember(client, "Caroline is researching adoption agencies.", wait_s=30),
+        ]
         wait_for(lambda: fake.state()["held"] == 1, what="a consolidation call in flight")
         assert stats(client)["running"] is True
 
@@ -157,13 +188,17 @@ def test_a_save_never_waits_behind_consolidation_and_items_cite_every_source(ser
         assert any(r["outcome"] == YIELDED for r in stats(client)["runs"])
 
         fake.set_mode("ok", hang_when=None)
-        items = wait_for(lambda: [i for i in consolidated(client) if len(i["source_memory_ids"]) == 3],
-                         what="the item refreshed with the third fact")
+        items = wait_for(
+            lambda: [i for i in consolidated(client) if len(i["source_memory_ids"]) == 3],
+            what="the item refreshed with the third fact",
+        )
         assert sorted(items[0]["source_memory_ids"]) == sorted(first + [third])
         assert items[0]["text"].startswith("Caroline: ") and "sunsets" in items[0]["text"]
         assert items[0]["fact_id"].startswith("c:")
-        every = client.post("/v1/recall", json={"query": "Caroline painting sunsets", "k": 10,
-                                                "kinds": ["fact", "passage", "consolidated"]}).json()["items"]
+        every = client.post(
+            "/v1/recall",
+            json={"query": "Caroline painting sunsets", "k": 10, "kinds": ["fact", "passage", "consolidated"]},
+        ).json()["items"]
         assert "consolidated" in {i["kind"] for i in every}
         default = client.post("/v1/recall", json={"query": "Caroline painting sunsets", "k": 10}).json()["items"]
         assert "consolidated" not in {i["kind"] for i in default}  # asked for only
@@ -180,8 +215,12 @@ def test_a_kill_in_the_middle_resumes_without_writing_a_group_twice(service_fact
         svc = service_factory(fake.url, env=ON)
         client = svc.client()
         fake.set_mode("ok", hang_when="Subject: Caroline")  # Melanie (newest) goes through, Caroline hangs
-        for text in ("Caroline attends an LGBTQ support group.", "Caroline is researching adoption agencies.",
-                     "Melanie paints sunsets.", "Melanie runs a charity race."):
+        for text in (
+            "Caroline attends an LGBTQ support group.",
+            "Caroline is researching adoption agencies.",
+            "Melanie paints sunsets.",
+            "Melanie runs a charity race.",
+        ):
             remember(client, text, wait_s=30)
         wait_for(lambda: fake.state()["held"] == 1, what="Caroline's consolidation in flight")
         assert [i["text"].split(":")[0] for i in consolidated(client, "Melanie")] == ["Melanie"]
@@ -195,8 +234,9 @@ def test_a_kill_in_the_middle_resumes_without_writing_a_group_twice(service_fact
         asked = [r for r in fake.recorded() if CONSOLIDATION_PROMPT in str(r.get("messages"))]
         assert len(asked) == 1 and "Subject: Caroline" in str(asked[0]["messages"])  # Melanie not redone
         # the item is written before its run is closed: wait for the run to end
-        runs = wait_for(lambda: (r := stats(client)["runs"]) and r[0]["outcome"] != "running" and r,
-                        what="the resumed pass to end")
+        runs = wait_for(
+            lambda: (r := stats(client)["runs"]) and r[0]["outcome"] != "running" and r, what="the resumed pass to end"
+        )
         assert runs[0]["outcome"] == DONE and runs[0]["written"] == 1
         assert any(r["outcome"] == INTERRUPTED for r in runs[1:])
 
@@ -215,9 +255,13 @@ def test_a_kill_in_the_middle_resumes_without_writing_a_group_twice(service_fact
 def test_the_default_model_consolidates_a_subject(service_factory, default_llama):
     svc = service_factory(default_llama.url, env=ON)
     client = svc.client()
-    ids = [remember(client, text, wait_s=120, occurred_at="2023-05-08T10:00:00Z")
-           for text in ("Caroline: I went to an LGBTQ support group yesterday.",
-                        "Caroline: I'm researching adoption agencies, I want to give kids a home.")]
+    ids = [
+        remember(client, text, wait_s=120, occurred_at="2023-05-08T10:00:00Z")
+        for text in (
+            "Caroline: I went to an LGBTQ support group yesterday.",
+            "Caroline: I'm researching adoption agencies, I want to give kids a home.",
+        )
+    ]
     items = wait_for(lambda: consolidated(client), timeout=180, what="an item from the real model")
     item = items[0]
     assert item["text"].startswith("Caroline: ")

@@ -18,11 +18,11 @@ from typing import Any
 
 import httpx
 import pytest
-
 from conftest import CACHE, ROOT
-from memory_service.ops.doctor import check_thinking, run_doctor
+
 from memory_service.extraction.client import LlamaClient
 from memory_service.llm.runtime.server import find_binary
+from memory_service.ops.doctor import check_thinking, run_doctor
 from tests.fakes.fake_llama_server import FakeLlamaServer
 
 
@@ -39,10 +39,17 @@ def doctor_cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, dict
     """Run `memory-service doctor --json` as the operator would; return exit code and report."""
     full_env = {k: v for k, v in os.environ.items() if k != "MEMORY_LLM_URL"}
     # a lower output cap keeps the tiny model's verbatim-copy facts short: the probes stay quick
-    full_env.update({"MEMORY_LLAMA_THREADS": "1", "MEMORY_CACHE_DIR": str(CACHE), "MEMORY_MAX_OUTPUT_TOKENS": "160",
-                     **(env or {})})
-    done = subprocess.run([sys.executable, "-m", "memory_service.cli.main", "doctor", "--json", *args], cwd=ROOT,
-                          env=full_env, capture_output=True, text=True, timeout=300)
+    full_env.update(
+        {"MEMORY_LLAMA_THREADS": "1", "MEMORY_CACHE_DIR": str(CACHE), "MEMORY_MAX_OUTPUT_TOKENS": "160", **(env or {})}
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "memory_service.cli.main", "doctor", "--json", *args],
+        cwd=ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.stdout.strip().startswith("{"), done.stderr[-3000:]
     return done.returncode, json.loads(done.stdout)
 

@@ -8,8 +8,8 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
-
 from conftest import wait_status
+
 from memory_service.llm.runtime.server import free_port
 
 
@@ -21,8 +21,9 @@ def test_saves_wait_for_a_dead_model_and_resume_after_restart(tiny_llama, servic
     with first.client() as client:
         ready = client.get("/ready")
         assert ready.status_code == 503 and ready.json()["model_server"]["reachable"] is False
-        memory_id = client.post("/v1/remember", json={
-            "text": f"Invoice {marker} from Acme Corp was paid on 3 March.", "agent_id": "ledger"}).json()["id"]
+        memory_id = client.post(
+            "/v1/remember", json={"text": f"Invoice {marker} from Acme Corp was paid on 3 March.", "agent_id": "ledger"}
+        ).json()["id"]
         time.sleep(1.5)
         memory = client.get(f"/v1/memories/{memory_id}").json()
         assert memory["status"] == "queued" and memory["attempts"] == 0  # waiting costs no attempt
@@ -39,9 +40,16 @@ def test_saves_wait_for_a_dead_model_and_resume_after_restart(tiny_llama, servic
 
 def _post(url: str, i: int, marker: str, acked: list, lock: threading.Lock) -> None:
     try:
-        response = httpx.post(url + "/v1/remember", json={
-            "text": f"Inflight note {i} tag {marker}{i}: user asked to archive ticket {1000 + i}.",
-            "agent_id": f"agent-{i % 4}"}, headers={"Authorization": "Bearer key-a"}, timeout=30, trust_env=False)
+        response = httpx.post(
+            url + "/v1/remember",
+            json={
+                "text": f"Inflight note {i} tag {marker}{i}: user asked to archive ticket {1000 + i}.",
+                "agent_id": f"agent-{i % 4}",
+            },
+            headers={"Authorization": "Bearer key-a"},
+            timeout=30,
+            trust_env=False,
+        )
     except httpx.HTTPError:
         return
     if response.status_code == 202:
@@ -71,5 +79,7 @@ def test_sigkill_with_200_saves_in_flight_loses_nothing_acked(tiny_llama, servic
             assert memory["status"] in {"done", "failed"}
             assert f"{marker}{i}:" in memory["text"]
         for i, memory_id in acked[:: max(1, len(acked) // 10)]:
-            items = client.post("/v1/recall", json={"query": f"{marker}{i}", "k": 5, "kinds": ["passage"]}).json()["items"]
+            items = client.post("/v1/recall", json={"query": f"{marker}{i}", "k": 5, "kinds": ["passage"]}).json()[
+                "items"
+            ]
             assert any(item["memory_id"] == memory_id for item in items), (i, items)

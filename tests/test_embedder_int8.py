@@ -93,7 +93,8 @@ def test_the_derived_model_is_made_once_and_reused(derived_dir: Path) -> None:
 
 
 def test_a_derivation_that_strays_is_not_used_the_shipped_model_serves_and_says_why(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shipped: OnnxEmbedder, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shipped: OnnxEmbedder, caplog: pytest.LogCaptureFixture
+) -> None:
     # the real derivation, held to a bar no quantized model meets: the check's refusal, with real files
     monkeypatch.setattr(int8_model, "MIN_PROBE_COSINE", 1.0001)
     with caplog.at_level(logging.WARNING, logger="memory_service"):
@@ -112,11 +113,19 @@ def test_both_weight_signs_stay_close_to_the_shipped_model(tmp_path: Path, shipp
         assert min(int8_model.probe_cosines(OnnxEmbedder(1, path=path), shipped)) >= int8_model.MIN_PROBE_COSINE
 
 
-@pytest.mark.parametrize(("flags", "sign"), [
-    ("fpu sse avx2 fma avx512f avx512_vnni", "s8"), ("fpu avx2 avx_vnni", "s8"), ("fpu sse avx2 fma avx512f", "u8"),
-    ("fpu sse avx2 fma", "u8"), (None, "u8"),
-])
-def test_signed_weights_only_where_the_cpu_multiplies_them_exactly(tmp_path: Path, flags: str | None, sign: str) -> None:
+@pytest.mark.parametrize(
+    ("flags", "sign"),
+    [
+        ("fpu sse avx2 fma avx512f avx512_vnni", "s8"),
+        ("fpu avx2 avx_vnni", "s8"),
+        ("fpu sse avx2 fma avx512f", "u8"),
+        ("fpu sse avx2 fma", "u8"),
+        (None, "u8"),
+    ],
+)
+def test_signed_weights_only_where_the_cpu_multiplies_them_exactly(
+    tmp_path: Path, flags: str | None, sign: str
+) -> None:
     cpuinfo = tmp_path / "cpuinfo"
     if flags is not None:
         cpuinfo.write_text(f"processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: {flags}\n\n")
@@ -129,7 +138,8 @@ def test_an_unknown_backend_names_the_choices() -> None:
 
 
 def test_a_cache_that_cannot_be_written_falls_back_to_the_shipped_model(
-        tmp_path: Path, shipped: OnnxEmbedder, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, shipped: OnnxEmbedder, caplog: pytest.LogCaptureFixture
+) -> None:
     blocked = tmp_path / "file-not-dir"
     blocked.write_text("")  # a file where the cache dir should be: not even root can make a dir under it
     with caplog.at_level(logging.WARNING, logger="memory_service"):

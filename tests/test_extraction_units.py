@@ -55,7 +55,9 @@ def test_reasoning_only_reply_names_the_cause() -> None:
 
 def test_reasoning_content_is_never_used_as_output() -> None:
     assert parse_facts(FACTS, "stop", reasoning='{"facts": ["invented in the thought"]}') == [
-        "Alice lives in Lyon.", "The budget is 500 dollars."]
+        "Alice lives in Lyon.",
+        "The budget is 500 dollars.",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -114,14 +116,19 @@ SOURCE = (
 
 
 def test_grounding_keeps_supported_facts_with_spans() -> None:
-    result = ground(["Maria Lopez approved the billing rollout for Thursday.",
-                     "The migration touched 1250000 rows."], SOURCE, offset=100)
-    assert [f.text for f in result.kept] == ["Maria Lopez approved the billing rollout for Thursday.",
-                                              "The migration touched 1250000 rows."]
+    result = ground(
+        ["Maria Lopez approved the billing rollout for Thursday.", "The migration touched 1250000 rows."],
+        SOURCE,
+        offset=100,
+    )
+    assert [f.text for f in result.kept] == [
+        "Maria Lopez approved the billing rollout for Thursday.",
+        "The migration touched 1250000 rows.",
+    ]
     first, second = result.kept
     assert first.spans == [(100, 100 + SOURCE.index(" The migration"))]
     start, end = second.spans[0]
-    assert SOURCE[start - 100:end - 100].strip().startswith("The migration took 37 minutes")
+    assert SOURCE[start - 100 : end - 100].strip().startswith("The migration took 37 minutes")
 
 
 @pytest.mark.parametrize(
@@ -150,7 +157,7 @@ def test_spans_point_at_the_supporting_sentence_not_its_look_alike_neighbours() 
     source = " ".join(f"Crate {n} sits on shelf {n * 3}." for n in range(1, 30))
     [fact] = ground(["Crate 17 sits on shelf 51."], source, offset=1000).kept
     [(start, end)] = fact.spans
-    assert source[start - 1000:end - 1000] == "Crate 17 sits on shelf 51."
+    assert source[start - 1000 : end - 1000] == "Crate 17 sits on shelf 51."
 
 
 def test_grounding_dedups_within_a_reply() -> None:
@@ -185,7 +192,7 @@ def test_split_chars_covers_everything_with_overlap_at_boundaries() -> None:
         assert nxt.start < prev.start + len(prev.text), "consecutive chunks overlap"
         assert text[nxt.start - 1] == " ", "a chunk starts at a word boundary"
         assert len(prev.text) <= 1000
-        assert text[prev.start:prev.start + len(prev.text)] == prev.text
+        assert text[prev.start : prev.start + len(prev.text)] == prev.text
 
 
 def test_plan_chunks_fits_every_chunk_into_the_budget() -> None:
@@ -248,7 +255,10 @@ def test_numbers_that_name_things_are_not_values_that_change():
 
     a, b = normalize("User asked to archive ticket 1000."), normalize("User asked to archive ticket 1010.")
     assert shape(a) != shape(b) and identifiers(a) == ["1000"]
-    q1, q2 = normalize("The daily quota for outbound emails is 50."), normalize("The daily quota for outbound emails is 60.")
+    q1, q2 = (
+        normalize("The daily quota for outbound emails is 50."),
+        normalize("The daily quota for outbound emails is 60."),
+    )
     assert shape(q1) == shape(q2) and identifiers(q1) == []
 
 
@@ -309,9 +319,14 @@ def test_a_fact_that_echoes_a_text_of_several_claims_is_split_into_one_fact_per_
 
 def test_a_name_found_only_inside_an_email_address_is_not_grounded() -> None:
     source = "Sent the weekly digest to alice@example.com; the daily quota is 50 and we have used 12."
-    result = ground(["Alice has used 12 emails.", "The weekly digest was sent to alice@example.com.",
-                     "The daily quota is 50."], source)
-    assert [f.text for f in result.kept] == ["The weekly digest was sent to alice@example.com.", "The daily quota is 50."]
+    result = ground(
+        ["Alice has used 12 emails.", "The weekly digest was sent to alice@example.com.", "The daily quota is 50."],
+        source,
+    )
+    assert [f.text for f in result.kept] == [
+        "The weekly digest was sent to alice@example.com.",
+        "The daily quota is 50.",
+    ]
     assert result.rejected[0].reason == "names not in the source: alice"
     # an address alone says nothing
     assert ground(["Alice@example.com"], source).rejected[0].reason.startswith("only an address")
@@ -319,22 +334,40 @@ def test_a_name_found_only_inside_an_email_address_is_not_grounded() -> None:
     assert ground(["Alice has used 12 emails."], "Alice wrote: we have used 12 emails.").kept
 
 
-@pytest.mark.parametrize("text", [
-    "Haha that was fun, thanks!", "Thanks, Nate! See you later!", "Bye Joanna!", "ok", "Take care!",
-    "Wow, that's awesome! So happy for you.", "[1:56 pm on 8 May, 2023] Gina: Thanks, Jon! See you later!",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Haha that was fun, thanks!",
+        "Thanks, Nate! See you later!",
+        "Bye Joanna!",
+        "ok",
+        "Take care!",
+        "Wow, that's awesome! So happy for you.",
+        "[1:56 pm on 8 May, 2023] Gina: Thanks, Jon! See you later!",
+    ],
+)
 def test_small_talk_is_recognised(text: str) -> None:
     from memory_service.extraction.gate import small_talk_reason
 
     assert small_talk_reason(text) == "small talk"
 
 
-@pytest.mark.parametrize("text", [
-    "Thanks, we shipped it.", "Alice is great!", "Thanks! The deploy finished at 14:05.", "I love Paris!",
-    "Haha, my dog ate the cake.", "See you at the Berlin office!", "Great, mail me at bo@example.com",
-    "Yes! I finally did it last week", "Thanks Alice, the report is late.",
-    "Haha that was fun, thanks! " * 8, "[8 May, 2023] Jon: I moved to Paris.",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Thanks, we shipped it.",
+        "Alice is great!",
+        "Thanks! The deploy finished at 14:05.",
+        "I love Paris!",
+        "Haha, my dog ate the cake.",
+        "See you at the Berlin office!",
+        "Great, mail me at bo@example.com",
+        "Yes! I finally did it last week",
+        "Thanks Alice, the report is late.",
+        "Haha that was fun, thanks! " * 8,
+        "[8 May, 2023] Jon: I moved to Paris.",
+    ],
+)
 def test_anything_that_may_hold_a_fact_goes_to_the_model(text: str) -> None:
     from memory_service.extraction.gate import small_talk_reason
 
@@ -344,7 +377,6 @@ def test_anything_that_may_hold_a_fact_goes_to_the_model(text: str) -> None:
 def test_chunk_progress_survives_a_round_trip_through_json() -> None:
     from memory_service.extraction.extractor import Progress
 
-    progress = Progress(offset=120, chunks=2, facts=[{"text": "A is B.", "spans": [[0, 7]]}],
-                        totals={"prompt_n": 10.0})
+    progress = Progress(offset=120, chunks=2, facts=[{"text": "A is B.", "spans": [[0, 7]]}], totals={"prompt_n": 10.0})
     assert Progress.from_dict(json.loads(json.dumps(progress.to_dict()))) == progress
     assert Progress.from_dict(None) == Progress()

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from memory_service.embedding.embedder import Embedder, load_embedder
 from memory_service.extraction.grounding import GroundedFact
 from memory_service.pipeline.passages import decide_facts
-from memory_service.embedding.embedder import Embedder, load_embedder
+from memory_service.pipeline.worker import PassageIndexer, write_fact_vectors
 from memory_service.storage.journal import DONE, Journal, Memory
 from memory_service.storage.vectors import VectorStore
-from memory_service.pipeline.worker import PassageIndexer, write_fact_vectors
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +31,9 @@ def vectors(tmp_path: Path) -> VectorStore:
 
 
 def claimed(journal: Journal, text: str, worker: str = "w") -> Memory:
-    journal.insert(team="a", agent_id="bot", text=text, run_id=None, tags=[], metadata={}, idempotency_key=None,
-                   budget_s=20)
+    journal.insert(
+        team="a", agent_id="bot", text=text, run_id=None, tags=[], metadata={}, idempotency_key=None, budget_s=20
+    )
     job = journal.claim_next(worker, 60)
     assert job is not None and job.text == text
     return job
@@ -41,8 +42,14 @@ def claimed(journal: Journal, text: str, worker: str = "w") -> Memory:
 def store(journal: Journal, vectors: VectorStore, embedder: Embedder, job: Memory, text: str) -> bool:
     """What a worker does once the model answered: decide and commit under the team's lock, then vectors."""
     with journal.deciding(job.team):
-        plan, items = decide_facts(job, [GroundedFact(text, [(0, len(text))])], journal=journal, embedder=embedder,
-                                   vectors=vectors, near_duplicate=0.92)
+        plan, items = decide_facts(
+            job,
+            [GroundedFact(text, [(0, len(text))])],
+            journal=journal,
+            embedder=embedder,
+            vectors=vectors,
+            near_duplicate=0.92,
+        )
         stored = journal.complete(job, plan, raw_reply=None, timings=None, report={})
     if stored:
         write_fact_vectors(journal, vectors, job.team, items)
@@ -53,8 +60,9 @@ def fact_vectors(vectors: VectorStore) -> set[str]:
     return {hit.id for hit in vectors.query("a", [0.0] * 383 + [1.0], 50, kind="fact")}
 
 
-def test_two_workers_deciding_at_once_leave_one_active_value(journal: Journal, vectors: VectorStore,
-                                                              embedder: Embedder) -> None:
+def test_two_workers_deciding_at_once_leave_one_active_value(
+    journal: Journal, vectors: VectorStore, embedder: Embedder
+) -> None:
     first = claimed(journal, "The Q3 marketing budget is 500 euros", "w1")
     second = claimed(journal, "The Q3 marketing budget is 700 euros", "w2")
     barrier = threading.Barrier(2)
@@ -79,8 +87,9 @@ def test_two_workers_deciding_at_once_leave_one_active_value(journal: Journal, v
     assert fact_vectors(vectors) == {active[0].id}  # the superseded value's vector is gone, the active one there
 
 
-def test_a_job_that_lost_its_memory_writes_no_vector(journal: Journal, vectors: VectorStore,
-                                                      embedder: Embedder) -> None:
+def test_a_job_that_lost_its_memory_writes_no_vector(
+    journal: Journal, vectors: VectorStore, embedder: Embedder
+) -> None:
     from memory_service.storage.forget import mark_forgotten
 
     job = claimed(journal, "Dmitri's locker code is 4471")
@@ -89,15 +98,22 @@ def test_a_job_that_lost_its_memory_writes_no_vector(journal: Journal, vectors: 
     assert fact_vectors(vectors) == set() and journal.counts()["facts"] == 0
 
 
-def test_vectors_cut_off_by_a_stop_are_written_by_the_indexer(journal: Journal, vectors: VectorStore,
-                                                               embedder: Embedder) -> None:
+def test_vectors_cut_off_by_a_stop_are_written_by_the_indexer(
+    journal: Journal, vectors: VectorStore, embedder: Embedder
+) -> None:
     old = claimed(journal, "Priya's team has 4 engineers")
     store(journal, vectors, embedder, old, old.text)
     job = claimed(journal, "Priya's team has 6 engineers")
     # the process stops right after the commit: the new fact has no vector, the old one's is still there
     with journal.deciding("a"):
-        plan, _items = decide_facts(job, [GroundedFact(job.text, [(0, len(job.text))])], journal=journal,
-                                    embedder=embedder, vectors=vectors, near_duplicate=0.92)
+        plan, _items = decide_facts(
+            job,
+            [GroundedFact(job.text, [(0, len(job.text))])],
+            journal=journal,
+            embedder=embedder,
+            vectors=vectors,
+            near_duplicate=0.92,
+        )
         assert journal.complete(job, plan, raw_reply=None, timings=None, report={})
     new_id = plan.new[0].id
     old_id = plan.superseded[0][0]

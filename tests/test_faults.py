@@ -17,8 +17,8 @@ from typing import Any
 
 import httpx
 import pytest
-
 from conftest import ServiceProcess, wait_status
+
 from memory_service.extraction.errors import BadReply
 from memory_service.extraction.parsing import parse_facts
 from memory_service.extraction.prompt import SYSTEM_PROMPT
@@ -29,8 +29,16 @@ MAX_ATTEMPTS = 2
 N_CTX = 2048
 FAST = 5000.0  # fake tokens/s when speed is not the point
 DEFAULTS: dict[str, Any] = {
-    "tokens_per_s": FAST, "think_tokens": 8000, "facts": None, "reasoning_tokens": 200, "empty_think": False,
-    "tool_style": "hermes", "drop_style": "close", "content": None, "fail_count": 2, "prompt_tokens_per_s": None,
+    "tokens_per_s": FAST,
+    "think_tokens": 8000,
+    "facts": None,
+    "reasoning_tokens": 200,
+    "empty_think": False,
+    "tool_style": "hermes",
+    "drop_style": "close",
+    "content": None,
+    "fail_count": 2,
+    "prompt_tokens_per_s": None,
 }
 
 
@@ -42,8 +50,11 @@ def fake() -> Iterator[FakeLlamaServer]:
 
 @pytest.fixture(scope="module")
 def service(fake: FakeLlamaServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
-    env = {"MEMORY_EXTRACT_BUDGET_S": str(BUDGET_S), "MEMORY_MAX_ATTEMPTS": str(MAX_ATTEMPTS),
-           "MEMORY_RETRY_BASE_S": "0.2"}
+    env = {
+        "MEMORY_EXTRACT_BUDGET_S": str(BUDGET_S),
+        "MEMORY_MAX_ATTEMPTS": str(MAX_ATTEMPTS),
+        "MEMORY_RETRY_BASE_S": "0.2",
+    }
     svc = ServiceProcess(tmp_path_factory.mktemp("faults") / "data", fake.url, env).start()
     yield svc
     svc.kill()
@@ -105,11 +116,14 @@ def test_thinking_model_without_the_kwarg_exceeds_the_budget_and_with_it_complet
     fake: FakeLlamaServer, client: httpx.Client
 ) -> None:
     set_fake(fake, "thinking", tokens_per_s=400, think_tokens=8000)
-    messages = [{"role": "system", "content": SYSTEM_PROMPT},
-                {"role": "user", "content": "Text:\nThe Kestrel report is due on Monday."}]
+    messages = [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": "Text:\nThe Kestrel report is due on Monday."},
+    ]
     # Without the kwarg, as the field's bridge sent it: capped, the whole output is thinking ...
-    capped = httpx.post(f"{fake.url}/v1/chat/completions", json={"messages": messages, "max_tokens": 384},
-                        timeout=BUDGET_S).json()["choices"][0]
+    capped = httpx.post(
+        f"{fake.url}/v1/chat/completions", json={"messages": messages, "max_tokens": 384}, timeout=BUDGET_S
+    ).json()["choices"][0]
     assert capped["finish_reason"] == "length" and capped["message"]["content"].startswith("<think>")
     with pytest.raises(BadReply, match="still thinking"):
         parse_facts(capped["message"]["content"], capped["finish_reason"])
@@ -146,7 +160,8 @@ def test_think_blocks_and_reasoning_content_yield_clean_facts(
     memory = wait_status(client, save(client, text), timeout=30)
     assert memory["status"] == "done"
     assert sorted(fact_texts(memory)) == sorted(
-        [f"The {label} probe ships to Vilnius.", f"The {label} probe weighs 12 kilograms."])
+        [f"The {label} probe ships to Vilnius.", f"The {label} probe weighs 12 kilograms."]
+    )
     assert not any("think" in f.lower() or "let me" in f.lower() for f in fact_texts(memory))
 
 
@@ -227,8 +242,9 @@ def test_a_queued_job_gets_its_window_at_the_head_of_the_queue_not_from_its_save
     set_fake(fake, "ok", tokens_per_s=50)
     long_text = " ".join(f"Gannet crate {n} sits on shelf {n * 3}." for n in range(1, 600))
     first = client.post("/v1/remember", json={"text": long_text, "agent_id": "faults"}).json()
-    second = client.post("/v1/remember", json={"text": "The Gannet follow-up note lists 3 owners.",
-                                               "agent_id": "faults"}).json()
+    second = client.post(
+        "/v1/remember", json={"text": "The Gannet follow-up note lists 3 owners.", "agent_id": "faults"}
+    ).json()
     # the saver is told about the backlog ahead of it
     assert second["queue_depth"] == 2
     assert second["estimated_extraction_s"] > first["estimated_extraction_s"] > 0
@@ -439,8 +455,9 @@ def test_a_model_too_slow_for_any_window_is_still_tried_not_deferred_forever(ser
     # 12 tokens/s from the first reply on: a minimal 48-token answer alone needs 4 s, more than the
     # whole 3 s budget, so deferring "until there is enough time" would spin forever and never re-measure.
     with FakeLlamaServer("ok", n_ctx=N_CTX, tokens_per_s=12, facts=["The Kite is red."]) as slow_fake:
-        svc = service_factory(slow_fake.url, env={"MEMORY_EXTRACT_BUDGET_S": str(BUDGET_S),
-                                                  "MEMORY_MAX_ATTEMPTS": str(MAX_ATTEMPTS)})
+        svc = service_factory(
+            slow_fake.url, env={"MEMORY_EXTRACT_BUDGET_S": str(BUDGET_S), "MEMORY_MAX_ATTEMPTS": str(MAX_ATTEMPTS)}
+        )
         with svc.client("key-a") as slow_client:
             wait_status(slow_client, save(slow_client, "The Kite is red."), timeout=30)  # measured: 12 tokens/s
             memory = wait_status(slow_client, save(slow_client, "The Kite is red, said its owner."), timeout=30)

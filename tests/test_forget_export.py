@@ -15,8 +15,8 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-
 from conftest import ServiceProcess, wait_status
+
 from memory_service.api.routes.transfer import export_chunks
 from tests.fakes.fake_llama_server import FakeLlamaServer
 
@@ -70,14 +70,24 @@ def recall_texts(client: httpx.Client, query: str) -> list[dict]:
 def test_list_pages_newest_first_filters_and_stays_in_the_team(service):
     marker = uuid.uuid4().hex[:8]
     with service.client("key-a") as a, service.client("key-b") as b:
-        ids = [save(a, f"Lister {marker} note number {i} about the pump station.", f"lister-{marker}",
-                    run_id=f"run-{i % 2}", tags=["even" if i % 2 == 0 else "odd"]) for i in range(7)]
+        ids = [
+            save(
+                a,
+                f"Lister {marker} note number {i} about the pump station.",
+                f"lister-{marker}",
+                run_id=f"run-{i % 2}",
+                tags=["even" if i % 2 == 0 else "odd"],
+            )
+            for i in range(7)
+        ]
         for memory_id in ids:
             wait_status(a, memory_id)
         pages, cursor = [], None
         while True:
-            body = a.get("/v1/memories", params={"agent_id": f"lister-{marker}", "limit": 3,
-                                                 **({"cursor": cursor} if cursor else {})}).json()
+            body = a.get(
+                "/v1/memories",
+                params={"agent_id": f"lister-{marker}", "limit": 3, **({"cursor": cursor} if cursor else {})},
+            ).json()
             pages.append(body["items"])
             cursor = body["next_cursor"]
             if cursor is None:
@@ -94,9 +104,14 @@ def test_list_pages_newest_first_filters_and_stays_in_the_team(service):
         assert len(list_all(a, **mine, status="done")) == 7 and list_all(a, **mine, status="queued") == []
         assert list_all(a, **mine, since="2999-01-01T00:00:00Z") == []
         assert b.get("/v1/memories", params=mine).json() == {"items": [], "next_cursor": None}
-        for params, status in (({"limit": 0}, 422), ({"limit": 501}, 422), ({"status": "lost"}, 422),
-                               ({"cursor": "not-a-cursor"}, 400), ({"since": "yesterday"}, 422),
-                               ({"since": "2030-01-01T00:00:00Z", "until": "2020-01-01T00:00:00Z"}, 422)):
+        for params, status in (
+            ({"limit": 0}, 422),
+            ({"limit": 501}, 422),
+            ({"status": "lost"}, 422),
+            ({"cursor": "not-a-cursor"}, 400),
+            ({"since": "yesterday"}, 422),
+            ({"since": "2030-01-01T00:00:00Z", "until": "2020-01-01T00:00:00Z"}, 422),
+        ):
             response = a.get("/v1/memories", params=params)
             assert response.status_code == status, (params, response.text)
             assert response.json()["detail"] and response.json()["error"]
@@ -117,8 +132,9 @@ def test_forget_one_removes_text_and_sole_facts_and_keeps_shared_facts(service):
         assert b.delete(f"/v1/memories/{gone}").status_code == 404  # another team's id: as unknown
         unknown = a.delete("/v1/memories/mem_doesnotexist")
         assert unknown.status_code == 404
-        assert b.delete(f"/v1/memories/{gone}").json()["detail"].replace(gone, "X") == \
-            unknown.json()["detail"].replace("mem_doesnotexist", "X")
+        assert b.delete(f"/v1/memories/{gone}").json()["detail"].replace(gone, "X") == unknown.json()["detail"].replace(
+            "mem_doesnotexist", "X"
+        )
         assert a.delete(f"/v1/memories/{gone}").status_code == 204
         assert a.delete(f"/v1/memories/{gone}").status_code == 404
 
@@ -182,8 +198,9 @@ def test_export_import_round_trip_into_another_team(service):
     marker = uuid.uuid4().hex[:8]
     agent = f"porter-{marker}"
     with service.client("key-a") as a, service.client("key-b") as b:
-        old = save(a, f"The outbound email quota {marker} is 50.", agent, tags=["quota"], metadata={"n": 1},
-                   run_id="r1")
+        old = save(
+            a, f"The outbound email quota {marker} is 50.", agent, tags=["quota"], metadata={"n": 1}, run_id="r1"
+        )
         assert wait_status(a, old)["status"] == "done"
         new = save(a, f"The outbound email quota {marker} is 70.", agent, tags=["quota"])
         assert wait_status(a, new)["status"] == "done"
@@ -211,15 +228,21 @@ def test_export_import_round_trip_into_another_team(service):
         for original in lines:
             twin = by_text[original["text"]]
             assert twin["created_at"] == original["created_at"] and twin["metadata"] == original["metadata"]
-            assert [(f["text"], f["spans"]) for f in twin["facts"]] == [(f["text"], f["spans"]) for f in original["facts"]]
+            assert [(f["text"], f["spans"]) for f in twin["facts"]] == [
+                (f["text"], f["spans"]) for f in original["facts"]
+            ]
         old_twin, new_twin = by_text[lines[0]["text"]], by_text[lines[1]["text"]]
         assert old_twin["facts"][0]["superseded_by"] == new_twin["facts"][0]["id"]  # the history, relinked
-        items = b.post("/v1/recall", json={"query": f"outbound email quota {marker}", "kinds": ["fact"]}).json()["items"]
+        items = b.post("/v1/recall", json={"query": f"outbound email quota {marker}", "kinds": ["fact"]}).json()[
+            "items"
+        ]
         assert [i["text"] for i in items if marker in i["text"]] == [lines[1]["facts"][0]["text"]]
         assert all(i["memory_id"] not in (old, new) for i in items)
 
-        fresh = b.post("/v1/import?re_extract=true",
-                       content=json.dumps({**lines[0], "id": "elsewhere-1", "idempotency_key": None}) + "\n").json()
+        fresh = b.post(
+            "/v1/import?re_extract=true",
+            content=json.dumps({**lines[0], "id": "elsewhere-1", "idempotency_key": None}) + "\n",
+        ).json()
         assert fresh["imported"] == 1
         again = [i for i in list_all(b, agent_id=agent) if i["id"] not in {c["id"] for c in copied}]
         assert len(again) == 1 and wait_status(b, again[0]["id"])["status"] == "done"
@@ -258,8 +281,10 @@ def test_sigkill_during_bulk_forget_never_brings_a_forgotten_text_back(fake, ser
     service = service_factory(fake.url, data_dir=data_dir)
     doomed_agent, count = "doomed", 300
     with service.client() as client:
-        doomed = [save(client, f"Quartzdoom entry {i}: zebra{i} crossed the yard at gate {i}.", doomed_agent)
-                  for i in range(count)]
+        doomed = [
+            save(client, f"Quartzdoom entry {i}: zebra{i} crossed the yard at gate {i}.", doomed_agent)
+            for i in range(count)
+        ]
         keeper = save(client, "Quartzkeep entry: the zebra keeper fed the animals at gate 7.", "keeper")
         deadline = time.monotonic() + 300
         while list_all(client, status="queued") or list_all(client, status="extracting"):
@@ -310,8 +335,13 @@ def test_cli_export_import_list_and_forget(service, tmp_path):
     agent = f"cli-{marker}"
 
     def cli(*argv: str, key: str = "key-a") -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "memory_service.cli.main", *argv, "--url", service.url,
-                               "--api-key", key], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [sys.executable, "-m", "memory_service.cli.main", *argv, "--url", service.url, "--api-key", key],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     with service.client("key-a") as a:
         ids = [save(a, f"CLI {marker} note {i} on the boiler pressure.", agent) for i in range(3)]

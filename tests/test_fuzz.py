@@ -25,9 +25,9 @@ from typing import Any
 
 import httpx
 import pytest
-
 from conftest import ServiceProcess
 from test_openapi_contract import Contract
+
 from tests.fakes.fake_llama_server import FakeLlamaServer
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "100"))
@@ -36,9 +36,17 @@ SEED = os.environ.get("FUZZ_SEED", "20261201")
 # enforced, deleted things gone. Not `positive_data_acceptance` / `negative_data_rejection`: some rules are
 # not expressible in JSON Schema (an opaque cursor, a real IANA timezone, scope=agent needing agent_id,
 # metadata depth, bulk forget needing confirm=true), so schema-valid requests are rightly refused.
-CHECKS = ("not_a_server_error", "status_code_conformance", "content_type_conformance",
-          "response_schema_conformance", "response_headers_conformance", "allow_header_conformance",
-          "ignored_auth", "use_after_free", "ensure_resource_availability")
+CHECKS = (
+    "not_a_server_error",
+    "status_code_conformance",
+    "content_type_conformance",
+    "response_schema_conformance",
+    "response_headers_conformance",
+    "allow_header_conformance",
+    "ignored_auth",
+    "use_after_free",
+    "ensure_resource_availability",
+)
 TIMEOUT_S = 2.0  # MEMORY_HEADER_TIMEOUT_S and MEMORY_BODY_TIMEOUT_S of the service under test
 TEN_MB = 10 * 1024 * 1024
 NUL = "a\x00b"
@@ -56,8 +64,11 @@ JSON_ROUTES = [
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
     with FakeLlamaServer("ok", tokens_per_s=20_000) as fake:
-        svc = ServiceProcess(tmp_path_factory.mktemp("fuzz") / "data", fake.url,
-                             env={"MEMORY_HEADER_TIMEOUT_S": str(TIMEOUT_S), "MEMORY_BODY_TIMEOUT_S": str(TIMEOUT_S)})
+        svc = ServiceProcess(
+            tmp_path_factory.mktemp("fuzz") / "data",
+            fake.url,
+            env={"MEMORY_HEADER_TIMEOUT_S": str(TIMEOUT_S), "MEMORY_BODY_TIMEOUT_S": str(TIMEOUT_S)},
+        )
         svc.start()
         yield svc
         svc.kill()
@@ -77,7 +88,9 @@ def client(service: ServiceProcess) -> Iterator[httpx.Client]:
 def refused(contract: Contract, response: httpx.Response, template: str, status: int | None = None) -> dict:
     """A 4xx (`status` if given) with the `{error, detail}` body, as the document declares for `template`."""
     assert 400 <= response.status_code < 500 and (status is None or response.status_code == status), (
-        response.status_code, response.text[:500])
+        response.status_code,
+        response.text[:500],
+    )
     body = response.json()
     assert isinstance(body.get("error"), str) and isinstance(body.get("detail"), str), body
     problems = contract.problems(response, template)
@@ -110,7 +123,7 @@ def parse(raw: bytes) -> tuple[int, dict[str, str], Any]:
     head, _, body = raw.partition(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
-    return int(lines[0].split()[1]), headers, json.loads(body[:int(headers["content-length"])])
+    return int(lines[0].split()[1]), headers, json.loads(body[: int(headers["content-length"])])
 
 
 def request_head(method: str, path: str, *extra: str) -> bytes:
@@ -121,16 +134,38 @@ def request_head(method: str, path: str, *extra: str) -> bytes:
 # ---------------------------------------------------------------- schemathesis
 
 
-def test_schemathesis_finds_no_server_error_and_no_undocumented_response(service: ServiceProcess,
-                                                                         tmp_path: Path) -> None:
+def test_schemathesis_finds_no_server_error_and_no_undocumented_response(
+    service: ServiceProcess, tmp_path: Path
+) -> None:
     """All phases (examples, coverage, fuzzing, stateful) against every operation, as an admin env key (env keys
     cannot be revoked, so the stateful phase's key revocations never lock the run out)."""
     started = time.monotonic()
     run = subprocess.run(
-        [sys.executable, "-m", "schemathesis.cli", "run", f"{service.url}/openapi.json",
-         "--max-examples", str(EXAMPLES), "--seed", SEED, "--workers", "1", "--checks", ",".join(CHECKS),
-         "--header", "Authorization: Bearer key-a", "--request-timeout", "60", "--output-truncate", "false"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=400,
+        [
+            sys.executable,
+            "-m",
+            "schemathesis.cli",
+            "run",
+            f"{service.url}/openapi.json",
+            "--max-examples",
+            str(EXAMPLES),
+            "--seed",
+            SEED,
+            "--workers",
+            "1",
+            "--checks",
+            ",".join(CHECKS),
+            "--header",
+            "Authorization: Bearer key-a",
+            "--request-timeout",
+            "60",
+            "--output-truncate",
+            "false",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=400,
         env={**os.environ, "SCHEMATHESIS_HOOKS": str(Path(__file__).with_name("fuzz_hooks.py")), "NO_COLOR": "1"},
     )
     elapsed = time.monotonic() - started
@@ -144,8 +179,9 @@ def test_schemathesis_finds_no_server_error_and_no_undocumented_response(service
 
 
 @pytest.mark.parametrize("method,path,template,body", JSON_ROUTES, ids=[r[1] for r in JSON_ROUTES])
-def test_a_body_that_is_not_utf8_is_a_400_that_says_so(contract: Contract, client: httpx.Client, method: str,
-                                                         path: str, template: str, body: dict) -> None:
+def test_a_body_that_is_not_utf8_is_a_400_that_says_so(
+    contract: Contract, client: httpx.Client, method: str, path: str, template: str, body: dict
+) -> None:
     raw = json.dumps(body).encode()[:-1] + b', "x": "caf\xe9 \xff\xfe"}'
     response = client.request(method, path, content=raw, headers={"content-type": "application/json"})
     assert "UTF-8" in refused(contract, response, template, 400)["detail"]
@@ -157,11 +193,13 @@ def test_an_import_line_that_is_not_utf8_is_reported_and_skipped(client: httpx.C
 
 
 @pytest.mark.parametrize("method,path,template,body", JSON_ROUTES, ids=[r[1] for r in JSON_ROUTES])
-def test_a_10mb_body_is_a_413_and_the_connection_stays_usable(contract: Contract, client: httpx.Client, method: str,
-                                                                path: str, template: str, body: dict) -> None:
+def test_a_10mb_body_is_a_413_and_the_connection_stays_usable(
+    contract: Contract, client: httpx.Client, method: str, path: str, template: str, body: dict
+) -> None:
     big = {**body, "padding": "x" * TEN_MB}
-    response = client.request(method, path, content=json.dumps(big).encode(),
-                              headers={"content-type": "application/json"})
+    response = client.request(
+        method, path, content=json.dumps(big).encode(), headers={"content-type": "application/json"}
+    )
     assert "limit" in refused(contract, response, template, 413)["detail"]
     assert client.get("/health").status_code == 200  # same client, same pool: nothing was dropped
 
@@ -170,13 +208,27 @@ def test_a_10mb_body_is_refused_before_it_is_sent(service: ServiceProcess) -> No
     """With a Content-Length the 413 comes from the headers alone; chunked, right after the limit is passed.
     Neither waits for (or holds) the rest of the body."""
     with connect(service) as sock:
-        sock.sendall(request_head("POST", "/v1/remember", "Content-Type: application/json",
-                                  f"Content-Length: {TEN_MB}", "Connection: close"))
+        sock.sendall(
+            request_head(
+                "POST",
+                "/v1/remember",
+                "Content-Type: application/json",
+                f"Content-Length: {TEN_MB}",
+                "Connection: close",
+            )
+        )
         status, _, body = parse(read_all(sock))
         assert status == 413 and str(TEN_MB) in body["detail"]
     with connect(service) as sock:
-        sock.sendall(request_head("POST", "/v1/remember", "Content-Type: application/json",
-                                  "Transfer-Encoding: chunked", "Connection: close"))
+        sock.sendall(
+            request_head(
+                "POST",
+                "/v1/remember",
+                "Content-Type: application/json",
+                "Transfer-Encoding: chunked",
+                "Connection: close",
+            )
+        )
         chunk = b"x" * 65536
         for _ in range(8):  # 512 KiB of 10 MB: past the 320 KiB limit, then stop sending
             try:
@@ -200,8 +252,9 @@ def nested(depth: int, leaf: str = "1") -> str:
 
 
 @pytest.mark.parametrize("method,path,template,body", JSON_ROUTES, ids=[r[1] for r in JSON_ROUTES])
-def test_10000_deep_json_is_a_400_not_a_recursion_error(contract: Contract, client: httpx.Client, method: str,
-                                                          path: str, template: str, body: dict) -> None:
+def test_10000_deep_json_is_a_400_not_a_recursion_error(
+    contract: Contract, client: httpx.Client, method: str, path: str, template: str, body: dict
+) -> None:
     raw = json.dumps(body)[:-1] + ', "metadata": ' + nested(10_000) + "}"
     response = client.request(method, path, content=raw.encode(), headers={"content-type": "application/json"})
     assert "too deeply" in refused(contract, response, template, 400)["detail"]
@@ -209,6 +262,7 @@ def test_10000_deep_json_is_a_400_not_a_recursion_error(contract: Contract, clie
 
 def test_metadata_depth_is_limited_to_32(contract: Contract, client: httpx.Client) -> None:
     """900 levels used to be saved, and then GET /v1/memories/{id} failed with a 500 (serializer recursion)."""
+
     def remember(depth: int) -> httpx.Response:
         raw = '{"text": "Nested note.", "agent_id": "fuzzer", "metadata": ' + nested(depth - 1, "{}") + "}"
         return client.post("/v1/remember", content=raw.encode(), headers={"content-type": "application/json"})
@@ -222,8 +276,13 @@ def test_metadata_depth_is_limited_to_32(contract: Contract, client: httpx.Clien
     assert saved.status_code == 202, saved.text
     shown = client.get(f"/v1/memories/{saved.json()['id']}")
     assert shown.status_code == 200 and not contract.problems(shown, "/v1/memories/{memory_id}")
-    line = {"id": "deep", "text": "Deep import.", "agent_id": "fuzzer", "created_at": 1.0,
-            "metadata": json.loads(nested(100))}
+    line = {
+        "id": "deep",
+        "text": "Deep import.",
+        "agent_id": "fuzzer",
+        "created_at": 1.0,
+        "metadata": json.loads(nested(100)),
+    }
     result = client.post("/v1/import", content=json.dumps(line).encode()).json()
     assert result["failed"] == 1 and "32 levels" in result["errors"][0]["detail"], result
 
@@ -238,13 +297,18 @@ NUL_CASES: list[tuple[str, str, str, dict[str, Any], int, str]] = [
     ("POST", "/v1/remember", "/v1/remember", {"json": {**REMEMBER, "agent_id": NUL}}, 422, "agent_id"),
     ("POST", "/v1/remember", "/v1/remember", {"json": {**REMEMBER, "run_id": NUL}}, 422, "run_id"),
     ("POST", "/v1/remember", "/v1/remember", {"json": {**REMEMBER, "tags": [NUL]}}, 422, "tags.0"),
-    ("POST", "/v1/remember", "/v1/remember", {"json": {**REMEMBER, "idempotency_key": NUL}}, 422,
-     "idempotency_key"),
+    ("POST", "/v1/remember", "/v1/remember", {"json": {**REMEMBER, "idempotency_key": NUL}}, 422, "idempotency_key"),
     ("POST", "/v1/remember", "/v1/remember", {"json": {**REMEMBER, "metadata": {NUL: 1}}}, 422, "metadata"),
     ("POST", "/v1/remember", "/v1/remember", {"json": {**REMEMBER, "metadata": {"k": [NUL]}}}, 422, "metadata"),
     ("POST", "/v1/recall", "/v1/recall", {"json": {"query": NUL}}, 422, "query"),
-    ("POST", "/v1/recall", "/v1/recall", {"json": {"query": "dock", "scope": "agent", "agent_id": NUL}}, 422,
-     "agent_id"),
+    (
+        "POST",
+        "/v1/recall",
+        "/v1/recall",
+        {"json": {"query": "dock", "scope": "agent", "agent_id": NUL}},
+        422,
+        "agent_id",
+    ),
     ("POST", "/v1/recall", "/v1/recall", {"json": {"query": "dock", "tags": [NUL]}}, 422, "tags.0"),
     ("POST", "/v1/recall", "/v1/recall", {"json": {"query": "dock", "scope": NUL}}, 422, "scope"),
     ("POST", "/v1/recall", "/v1/recall", {"json": {"query": "dock", "kinds": [NUL]}}, 422, "kinds.0"),
@@ -257,24 +321,32 @@ NUL_CASES: list[tuple[str, str, str, dict[str, Any], int, str]] = [
     ("GET", "/v1/memories", "/v1/memories", {"params": {"cursor": NUL}}, 400, ""),
     ("GET", "/v1/memories/a%00b", "/v1/memories/{memory_id}", {}, 404, ""),
     ("DELETE", "/v1/memories/a%00b", "/v1/memories/{memory_id}", {}, 404, ""),
-    ("DELETE", "/v1/memories", "/v1/memories", {"params": {"agent_id": NUL, "confirm": "true"}}, 422,
-     "query.agent_id"),
-    ("DELETE", "/v1/memories", "/v1/memories", {"params": {"run_id": NUL, "confirm": "true"}}, 422,
-     "query.run_id"),
+    ("DELETE", "/v1/memories", "/v1/memories", {"params": {"agent_id": NUL, "confirm": "true"}}, 422, "query.agent_id"),
+    ("DELETE", "/v1/memories", "/v1/memories", {"params": {"run_id": NUL, "confirm": "true"}}, 422, "query.run_id"),
     ("PUT", "/v1/limits/a%00b", "/v1/limits/{name}", {"json": SPEC}, 422, "path.name"),
-    ("PUT", "/v1/limits/fuzz", "/v1/limits/{name}", {"json": {**SPEC, "timezone": "Europe/Ma\x00drid"}}, 422,
-     "timezone"),
+    (
+        "PUT",
+        "/v1/limits/fuzz",
+        "/v1/limits/{name}",
+        {"json": {**SPEC, "timezone": "Europe/Ma\x00drid"}},
+        422,
+        "timezone",
+    ),
     ("PUT", "/v1/limits/fuzz", "/v1/limits/{name}", {"json": {**SPEC, "per": NUL}}, 422, "per"),
     ("GET", "/v1/limits/a%00b", "/v1/limits/{name}", {}, 422, "path.name"),
     ("GET", "/v1/limits/fuzz", "/v1/limits/{name}", {"params": {"agent_id": NUL}}, 422, "query.agent_id"),
     ("GET", "/v1/limits", "/v1/limits", {"params": {"agent_id": NUL}}, 422, "query.agent_id"),
     ("DELETE", "/v1/limits/a%00b", "/v1/limits/{name}", {}, 422, "path.name"),
-    ("POST", "/v1/limits/a%00b/consume", "/v1/limits/{name}/consume", {"json": {"agent_id": "x"}}, 422,
-     "path.name"),
-    ("POST", "/v1/limits/fuzz/consume", "/v1/limits/{name}/consume", {"json": {"agent_id": NUL}}, 422,
-     "agent_id"),
-    ("POST", "/v1/limits/fuzz/consume", "/v1/limits/{name}/consume",
-     {"json": {"agent_id": "x", "idempotency_key": NUL}}, 422, "idempotency_key"),
+    ("POST", "/v1/limits/a%00b/consume", "/v1/limits/{name}/consume", {"json": {"agent_id": "x"}}, 422, "path.name"),
+    ("POST", "/v1/limits/fuzz/consume", "/v1/limits/{name}/consume", {"json": {"agent_id": NUL}}, 422, "agent_id"),
+    (
+        "POST",
+        "/v1/limits/fuzz/consume",
+        "/v1/limits/{name}/consume",
+        {"json": {"agent_id": "x", "idempotency_key": NUL}},
+        422,
+        "idempotency_key",
+    ),
     ("POST", "/v1/handled", "/v1/handled", {"json": {"key": NUL}}, 422, "key"),
     ("POST", "/v1/handled", "/v1/handled", {"json": {"key": "k", "agent_id": NUL}}, 422, "agent_id"),
     ("GET", "/v1/handled", "/v1/handled", {"params": {"key": NUL}}, 422, "query.key"),
@@ -285,8 +357,7 @@ NUL_CASES: list[tuple[str, str, str, dict[str, Any], int, str]] = [
     ("POST", "/v1/keys", "/v1/keys", {"json": {"role": "read", "label": NUL}}, 422, "label"),
     ("GET", "/v1/keys", "/v1/keys", {"params": {"include_revoked": NUL}}, 422, "query.include_revoked"),
     ("DELETE", "/v1/keys/a%00b", "/v1/keys/{key_id}", {}, 404, ""),
-    ("POST", "/v1/import", "/v1/import", {"params": {"re_extract": NUL}, "content": b""}, 422,
-     "query.re_extract"),
+    ("POST", "/v1/import", "/v1/import", {"params": {"re_extract": NUL}, "content": b""}, 422, "query.re_extract"),
 ]
 
 
@@ -296,11 +367,20 @@ def limit_fuzz(service: ServiceProcess) -> None:
         assert c.put("/v1/limits/fuzz", json=SPEC).status_code in (200, 201)
 
 
-@pytest.mark.parametrize("method,path,template,kwargs,status,field", NUL_CASES,
-                         ids=[f"{c[0]} {c[1]} {c[5] or c[4]}" for c in NUL_CASES])
-def test_nul_in_every_string_field_is_refused(contract: Contract, client: httpx.Client, limit_fuzz: None,
-                                              method: str, path: str, template: str, kwargs: dict, status: int,
-                                              field: str) -> None:
+@pytest.mark.parametrize(
+    "method,path,template,kwargs,status,field", NUL_CASES, ids=[f"{c[0]} {c[1]} {c[5] or c[4]}" for c in NUL_CASES]
+)
+def test_nul_in_every_string_field_is_refused(
+    contract: Contract,
+    client: httpx.Client,
+    limit_fuzz: None,
+    method: str,
+    path: str,
+    template: str,
+    kwargs: dict,
+    status: int,
+    field: str,
+) -> None:
     before = memories(client)
     body = refused(contract, client.request(method, path, **kwargs), template, status)
     if field:
@@ -309,12 +389,24 @@ def test_nul_in_every_string_field_is_refused(contract: Contract, client: httpx.
 
 
 def test_nul_in_every_field_of_an_import_line_is_reported(client: httpx.Client) -> None:
-    good = {"id": "nul-ok", "text": "The ferry leaves at ten.", "agent_id": "porter", "created_at": 2.0,
-            "facts": [{"id": "f1", "text": "The ferry leaves at ten."}]}
-    bad = {"id": {"id": NUL}, "text": {"text": NUL}, "agent_id": {"agent_id": NUL}, "run_id": {"run_id": NUL},
-           "tags.0": {"tags": [NUL]}, "metadata": {"metadata": {NUL: NUL}},
-           "idempotency_key": {"idempotency_key": NUL},
-           "facts.0.id": {"facts": [{"id": NUL, "text": "x"}]}, "facts.0.text": {"facts": [{"id": "f", "text": NUL}]}}
+    good = {
+        "id": "nul-ok",
+        "text": "The ferry leaves at ten.",
+        "agent_id": "porter",
+        "created_at": 2.0,
+        "facts": [{"id": "f1", "text": "The ferry leaves at ten."}],
+    }
+    bad = {
+        "id": {"id": NUL},
+        "text": {"text": NUL},
+        "agent_id": {"agent_id": NUL},
+        "run_id": {"run_id": NUL},
+        "tags.0": {"tags": [NUL]},
+        "metadata": {"metadata": {NUL: NUL}},
+        "idempotency_key": {"idempotency_key": NUL},
+        "facts.0.id": {"facts": [{"id": NUL, "text": "x"}]},
+        "facts.0.text": {"facts": [{"id": "f", "text": NUL}]},
+    }
     lines = [json.dumps({**good, "id": f"nul-{n}", **change}) for n, change in enumerate(bad.values())]
     result = client.post("/v1/import", content="\n".join([*lines, json.dumps(good)]).encode()).json()
     assert result["failed"] == len(bad) and result["imported"] + result["skipped"] == 1, result
@@ -322,12 +414,16 @@ def test_nul_in_every_field_of_an_import_line_is_reported(client: httpx.Client) 
         assert error["detail"].startswith(f"{field}: "), (field, error)
 
 
-@pytest.mark.parametrize("head", [
-    request_head("GET", "/v1/team").replace(b"Bearer key-a", b"Bearer key-\x00a"),
-    request_head("GET", "/v1/team", "X-Request-ID: a\x00b"),
-    request_head("GET", "/v1/te\x00am"),
-    request_head("GET", "/v1/team", "X-Note: caf\x01e"),
-], ids=["nul-in-authorization", "nul-in-request-id", "nul-in-path", "control-char-in-header"])
+@pytest.mark.parametrize(
+    "head",
+    [
+        request_head("GET", "/v1/team").replace(b"Bearer key-a", b"Bearer key-\x00a"),
+        request_head("GET", "/v1/team", "X-Request-ID: a\x00b"),
+        request_head("GET", "/v1/te\x00am"),
+        request_head("GET", "/v1/team", "X-Note: caf\x01e"),
+    ],
+    ids=["nul-in-authorization", "nul-in-request-id", "nul-in-path", "control-char-in-header"],
+)
 def test_nul_in_the_request_line_or_headers_is_a_json_400(service: ServiceProcess, head: bytes) -> None:
     with connect(service) as sock:
         sock.sendall(head)
@@ -383,8 +479,10 @@ def test_slowloris_headers_get_a_408_while_others_are_served(service: ServicePro
 def test_a_stalled_body_gets_a_408_and_stores_nothing(service: ServiceProcess, client: httpx.Client) -> None:
     before = memories(client)
     with connect(service) as sock:
-        sock.sendall(request_head("POST", "/v1/remember", "Content-Type: application/json", "Content-Length: 200")
-                     + b'{"text": "half a bo')
+        sock.sendall(
+            request_head("POST", "/v1/remember", "Content-Type: application/json", "Content-Length: 200")
+            + b'{"text": "half a bo'
+        )
         started = time.monotonic()
         status, _, body = parse(read_all(sock))
     assert status == 408 and "MEMORY_BODY_TIMEOUT_S" in body["detail"], body
@@ -395,10 +493,17 @@ def test_a_stalled_body_gets_a_408_and_stores_nothing(service: ServiceProcess, c
 def test_a_slow_but_steady_body_is_not_cut(service: ServiceProcess) -> None:
     """The body timeout is between bytes, not for the whole body: a slow link still gets its save in."""
     raw = json.dumps({"text": "Sent slowly but surely.", "agent_id": "fuzzer"}).encode()
-    pieces = [raw[i:i + 8] for i in range(0, len(raw), 8)]
+    pieces = [raw[i : i + 8] for i in range(0, len(raw), 8)]
     with connect(service) as sock:
-        sock.sendall(request_head("POST", "/v1/remember", "Content-Type: application/json",
-                                  f"Content-Length: {len(raw)}", "Connection: close"))
+        sock.sendall(
+            request_head(
+                "POST",
+                "/v1/remember",
+                "Content-Type: application/json",
+                f"Content-Length: {len(raw)}",
+                "Connection: close",
+            )
+        )
         started = time.monotonic()
         for piece in pieces:
             sock.sendall(piece)
@@ -420,8 +525,12 @@ def test_an_idle_connection_is_closed_without_an_answer(service: ServiceProcess)
 
 def test_405_lists_every_method_the_path_serves(client: httpx.Client) -> None:
     """The router's own 405 named only the first route matching the path (`Allow: POST` on /v1/keys)."""
-    for method, path, allowed in (("OPTIONS", "/v1/keys", "GET, POST"), ("PATCH", "/v1/limits/x", "GET, PUT, DELETE"),
-                                  ("OPTIONS", "/v1/memories/m1", "GET, DELETE"), ("PUT", "/v1/import", "POST")):
+    for method, path, allowed in (
+        ("OPTIONS", "/v1/keys", "GET, POST"),
+        ("PATCH", "/v1/limits/x", "GET, PUT, DELETE"),
+        ("OPTIONS", "/v1/memories/m1", "GET, DELETE"),
+        ("PUT", "/v1/import", "POST"),
+    ):
         response = client.request(method, path)
         assert response.status_code == 405 and response.headers["allow"] == allowed, (path, response.headers)
         assert allowed in response.json()["detail"]

@@ -8,10 +8,9 @@ import time
 import numpy as np
 import pytest
 
-from memory_service.recall import hubness
-
-from memory_service.recall import filtered_vectors as vector_search
 from memory_service.embedding.embedder import load_embedder
+from memory_service.recall import filtered_vectors as vector_search
+from memory_service.recall import hubness
 from memory_service.recall.filtered_vectors import VectorFilter
 from tests.test_recall_filters import TEAM, Stores
 
@@ -50,13 +49,28 @@ def test_rerank_discounts_hubs_keeps_cosines_and_gives_unscored_items_the_median
     assert hubness.rerank([], np.zeros(0, dtype=np.float32), keep=2) == []
 
 
-GENERIC = ["Maria is a family member.", "Maria is a great friend.", "Maria is so important.",
-           "Maria made a difference.", "Maria loves her family.", "Maria is grateful for her family.",
-           "Maria is a kind person.", "Maria has a big family.", "Maria talks about her family a lot.",
-           "Maria values family time.", "Maria is close to her family.", "Maria is a good friend to John."]
-OTHERS = ["John went on a road trip to Oregon.", "The shelter needs blankets before winter.",
-          "John is running for city council.", "Maria took a solo trip to Spain last year.",
-          "John's car broke down on the highway.", "Maria joined a gym last week."]
+GENERIC = [
+    "Maria is a family member.",
+    "Maria is a great friend.",
+    "Maria is so important.",
+    "Maria made a difference.",
+    "Maria loves her family.",
+    "Maria is grateful for her family.",
+    "Maria is a kind person.",
+    "Maria has a big family.",
+    "Maria talks about her family a lot.",
+    "Maria values family time.",
+    "Maria is close to her family.",
+    "Maria is a good friend to John.",
+]
+OTHERS = [
+    "John went on a road trip to Oregon.",
+    "The shelter needs blankets before winter.",
+    "John is running for city council.",
+    "Maria took a solo trip to Spain last year.",
+    "John's car broke down on the highway.",
+    "Maria joined a gym last week.",
+]
 ANSWER = "An aunt lent Maria's parents money years ago."
 QUESTION = "Who helped Maria's family financially when she was a child?"
 

@@ -8,7 +8,6 @@ import sys
 from typing import Any
 
 import pytest
-
 from conftest import ROOT, InProcessApp
 
 ROLES = ("read", "write", "admin")
@@ -54,10 +53,12 @@ def _state(app: InProcessApp, team: str) -> dict[str, Any]:
     journal = app.services.journal
     with journal.reading() as conn:
         memories = conn.execute("SELECT id, status FROM memories WHERE team = ? ORDER BY id", (team,)).fetchall()
-    return {"memories": [tuple(r) for r in memories],
-            "limits": [(v.name, v.used, v.daily_limit) for v in app.services.limits.list_limits(team, None)],
-            "handled": app.services.limits.get_handled(team, "new-item", None) is not None,
-            "keys": [(k.id, k.revoked_at) for k in app.services.keys.list(team, include_revoked=True)]}
+    return {
+        "memories": [tuple(r) for r in memories],
+        "limits": [(v.name, v.used, v.daily_limit) for v in app.services.limits.list_limits(team, None)],
+        "handled": app.services.limits.get_handled(team, "new-item", None) is not None,
+        "keys": [(k.id, k.revoked_at) for k in app.services.keys.list(team, include_revoked=True)],
+    }
 
 
 def _seed(app: InProcessApp, admin: str) -> dict[str, str]:
@@ -70,12 +71,26 @@ def _seed(app: InProcessApp, admin: str) -> dict[str, str]:
 
 
 def test_the_matrix_covers_every_route(app: InProcessApp) -> None:
-    routes = {(m, r.path) for r in app.app.routes if getattr(r, "path", "").startswith("/v1/")
-              for m in getattr(r, "methods", ()) if m != "HEAD"}
-    covered = {(m, p.split("?")[0].replace("{memory}", "{memory_id}").replace("{key}", "{key_id}")
-                .replace("/emails/consume", "/{name}/consume").replace("/limits/emails", "/limits/{name}")
-                .replace("/limits/posts", "/limits/{name}").replace("/handled/seen-1", "/handled/{key}"))
-               for m, p, _, _ in MATRIX}
+    routes = {
+        (m, r.path)
+        for r in app.app.routes
+        if getattr(r, "path", "").startswith("/v1/")
+        for m in getattr(r, "methods", ())
+        if m != "HEAD"
+    }
+    covered = {
+        (
+            m,
+            p.split("?")[0]
+            .replace("{memory}", "{memory_id}")
+            .replace("{key}", "{key_id}")
+            .replace("/emails/consume", "/{name}/consume")
+            .replace("/limits/emails", "/limits/{name}")
+            .replace("/limits/posts", "/limits/{name}")
+            .replace("/handled/seen-1", "/handled/{key}"),
+        )
+        for m, p, _, _ in MATRIX
+    }
     assert routes <= covered, f"routes missing from the role matrix: {sorted(routes - covered)}"
 
 
@@ -146,15 +161,25 @@ def test_keys_are_team_scoped_and_revocation_is_immediate(app: InProcessApp) -> 
 
 def test_cli_creates_and_revokes_keys_that_a_running_app_honours_at_once(app: InProcessApp) -> None:
     def cli(*args: str) -> str:
-        done = subprocess.run([sys.executable, "-m", "memory_service", "keys", *args, "--data-dir",
-                               str(app.settings.data_dir)], capture_output=True, text=True, cwd=ROOT, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-m", "memory_service", "keys", *args, "--data-dir", str(app.settings.data_dir)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr
         return done.stdout
 
     made = json.loads(cli("create", "--team", "team-cli", "--role", "read"))
     with app.client(made["key"]) as http:
-        assert http.get("/v1/team").json() == {"team": "team-cli", "role": "read", "memories": 0, "agents": [],
-                                               "tags": []}
+        assert http.get("/v1/team").json() == {
+            "team": "team-cli",
+            "role": "read",
+            "memories": 0,
+            "agents": [],
+            "tags": [],
+        }
         assert http.post("/v1/remember", json={"text": "x", "agent_id": "a"}).status_code == 403
     assert made["id"] in cli("list", "--team", "team-cli")
     cli("revoke", made["id"])

@@ -5,14 +5,15 @@ Every test of the `env` fixture runs on both backends: the same contract.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 import pytest
-
 from limits_helpers import Clock, Server, concurrently, dump, make_app, utc
+
 from memory_service.cli import limits as limits_cli
 from memory_service.storage.database import PostgresDatabase
 from memory_service.storage.limits import LimitStore
@@ -76,8 +77,9 @@ def test_64_concurrent_consumers_get_exactly_the_limit(env: Env) -> None:
     env.put("api-calls", 50)
     clients = [env.server.client("ka") for _ in range(64)]
     try:
-        responses = concurrently([lambda c=c, n=n: env.consume("api-calls", f"agent-{n}", c) for n, c in
-                                  enumerate(clients)])
+        responses = concurrently(
+            [lambda c=c, n=n: env.consume("api-calls", f"agent-{n}", c) for n, c in enumerate(clients)]
+        )
     finally:
         for c in clients:
             c.close()
@@ -94,8 +96,9 @@ def test_per_agent_counters_are_separate_under_concurrency(env: Env) -> None:
     env.put("posts", 10, per="agent")
     clients = [env.server.client("ka") for _ in range(30)]
     try:
-        responses = concurrently([lambda c=c, n=n: env.consume("posts", f"agent-{n % 2}", c) for n, c in
-                                  enumerate(clients)])
+        responses = concurrently(
+            [lambda c=c, n=n: env.consume("posts", f"agent-{n % 2}", c) for n, c in enumerate(clients)]
+        )
     finally:
         for c in clients:
             c.close()
@@ -113,8 +116,10 @@ def test_per_agent_counters_are_separate_under_concurrency(env: Env) -> None:
 def test_idempotency_keys_retried_concurrently_count_once(env: Env, daily_limit: int, allowed_keys: int) -> None:
     env.put("emails", daily_limit)
     clients = [env.server.client("ka") for _ in range(90)]
-    calls = [lambda c=c, n=n: env.consume("emails", "mailer", c, idempotency_key=f"msg-{n // 3}")
-             for n, c in enumerate(clients)]
+    calls = [
+        lambda c=c, n=n: env.consume("emails", "mailer", c, idempotency_key=f"msg-{n // 3}")
+        for n, c in enumerate(clients)
+    ]
     try:
         responses = concurrently(calls)
     finally:
@@ -145,8 +150,13 @@ def test_denial_changes_nothing_and_key_of_a_denied_request_can_be_retried(env: 
     before = dump(env.db_path)
     denied = env.consume("quota", amount=2, idempotency_key="k1")
     assert denied.status_code == 429
-    assert denied.json() == {"allowed": False, "used": 2, "limit": 3, "remaining": 1,
-                             "resets_at": "2026-06-16T00:00:00+00:00"}
+    assert denied.json() == {
+        "allowed": False,
+        "used": 2,
+        "limit": 3,
+        "remaining": 1,
+        "resets_at": "2026-06-16T00:00:00+00:00",
+    }
     assert int(denied.headers["Retry-After"]) == 14 * 3600
     assert dump(env.db_path) == before
     env.put("quota", 4)  # raised: the same key now goes through
@@ -204,8 +214,11 @@ def test_new_york_midnights_across_both_2026_dst_changes(env: Env) -> None:
     env.clock.set("2026-11-02T05:00:00+00:00")
     _assert_answer(env.consume("ny"), 200, 1, "2026-11-03T00:00:00-05:00")
     history = env.a.get("/v1/limits/ny", params={"days": 3}).json()["history"]
-    assert history == [{"day": "2026-10-31", "used": 0}, {"day": "2026-11-01", "used": 2},
-                       {"day": "2026-11-02", "used": 1}]
+    assert history == [
+        {"day": "2026-10-31", "used": 0},
+        {"day": "2026-11-01", "used": 2},
+        {"day": "2026-11-02", "used": 1},
+    ]
 
 
 def test_madrid_midnights_across_both_2026_dst_changes(env: Env) -> None:
@@ -251,7 +264,8 @@ def test_team_b_cannot_read_count_or_change_team_a(env: Env) -> None:
     env.put("shared-name", 5, per="agent")
     env.consume("shared-name", "same-agent")
     assert env.a.post("/v1/handled", json={"key": "https://example.com/x", "agent_id": "same-agent"}).json()[
-        "first_time"]
+        "first_time"
+    ]
     before = dump(env.db_path)
     assert env.b.get("/v1/limits/shared-name").status_code == 404
     assert env.b.get("/v1/limits").json() == []
@@ -268,8 +282,7 @@ def test_team_b_cannot_read_count_or_change_team_a(env: Env) -> None:
     assert mark["first_time"] is True and mark["seen_count"] == 1
     a_view = env.a.get("/v1/limits/shared-name", params={"agent_id": "same-agent"}).json()
     assert (a_view["daily_limit"], a_view["used"]) == (5, 1)
-    assert env.a.get("/v1/handled/https://example.com/x", params={"agent_id": "same-agent"}).json()[
-        "seen_count"] == 1
+    assert env.a.get("/v1/handled/https://example.com/x", params={"agent_id": "same-agent"}).json()["seen_count"] == 1
     assert env.server.client(None).get("/v1/limits").status_code == 401
     assert env.server.client("nope").post("/v1/handled", json={"key": "k"}).status_code == 401
 

@@ -10,17 +10,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import httpx
 import pytest
-
 from conftest import start_llama, wait_status
+
 from memory_service.bench.common import llama_busy
 from memory_service.config import ConfigError, Settings
-from memory_service.ops.doctor import run_doctor
 from memory_service.llm.pool import ModelPool
+from memory_service.ops.doctor import run_doctor
 from tests.fakes.fake_llama_server import FakeLlamaServer
 
 TEXTS = [
@@ -84,8 +85,9 @@ def test_a_pool_keeps_extracting_when_one_server_dies_and_uses_it_again_once_it_
             # the job cut off mid-request was handed on without spending an attempt, and the second finished it
             handed_on = [m for m in memories if m["deferrals"]]
             assert handed_on and all(m["attempts"] == 1 and server_of(m) == second.url for m in handed_on)
-            assert all("unreachable" in m["extraction"]["deferred"] and "slow" not in m["extraction"]
-                       for m in handed_on)
+            assert all(
+                "unreachable" in m["extraction"]["deferred"] and "slow" not in m["extraction"] for m in handed_on
+            )
             down = client.get("/ready").json()
             assert {s["url"]: s["reachable"] for s in down["model_servers"]} == {first.url: False, second.url: True}
             assert down["status"] == "ready" and down["model_server"]["url"] == second.url
@@ -106,10 +108,12 @@ def test_a_pool_keeps_extracting_when_one_server_dies_and_uses_it_again_once_it_
 def test_a_single_url_behaves_as_before_and_a_bad_entry_is_named() -> None:
     assert Settings(llm_url="http://127.0.0.1:8080/").llm_urls == ["http://127.0.0.1:8080"]
     assert Settings(llm_url="http://a:1, https://b:2/").llm_urls == ["http://a:1", "https://b:2"]
-    for bad, says in [("http://a:1,b:2", "entry 'b:2' must look like http://host:port"),
-                      ("http://a:1,ftp://b", "entry 'ftp://b'"),
-                      ("http://a:99999", "entry 'http://a:99999'"),
-                      ("http://a:1,http://a:1/", "listed twice")]:
+    for bad, says in [
+        ("http://a:1,b:2", "entry 'b:2' must look like http://host:port"),
+        ("http://a:1,ftp://b", "entry 'ftp://b'"),
+        ("http://a:99999", "entry 'http://a:99999'"),
+        ("http://a:1,http://a:1/", "listed twice"),
+    ]:
         with pytest.raises(ConfigError) as error:
             Settings().with_overrides(llm_url=bad)
         assert str(error.value).startswith(f"MEMORY_LLM_URL={bad!r}: ") and says in str(error.value)
@@ -128,8 +132,9 @@ def test_doctor_checks_each_server_of_the_pool_and_fails_when_one_is_down(
     assert code == 1
     assert f"memory-service doctor: llama-server at {up}" in out
     assert f"memory-service doctor: llama-server at {down}" in out and "FAIL  server" in out
-    assert out.strip().splitlines()[-1] == (f"RESULT: FAIL for the pool of 2 llama-servers (1 failing: {down}; "
-                                            "the others keep extracting)")
+    assert out.strip().splitlines()[-1] == (
+        f"RESULT: FAIL for the pool of 2 llama-servers (1 failing: {down}; the others keep extracting)"
+    )
 
 
 def test_the_pool_estimates_with_the_servers_that_are_up_side_by_side() -> None:

@@ -15,12 +15,12 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from conftest import ROOT, ServiceProcess
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from conftest import ROOT, ServiceProcess
+from memory_service.contract import limits as contract_limits
 from memory_service.contract import models as api_models
-from memory_service.api.routes import limits as routes_limits
 from memory_service.llm.runtime.server import free_port
 from memory_service.mcp_server.tools import TOOL_NAMES, TOOLS
 
@@ -45,8 +45,9 @@ def _env(url: str, key: str | None, **extra: str) -> dict[str, str]:
 
 def stdio(url: str, key: str | None = "key-a", *args: str, **extra: str) -> Client:
     """The harness's view: it spawns `python -m memory_service mcp` and talks over its stdin/stdout."""
-    params = StdioServerParameters(command=sys.executable, args=["-m", "memory_service", "mcp", *args],
-                                   env=_env(url, key, **extra), cwd=str(ROOT))
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "memory_service", "mcp", *args], env=_env(url, key, **extra), cwd=str(ROOT)
+    )
     return Client(params)
 
 
@@ -70,8 +71,9 @@ def run(fn: Any, *args: Any) -> Any:
 async def _round_trip(client: Client, marker: str) -> None:
     tools = await client.list_tools()
     assert [t.name for t in tools.tools] == list(TOOL_NAMES)
-    failed, saved = await call(client, "remember", text=f"Invoice {marker} was paid by Acme Corp on Monday.",
-                               tags=["billing"])
+    failed, saved = await call(
+        client, "remember", text=f"Invoice {marker} was paid by Acme Corp on Monday.", tags=["billing"]
+    )
     assert not failed, saved
     memory_id = re.search(r"mem_[0-9a-f]+", saved).group(0)
     failed, found = await call(client, "recall", query=f"invoice {marker}")
@@ -91,15 +93,21 @@ def test_stdio_lists_tools_and_remembers_recalls_gets_forgets(service: ServicePr
         async with stdio(service.url) as client:
             assert "recall" in (client.instructions or "")
             await _round_trip(client, "INV-7731")
+
     run(scenario)
 
 
 def test_streamable_http_round_trip(service: ServiceProcess, tmp_path) -> None:
     port = free_port()
     log = open(tmp_path / "mcp-http.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "memory_service", "mcp", "--transport", "http", "--port",
-                             str(port)], env=_env(service.url, "key-a"), cwd=str(ROOT), stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memory_service", "mcp", "--transport", "http", "--port", str(port)],
+        env=_env(service.url, "key-a"),
+        cwd=str(ROOT),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -113,6 +121,7 @@ def test_streamable_http_round_trip(service: ServiceProcess, tmp_path) -> None:
         async def scenario() -> None:
             async with Client(f"http://127.0.0.1:{port}/mcp") as client:
                 await _round_trip(client, "INV-8842")
+
         run(scenario)
     finally:
         proc.terminate()
@@ -156,6 +165,7 @@ def test_stale_ids_and_unknown_limits_are_tool_errors_that_say_what_exists(servi
             assert failed and "no daily limits yet" in text and "posts" not in text, text
             failed, text = await call(client, "was_handled", key="msg-1187")
             assert not failed and "not handled" in text, text
+
     run(scenario)
 
 
@@ -169,13 +179,15 @@ def test_empty_recall_says_memory_works_and_what_to_filter_on(service: ServicePr
         finally:
             empty.kill()
         async with stdio(service.url) as client:
-            failed, saved = await call(client, "remember", text="The staging database moved to host db-7.",
-                                       tags=["infra"])
+            failed, saved = await call(
+                client, "remember", text="The staging database moved to host db-7.", tags=["infra"]
+            )
             assert not failed, saved
             failed, text = await call(client, "recall", query="staging database", agent_id="nobody-here")
             assert not failed
             assert "memory is working" in text and "agent_id='nobody-here'" in text, text
             assert "mcp-tester" in text and "infra" in text, text
+
     run(scenario)
 
 
@@ -187,6 +199,7 @@ def test_unreachable_service_lists_no_tools_and_says_why(tmp_path) -> None:
         async with stdio(f"http://127.0.0.1:{free_port()}") as client:
             assert (await client.list_tools()).tools == []
             assert "unreachable" in client.instructions and "No tools" in client.instructions
+
     run(scenario)
 
 
@@ -195,6 +208,7 @@ def test_refused_key_lists_no_tools_and_names_the_setting(service: ServiceProces
         async with stdio(service.url, "not-a-key") as client:
             assert (await client.list_tools()).tools == []
             assert "MEMORY_API_KEY" in client.instructions
+
     run(scenario)
 
 
@@ -205,6 +219,7 @@ def test_read_only_hides_every_tool_that_writes(service: ServiceProcess) -> None
             failed, text = await call(client, "remember", text="should not be saved")
             assert failed, text
             assert "only read" in client.instructions
+
     run(scenario)
 
 
@@ -219,6 +234,7 @@ def test_tools_follow_the_keys_role(service: ServiceProcess) -> None:
             assert [t.name for t in (await client.list_tools()).tools] == [n for n in TOOL_NAMES if n != "forget"]
             failed, text = await call(client, "remember", text="Written with a write key.")
             assert not failed, text
+
     run(scenario)
 
 
@@ -227,7 +243,7 @@ def test_tools_follow_the_keys_role(service: ServiceProcess) -> None:
 
 def _api_field_names() -> set[str]:
     names: set[str] = set()
-    for module in (api_models, routes_limits):
+    for module in (api_models, contract_limits):
         for value in vars(module).values():
             if isinstance(value, type) and hasattr(value, "model_fields"):
                 names |= set(value.model_fields)
@@ -241,10 +257,15 @@ async def _everything_the_model_reads(client: Client) -> tuple[list[str], set[st
     arguments = {name for t in tools for name in t.input_schema.get("properties", {})}
     texts = [client.instructions or ""]
     texts += [f"{t.description}\n{json.dumps(t.input_schema)}" for t in tools]
-    probes = {"recall": {"query": "zz-nothing-matches-this-qq", "agent_id": "nobody"},
-              "get_memory": {"memory_id": "mem_00000000"}, "forget": {"memory_id": "mem_00000000"},
-              "consume_limit": {"name": "no-such-limit"}, "check_limit": {"name": "no-such-limit"},
-              "was_handled": {"key": "never-seen"}, "remember": {"text": "   "}}
+    probes = {
+        "recall": {"query": "zz-nothing-matches-this-qq", "agent_id": "nobody"},
+        "get_memory": {"memory_id": "mem_00000000"},
+        "forget": {"memory_id": "mem_00000000"},
+        "consume_limit": {"name": "no-such-limit"},
+        "check_limit": {"name": "no-such-limit"},
+        "was_handled": {"key": "never-seen"},
+        "remember": {"text": "   "},
+    }
     for name, arguments_ in probes.items():
         if name in visible:
             texts.append(text_of(await client.call_tool(name, arguments_)))
@@ -274,22 +295,25 @@ def test_every_tool_name_the_model_reads_is_a_tool_it_can_see(service: ServicePr
                 await sweep(client)
         async with stdio(f"http://127.0.0.1:{free_port()}") as client:
             await sweep(client)
+
     run(scenario)
 
 
 def test_tool_list_token_count_with_the_models_tokenizer(service: ServiceProcess, default_llama) -> None:
     """Small models pay for every token of the tool list in every prompt: measure it with the model's
     own tokenizer and keep it small."""
+
     async def tool_list() -> str:
         async with stdio(service.url) as client:
             tools = (await client.list_tools()).tools
             return json.dumps([t.model_dump(by_alias=True, exclude_none=True) for t in tools])
 
     listed = run(tool_list)
-    tokens = len(httpx.post(f"{default_llama.url}/tokenize", json={"content": listed}, timeout=30)
-                 .json()["tokens"])
-    print(f"\nMCP tool list: {len(TOOL_NAMES)} tools, {len(listed)} characters, {tokens} tokens "
-          "(default model's tokenizer)")
+    tokens = len(httpx.post(f"{default_llama.url}/tokenize", json={"content": listed}, timeout=30).json()["tokens"])
+    print(
+        f"\nMCP tool list: {len(TOOL_NAMES)} tools, {len(listed)} characters, {tokens} tokens "
+        "(default model's tokenizer)"
+    )
     assert tokens < 1500, f"the tool list costs {tokens} tokens in every prompt; keep it under 1500"
 
 
@@ -297,8 +321,13 @@ def test_team_view_counts_only_the_callers_team(service: ServiceProcess) -> None
     """/v1/team (what the MCP server probes) is team-scoped: another team's agents, tags and counts never show."""
     with service.client("key-a") as a, service.client("key-b") as b:
         before_b = b.get("/v1/team").json()
-        assert a.post("/v1/remember", json={"text": "Rotated the TLS certificate.", "agent_id": "ops-a",
-                                            "tags": ["secret-tag-a"]}).status_code == 202
+        assert (
+            a.post(
+                "/v1/remember",
+                json={"text": "Rotated the TLS certificate.", "agent_id": "ops-a", "tags": ["secret-tag-a"]},
+            ).status_code
+            == 202
+        )
         mine, theirs = a.get("/v1/team").json(), b.get("/v1/team").json()
     assert mine["team"] == "team-a" and theirs["team"] == "team-b" and mine["role"] == "admin"
     assert "ops-a" in [x["agent_id"] for x in mine["agents"]] and "secret-tag-a" in [x["tag"] for x in mine["tags"]]

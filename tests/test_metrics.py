@@ -14,9 +14,9 @@ from typing import Any
 
 import httpx
 import pytest
+from conftest import ServiceProcess, wait_status
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import ServiceProcess, wait_status
 from memory_service.extraction.grounding import REJECT_CODES, ground
 from memory_service.metrics import Metrics
 from tests.fakes.fake_llama_server import FakeLlamaServer
@@ -36,8 +36,12 @@ def fake() -> Iterator[FakeLlamaServer]:
 
 @pytest.fixture(scope="module")
 def service(fake: FakeLlamaServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
-    env = {"MEMORY_MAX_ATTEMPTS": "2", "MEMORY_RETRY_BASE_S": "0.2", "MEMORY_LOG_FORMAT": "json",
-           "MEMORY_ACCESS_LOG": "1"}
+    env = {
+        "MEMORY_MAX_ATTEMPTS": "2",
+        "MEMORY_RETRY_BASE_S": "0.2",
+        "MEMORY_LOG_FORMAT": "json",
+        "MEMORY_ACCESS_LOG": "1",
+    }
     svc = ServiceProcess(tmp_path_factory.mktemp("metrics") / "data", fake.url, env).start()
     yield svc
     svc.kill()
@@ -52,8 +56,11 @@ def client(service: ServiceProcess) -> Iterator[httpx.Client]:
 def scrape(client: httpx.Client) -> Samples:
     response = client.get("/metrics")
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(response.text) for s in family.samples}
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(response.text)
+        for s in family.samples
+    }
 
 
 def value(samples: Samples, name: str, **labels: str) -> float:
@@ -71,8 +78,14 @@ def save(client: httpx.Client, text: str) -> str:
     return response.json()["id"]
 
 
-def extract(client: httpx.Client, fake: FakeLlamaServer, text: str, mode: str = "ok",
-            facts: list[str] | None = None, **options: Any) -> dict[str, Any]:
+def extract(
+    client: httpx.Client,
+    fake: FakeLlamaServer,
+    text: str,
+    mode: str = "ok",
+    facts: list[str] | None = None,
+    **options: Any,
+) -> dict[str, Any]:
     fake.set_mode(mode, facts=facts, **options)
     return wait_status(client, save(client, text), timeout=60)
 
@@ -174,7 +187,11 @@ def test_json_logs_carry_the_request_id_it_answered_with(client: httpx.Client, s
         time.sleep(0.1)
     line = by_id["metrics-test-0042"]
     assert (line["logger"], line["method"], line["path"], line["status"]) == (
-        "memory_service.access", "GET", "/v1/stats", 200)
+        "memory_service.access",
+        "GET",
+        "/v1/stats",
+        200,
+    )
     assert line["level"] == "INFO" and line["duration_ms"] >= 0 and line["ts"].endswith("+00:00")
     assert by_id[generated]["path"] == "/health"
     # the server's own lines are JSON too, without a request id
@@ -185,17 +202,29 @@ def test_apps_in_one_process_keep_their_own_registries() -> None:
     first, second = Metrics(), Metrics()
     first.consume.labels("team-a", "allowed").inc()
     first.llm_timings({"prompt_n": 12, "cache_n": 30, "predicted_n": 7})
-    mine, theirs = ({s.name: s.value for f in text_string_to_metric_families(m.render().decode()) for s in f.samples}
-                    for m in (first, second))
-    assert (mine["memory_llm_prompt_tokens_total"], mine["memory_llm_cached_tokens_total"],
-            mine["memory_llm_generated_tokens_total"], mine["memory_limit_consume_total"]) == (12, 30, 7, 1)
+    mine, theirs = (
+        {s.name: s.value for f in text_string_to_metric_families(m.render().decode()) for s in f.samples}
+        for m in (first, second)
+    )
+    assert (
+        mine["memory_llm_prompt_tokens_total"],
+        mine["memory_llm_cached_tokens_total"],
+        mine["memory_llm_generated_tokens_total"],
+        mine["memory_limit_consume_total"],
+    ) == (12, 30, 7, 1)
     assert theirs["memory_llm_prompt_tokens_total"] == 0 and "memory_limit_consume_total" not in theirs
 
 
 def test_every_rejection_reason_is_a_bounded_code() -> None:
     source = "Sent the report to alice@example.com. The budget is 40 units."
-    facts = ["Is the budget 40 units?", "alice@example.com", "great, thanks!", "The budget is 90 units.",
-             "Zorblax approved the budget.", "The marketing department celebrated victories."]
+    facts = [
+        "Is the budget 40 units?",
+        "alice@example.com",
+        "great, thanks!",
+        "The budget is 90 units.",
+        "Zorblax approved the budget.",
+        "The marketing department celebrated victories.",
+    ]
     rejected = ground(facts, source).rejected
     assert [r.code for r in rejected] == ["question", "address", "small_talk", "numbers", "names", "coverage"]
     assert {r.code for r in rejected} <= set(REJECT_CODES)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from memory_service.storage.catalog import export_records
@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def fact(text: str, fact_id: str) -> NewFact:
-    from memory_service.extraction.grounding import shape
     from memory_service.contract.text import normalize
+    from memory_service.extraction.grounding import shape
 
     norm = normalize(text)
     return NewFact(id=fact_id, text=text, norm=norm, shape=shape(norm), spans=[(0, len(text))])
@@ -28,22 +28,39 @@ def fact(text: str, fact_id: str) -> NewFact:
 def build_data_dir(data: Path) -> dict:
     journal = Journal(data / "journal.sqlite3")
     ids = []
-    for n, text in enumerate(["Ana lives in Porto", "Ana lives in Lisbon now", "Ticket QX-4411 is closed",
-                              "Bruno prefers tea", "still extracting when the service stopped"]):
-        memory, _ = journal.insert(team="team-a" if n < 4 else "team-b", agent_id=f"agent-{n % 2}", text=text,
-                                   run_id="run-1", tags=["t"] if n == 2 else [], metadata={"n": n},
-                                   idempotency_key=f"key-{n}", budget_s=20, now=1_700_000_000.0 + n)
+    for n, text in enumerate(
+        [
+            "Ana lives in Porto",
+            "Ana lives in Lisbon now",
+            "Ticket QX-4411 is closed",
+            "Bruno prefers tea",
+            "still extracting when the service stopped",
+        ]
+    ):
+        memory, _ = journal.insert(
+            team="team-a" if n < 4 else "team-b",
+            agent_id=f"agent-{n % 2}",
+            text=text,
+            run_id="run-1",
+            tags=["t"] if n == 2 else [],
+            metadata={"n": n},
+            idempotency_key=f"key-{n}",
+            budget_s=20,
+            now=1_700_000_000.0 + n,
+        )
         ids.append(memory.id)
-    plans = [FactPlan(new=[fact("Ana lives in Porto", "f-porto")]),
-             FactPlan(new=[fact("Ana lives in Lisbon", "f-lisbon")], superseded=[("f-porto", "f-lisbon")]),
-             FactPlan(new=[fact("Ticket QX-4411 is closed", "f-ticket")]),
-             FactPlan(new=[fact("Bruno prefers tea", "f-tea")])]
+    plans = [
+        FactPlan(new=[fact("Ana lives in Porto", "f-porto")]),
+        FactPlan(new=[fact("Ana lives in Lisbon", "f-lisbon")], superseded=[("f-porto", "f-lisbon")]),
+        FactPlan(new=[fact("Ticket QX-4411 is closed", "f-ticket")]),
+        FactPlan(new=[fact("Bruno prefers tea", "f-tea")]),
+    ]
     for plan in plans:
         journal.complete(journal.claim_next("w", 60), plan, raw_reply="r", timings=None, report={"stored": 1})
     journal.claim_next("w", 60)  # the fifth job: cut off mid-extraction
     journal.close()
 
-    clock = lambda: datetime.now(timezone.utc)  # noqa: E731
+    clock = lambda: datetime.now(UTC)  # noqa: E731
     limits = LimitStore(data / "limits.sqlite3", now=clock)
     limits.set_limit("team-a", "emails", 5, "Europe/Madrid", "agent")
     for _ in range(3):
@@ -59,10 +76,18 @@ def build_data_dir(data: Path) -> dict:
 
 
 def migrate(data: Path, url: str, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "memory_service.cli.main", "migrate", "--to", url, "--data-dir", str(data),
-                           *extra], capture_output=True, text=True, cwd=ROOT, timeout=600,
-                          env={k: v for k, v in __import__("os").environ.items() if not k.startswith("MEMORY_")
-                               or k in ("MEMORY_CACHE_DIR", "MEMORY_EMBEDDER")})
+    return subprocess.run(
+        [sys.executable, "-m", "memory_service.cli.main", "migrate", "--to", url, "--data-dir", str(data), *extra],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+        env={
+            k: v
+            for k, v in __import__("os").environ.items()
+            if not k.startswith("MEMORY_") or k in ("MEMORY_CACHE_DIR", "MEMORY_EMBEDDER")
+        },
+    )
 
 
 def test_migrate_copies_everything_and_reindexes(tmp_path: Path, postgres_url: str) -> None:

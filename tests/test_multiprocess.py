@@ -11,16 +11,16 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import psycopg
 import pytest
+from limits_helpers import concurrently
 
 from memory_service.bench.common import AGENT_TEXTS
-from limits_helpers import concurrently
 from memory_service.bench.group import ServiceGroup, shared_env
 
 LEASE_S = 4.0
@@ -60,12 +60,18 @@ def trio(pg_cluster, chroma_server, tiny_llama, teams, tmp_path_factory) -> Iter
 
 def test_64_consumers_over_three_processes_get_exactly_the_limit(trio: ServiceGroup, teams: Teams) -> None:
     with trio[0].client(teams.key_a) as admin:
-        assert admin.put("/v1/limits/api-calls", json={"daily_limit": 50, "timezone": "UTC", "per": "team"}
-                         ).status_code == 201
+        assert (
+            admin.put("/v1/limits/api-calls", json={"daily_limit": 50, "timezone": "UTC", "per": "team"}).status_code
+            == 201
+        )
     clients = [trio[n % PROCESSES].client(teams.key_a) for n in range(64)]
     try:
-        responses = concurrently([lambda c=c, n=n: c.post("/v1/limits/api-calls/consume", json={"agent_id": f"ag-{n}"})
-                                  for n, c in enumerate(clients)])
+        responses = concurrently(
+            [
+                lambda c=c, n=n: c.post("/v1/limits/api-calls/consume", json={"agent_id": f"ag-{n}"})
+                for n, c in enumerate(clients)
+            ]
+        )
     finally:
         for c in clients:
             c.close()
@@ -87,14 +93,18 @@ def test_a_retry_through_another_process_counts_once(trio: ServiceGroup, teams: 
         admin.put("/v1/limits/emails", json={"daily_limit": 20, "timezone": "UTC", "per": "team"}).raise_for_status()
     clients = [trio[n % PROCESSES].client(teams.key_a) for n in range(90)]
     try:
-        responses = concurrently([
-            lambda c=c, n=n: c.post("/v1/limits/emails/consume", json={"agent_id": "mailer",
-                                                                       "idempotency_key": f"msg-{n // 3}"})
-            for n, c in enumerate(clients)])
+        responses = concurrently(
+            [
+                lambda c=c, n=n: c.post(
+                    "/v1/limits/emails/consume", json={"agent_id": "mailer", "idempotency_key": f"msg-{n // 3}"}
+                )
+                for n, c in enumerate(clients)
+            ]
+        )
     finally:
         for c in clients:
             c.close()
-    by_key = [responses[k * 3:(k + 1) * 3] for k in range(30)]  # the 3 sends of a key went to processes 0, 1, 2
+    by_key = [responses[k * 3 : (k + 1) * 3] for k in range(30)]  # the 3 sends of a key went to processes 0, 1, 2
     allowed = [k for k, rs in enumerate(by_key) if all(r.status_code == 200 for r in rs)]
     denied = [k for k, rs in enumerate(by_key) if all(r.status_code == 429 for r in rs)]
     assert (len(allowed), len(denied)) == (20, 10), [[r.status_code for r in rs] for rs in by_key]
@@ -154,8 +164,15 @@ def test_team_isolation_holds_across_processes(trio: ServiceGroup, teams: Teams)
 
 SAVES = 300
 REAL_EVERY = 12  # one save in 12 is a text the model extracts; the rest are small talk the gate skips
-SMALL_TALK = ("Thanks, talk soon!", "Ok, sounds good.", "Great, thank you!", "Good morning!", "Cheers, bye.",
-              "Sure, no problem.", "Hello there, hope you are well.")
+SMALL_TALK = (
+    "Thanks, talk soon!",
+    "Ok, sounds good.",
+    "Great, thank you!",
+    "Good morning!",
+    "Cheers, bye.",
+    "Sure, no problem.",
+    "Hello there, hope you are well.",
+)
 
 
 def save_body(i: int, run: str) -> tuple[dict, str | None]:
@@ -164,16 +181,24 @@ def save_body(i: int, run: str) -> tuple[dict, str | None]:
     if i % REAL_EVERY:
         return {"text": SMALL_TALK[i % len(SMALL_TALK)], "agent_id": f"ag-{i % 5}", "tags": [tag]}, None
     marker = f"zq{run}{i}"
-    return {"text": f"{AGENT_TEXTS[i % len(AGENT_TEXTS)]} Ticket {marker}.", "agent_id": f"ag-{i % 5}",
-            "tags": [tag]}, marker
+    return {
+        "text": f"{AGENT_TEXTS[i % len(AGENT_TEXTS)]} Ticket {marker}.",
+        "agent_id": f"ag-{i % 5}",
+        "tags": [tag],
+    }, marker
 
 
 def holding_model_job(database_url: str, pid: int, run: str) -> bool:
     """Whether the process `pid` holds a job the model extracts (seconds long, unlike small talk, which a
     worker holds for milliseconds: a kill aimed at one of those would often land after it finished)."""
     with psycopg.connect(database_url) as conn:
-        return conn.execute("SELECT count(*) FROM memories WHERE status = 'extracting' AND lease_owner LIKE %s "
-                            "AND text LIKE %s", (f"%:{pid}:%", f"% Ticket zq{run}%")).fetchone()[0] > 0
+        return (
+            conn.execute(
+                "SELECT count(*) FROM memories WHERE status = 'extracting' AND lease_owner LIKE %s AND text LIKE %s",
+                (f"%:{pid}:%", f"% Ticket zq{run}%"),
+            ).fetchone()[0]
+            > 0
+        )
 
 
 def test_a_killed_process_loses_no_acknowledged_save(postgres_url, chroma_server, tiny_llama, tmp_path) -> None:
@@ -253,8 +278,9 @@ def wait_settled(database_url: str, ids: list[str], timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         with psycopg.connect(database_url) as conn:
-            rows = conn.execute("SELECT status, count(*) FROM memories WHERE id = ANY(%s) GROUP BY status",
-                                (ids,)).fetchall()
+            rows = conn.execute(
+                "SELECT status, count(*) FROM memories WHERE id = ANY(%s) GROUP BY status", (ids,)
+            ).fetchall()
         counts = dict(rows)
         if sum(counts.get(s, 0) for s in ("done", "failed")) == len(ids):
             return
@@ -264,6 +290,7 @@ def wait_settled(database_url: str, ids: list[str], timeout_s: float) -> None:
 
 def check_recallable(survivors: list, key: str, acked: dict[str, int], run: str) -> None:
     """Through a survivor each: GET answers done/failed, and recall finds the passage (by tag; by marker too)."""
+
     def one(item: tuple[str, int]) -> str | None:
         memory_id, i = item
         body, marker = save_body(i, run)
@@ -289,8 +316,9 @@ def check_attempts(database_url: str, victim_pid: int) -> None:
     """Per job: attempts in start order never overlap; exactly one `done` per done job."""
     with psycopg.connect(database_url) as conn:
         status = dict(conn.execute("SELECT id, status FROM memories").fetchall())
-        rows = conn.execute("SELECT memory_id, worker, started_at, ended_at, outcome FROM job_attempts "
-                            "ORDER BY memory_id, started_at").fetchall()
+        rows = conn.execute(
+            "SELECT memory_id, worker, started_at, ended_at, outcome FROM job_attempts ORDER BY memory_id, started_at"
+        ).fetchall()
     attempts: dict[str, list[tuple]] = {}
     for memory_id, *attempt in rows:
         attempts.setdefault(memory_id, []).append(tuple(attempt))
@@ -302,10 +330,13 @@ def check_attempts(database_url: str, victim_pid: int) -> None:
         if status[memory_id] == "done":
             assert [t[3] for t in tries].count("done") == 1, (memory_id, tries)
             assert tries[-1][3] == "done", (memory_id, tries)
-    taken_over = [(m, t) for m, tries in attempts.items() for t in tries
-                  if f":{victim_pid}:" in t[0] and t[3] == "lease expired"]
+    taken_over = [
+        (m, t) for m, tries in attempts.items() for t in tries if f":{victim_pid}:" in t[0] and t[3] == "lease expired"
+    ]
     assert taken_over, "the job the killed process held was not taken over"
     for memory_id, _ in taken_over:  # finished by a survivor
         assert f":{victim_pid}:" not in attempts[memory_id][-1][0]
-    print(f"{len(rows)} attempts over {len(attempts)} jobs; taken over from the killed process: "
-          f"{[m for m, _ in taken_over]}")
+    print(
+        f"{len(rows)} attempts over {len(attempts)} jobs; taken over from the killed process: "
+        f"{[m for m, _ in taken_over]}"
+    )

@@ -27,12 +27,18 @@ def test_opentelemetry_variables_in_the_environment_send_nothing(service_factory
     threading.Thread(target=collector.serve_forever, daemon=True).start()
     endpoint = f"http://127.0.0.1:{collector.server_address[1]}"
     try:
-        svc = service_factory(f"http://127.0.0.1:{free_port()}", env={
-            # what a host set up for other apps' tracing may hold: FastAPI's switch for its own exporters
-            "FASTAPI_OTEL_AUTO_CONFIGURE": "true", "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
-            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_METRIC_EXPORT_INTERVAL": "200",
-            "OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_BLRP_SCHEDULE_DELAY": "100",
-        })
+        svc = service_factory(
+            f"http://127.0.0.1:{free_port()}",
+            env={
+                # what a host set up for other apps' tracing may hold: FastAPI's switch for its own exporters
+                "FASTAPI_OTEL_AUTO_CONFIGURE": "true",
+                "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+                "OTEL_METRIC_EXPORT_INTERVAL": "200",
+                "OTEL_BSP_SCHEDULE_DELAY": "100",
+                "OTEL_BLRP_SCHEDULE_DELAY": "100",
+            },
+        )
         with svc.client() as client:
             for n in range(5):
                 assert client.post("/v1/remember", json={"text": f"note {n}", "agent_id": "a"}).status_code == 202

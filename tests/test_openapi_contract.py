@@ -8,7 +8,8 @@ against the schema documented there (JSON Schema 2020-12, as FastAPI emits OpenA
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -43,8 +44,11 @@ class Contract:
             return self._invalid(where, content[media].get("schema"), response.json())
         if media == "application/x-ndjson":
             lines = [json.loads(line) for line in response.text.splitlines() if line.strip()]
-            return [p for n, line in enumerate(lines, 1)
-                    for p in self._invalid(f"{where} line {n}", content[media].get("itemSchema"), line)]
+            return [
+                p
+                for n, line in enumerate(lines, 1)
+                for p in self._invalid(f"{where} line {n}", content[media].get("itemSchema"), line)
+            ]
         if media == "text/plain":  # Prometheus metrics: parsed by tests/test_metrics.py
             return [] if response.text.strip() else [f"{where}: empty text body"]
         return [f"{where}: unexpected content type {media!r}"]
@@ -54,8 +58,10 @@ class Contract:
             return [f"{where}: no schema documented for the body"]
         # the document's components under the same pointer, so "#/components/schemas/..." resolves
         validator = Draft202012Validator({**schema, "components": self.doc.get("components", {})})
-        return [f"{where}: {'/'.join(map(str, e.absolute_path)) or 'body'}: {e.message}"
-                for e in validator.iter_errors(body)]
+        return [
+            f"{where}: {'/'.join(map(str, e.absolute_path)) or 'body'}: {e.message}"
+            for e in validator.iter_errors(body)
+        ]
 
     def check(self, response: httpx.Response, path: str, status: int) -> httpx.Response:
         assert response.status_code == status, (path, response.status_code, response.text)
@@ -93,10 +99,22 @@ def test_the_document_is_valid_openapi_31_with_one_error_shape(contract: Contrac
 
 def test_memories_routes(contract: Contract, a, anon) -> None:
     c = contract.check
-    saved = c(a.post("/v1/remember", json={"text": "The depot holds 12 pallets.", "agent_id": "mover",
-                                           "idempotency_key": "contract-1"}), "/v1/remember", 202)
-    replay = c(a.post("/v1/remember", json={"text": "The depot holds 12 pallets.", "agent_id": "mover",
-                                            "idempotency_key": "contract-1"}), "/v1/remember", 202)
+    saved = c(
+        a.post(
+            "/v1/remember",
+            json={"text": "The depot holds 12 pallets.", "agent_id": "mover", "idempotency_key": "contract-1"},
+        ),
+        "/v1/remember",
+        202,
+    )
+    replay = c(
+        a.post(
+            "/v1/remember",
+            json={"text": "The depot holds 12 pallets.", "agent_id": "mover", "idempotency_key": "contract-1"},
+        ),
+        "/v1/remember",
+        202,
+    )
     assert replay.headers["Idempotent-Replayed"] == "true" and "Idempotent-Replayed" not in saved.headers
     c(a.post("/v1/remember", json={"text": "x", "agent_id": "no spaces"}), "/v1/remember", 422)
     c(a.post("/v1/remember", json={"text": "x" * (64 * 1024 + 1), "agent_id": "mover"}), "/v1/remember", 413)
@@ -113,8 +131,11 @@ def test_memories_routes(contract: Contract, a, anon) -> None:
 
     first = c(a.get("/v1/memories", params={"limit": 2, "agent_id": "mover"}), "/v1/memories", 200).json()
     assert first["next_cursor"]
-    c(a.get("/v1/memories", params={"limit": 2, "cursor": first["next_cursor"], "status": "queued"}),
-      "/v1/memories", 200)
+    c(
+        a.get("/v1/memories", params={"limit": 2, "cursor": first["next_cursor"], "status": "queued"}),
+        "/v1/memories",
+        200,
+    )
     c(a.get("/v1/memories", params={"cursor": "not-a-cursor"}), "/v1/memories", 400)
     c(a.get("/v1/memories", params={"agent_id": "bad agent"}), "/v1/memories", 422)
     c(a.get("/v1/memories", params={"status": "deleted"}), "/v1/memories", 422)
@@ -125,8 +146,12 @@ def test_memories_routes(contract: Contract, a, anon) -> None:
     c(anon.delete(f"/v1/memories/{memory_id}"), "/v1/memories/{memory_id}", 401)
     c(a.delete("/v1/memories", params={"run_id": "run-1"}), "/v1/memories", 400)
     c(a.delete("/v1/memories", params={"run_id": "run 1", "confirm": "true"}), "/v1/memories", 422)
-    assert c(a.delete("/v1/memories", params={"run_id": "run-1", "confirm": "true"}), "/v1/memories",
-             200).json()["deleted"] == 3
+    assert (
+        c(a.delete("/v1/memories", params={"run_id": "run-1", "confirm": "true"}), "/v1/memories", 200).json()[
+            "deleted"
+        ]
+        == 3
+    )
     c(anon.delete("/v1/memories", params={"run_id": "run-1", "confirm": "true"}), "/v1/memories", 401)
 
 
@@ -134,8 +159,11 @@ def test_recall_route(contract: Contract, a, anon) -> None:
     c = contract.check
     a.post("/v1/remember", json={"text": "The canal lock opens at dawn.", "agent_id": "keeper", "tags": ["canal"]})
     c(a.post("/v1/recall", json={"query": "canal lock", "k": 3}), "/v1/recall", 200)
-    c(a.post("/v1/recall", json={"query": "canal", "scope": "agent", "agent_id": "keeper", "tags": ["canal"]}),
-      "/v1/recall", 200)
+    c(
+        a.post("/v1/recall", json={"query": "canal", "scope": "agent", "agent_id": "keeper", "tags": ["canal"]}),
+        "/v1/recall",
+        200,
+    )
     c(a.post("/v1/recall", json={"query": "x", "k": 0}), "/v1/recall", 422)
     c(a.post("/v1/recall", json={"query": "x", "scope": "agent"}), "/v1/recall", 422)
     c(a.post("/v1/recall", content=b"[", headers={"content-type": "application/json"}), "/v1/recall", 400)
@@ -144,8 +172,10 @@ def test_recall_route(contract: Contract, a, anon) -> None:
 
 def test_export_and_import_routes(contract: Contract, inprocess, a, anon) -> None:
     c = contract.check
-    a.post("/v1/remember", json={"text": "Exported note: the ferry leaves at nine.", "agent_id": "porter",
-                                 "metadata": {"source": "test"}})
+    a.post(
+        "/v1/remember",
+        json={"text": "Exported note: the ferry leaves at nine.", "agent_id": "porter", "metadata": {"source": "test"}},
+    )
     exported = c(a.get("/v1/export"), "/v1/export", 200)
     assert exported.headers["content-type"].startswith("application/x-ndjson") and exported.text.strip()
     c(anon.get("/v1/export"), "/v1/export", 401)
@@ -167,8 +197,7 @@ def test_limits_routes(contract: Contract, a, anon) -> None:
 
     consume = "/v1/limits/{name}/consume"
     c(a.post("/v1/limits/mails/consume", json={"agent_id": "mailer", "idempotency_key": "m-1"}), consume, 200)
-    replay = c(a.post("/v1/limits/mails/consume", json={"agent_id": "mailer", "idempotency_key": "m-1"}),
-               consume, 200)
+    replay = c(a.post("/v1/limits/mails/consume", json={"agent_id": "mailer", "idempotency_key": "m-1"}), consume, 200)
     assert replay.headers["Idempotent-Replayed"] == "true"
     c(a.post("/v1/limits/mails/consume", json={"agent_id": "other", "idempotency_key": "m-1"}), consume, 409)
     c(a.post("/v1/limits/mails/consume", json={"agent_id": "mailer"}), consume, 200)
@@ -223,17 +252,20 @@ def test_team_and_keys_routes(contract: Contract, inprocess, a, anon) -> None:
     c(anon.get("/v1/keys"), "/v1/keys", 401)
     with inprocess.client(made["key"]) as reader:
         c(reader.get("/v1/team"), "/v1/team", 200)
-        for path, method, template in (("/v1/keys", "post", "/v1/keys"), ("/v1/keys", "get", "/v1/keys"),
-                                       ("/v1/remember", "post", "/v1/remember"),
-                                       ("/v1/limits/mails/consume", "post", "/v1/limits/{name}/consume"),
-                                       ("/v1/handled", "post", "/v1/handled"), ("/v1/import", "post", "/v1/import"),
-                                       ("/v1/limits/mails", "put", "/v1/limits/{name}"),
-                                       ("/v1/limits/mails", "delete", "/v1/limits/{name}"),
-                                       ("/v1/memories/mem_x", "delete", "/v1/memories/{memory_id}"),
-                                       ("/v1/memories", "delete", "/v1/memories"),
-                                       (f"/v1/keys/{made['id']}", "delete", "/v1/keys/{key_id}")):
-            c(reader.request(method.upper(), path, json={"role": "read"} if method == "post" else None), template,
-              403)
+        for path, method, template in (
+            ("/v1/keys", "post", "/v1/keys"),
+            ("/v1/keys", "get", "/v1/keys"),
+            ("/v1/remember", "post", "/v1/remember"),
+            ("/v1/limits/mails/consume", "post", "/v1/limits/{name}/consume"),
+            ("/v1/handled", "post", "/v1/handled"),
+            ("/v1/import", "post", "/v1/import"),
+            ("/v1/limits/mails", "put", "/v1/limits/{name}"),
+            ("/v1/limits/mails", "delete", "/v1/limits/{name}"),
+            ("/v1/memories/mem_x", "delete", "/v1/memories/{memory_id}"),
+            ("/v1/memories", "delete", "/v1/memories"),
+            (f"/v1/keys/{made['id']}", "delete", "/v1/keys/{key_id}"),
+        ):
+            c(reader.request(method.upper(), path, json={"role": "read"} if method == "post" else None), template, 403)
     c(a.delete(f"/v1/keys/{made['id']}"), "/v1/keys/{key_id}", 204)
     c(a.delete(f"/v1/keys/{made['id']}x"), "/v1/keys/{key_id}", 404)
     c(anon.delete(f"/v1/keys/{made['id']}"), "/v1/keys/{key_id}", 401)

@@ -43,8 +43,12 @@ def test_checkout_under_test_is_the_one_imported() -> None:
 def test_every_module_imports_without_scripts_or_import_path_edits() -> None:
     path_before = list(sys.path)
     names = [info.name for info in pkgutil.walk_packages(memory_service.__path__, "memory_service.")]
-    assert {"memory_service.bench.cli", "memory_service.bench.limits", "memory_service.evals.cli",
-            "memory_service.evals.personaext"} <= set(names)
+    assert {
+        "memory_service.bench.cli",
+        "memory_service.bench.limits",
+        "memory_service.evals.cli",
+        "memory_service.evals.personaext",
+    } <= set(names)
     for name in names:
         module = importlib.import_module(name)
         assert Path(module.__file__).resolve().is_relative_to(PACKAGE_DIR), name
@@ -84,7 +88,7 @@ def _run(cmd: list[str], *, cwd: Path, env: dict[str, str], timeout: float = 120
 
 # Runs inside the fresh venv: where the package came from, and the PersonaExt harness's pure functions
 # (load a .jsonl, score hand-made extraction results, draw the plot) on a two-line file.
-INSTALLED_PROBE = textwrap.dedent('''
+INSTALLED_PROBE = textwrap.dedent("""
     import json, sys
     from pathlib import Path
 
@@ -115,7 +119,7 @@ INSTALLED_PROBE = textwrap.dedent('''
         "png": Path("personaext.png").stat().st_size,
         "scripts": [m for m in sys.modules if m == "scripts" or m.startswith("scripts.")],
     }))
-''')
+""")
 
 
 def test_wheel_installed_in_a_fresh_venv_runs_bench_and_eval(tmp_path: Path) -> None:
@@ -129,8 +133,23 @@ def test_wheel_installed_in_a_fresh_venv_runs_bench_and_eval(tmp_path: Path) -> 
         shutil.copy2(ROOT / name, src / name)
     shutil.copytree(PACKAGE_DIR, src / "memory_service", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     dist = tmp_path / "dist"
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "--quiet",
-          "-w", str(dist), str(src)], cwd=tmp_path, env=env)
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--quiet",
+            "-w",
+            str(dist),
+            str(src),
+        ],
+        cwd=tmp_path,
+        env=env,
+    )
     wheels = list(dist.glob("memory_service-*.whl"))
     assert len(wheels) == 1, wheels
 
@@ -138,10 +157,27 @@ def test_wheel_installed_in_a_fresh_venv_runs_bench_and_eval(tmp_path: Path) -> 
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=tmp_path, env=env)
     venv_python = venv / "bin" / "python"
-    _run([sys.executable, "-m", "pip", "--python", str(venv_python), "install", "--no-deps", "--no-index",
-          "--quiet", str(wheels[0])], cwd=tmp_path, env=env)
-    venv_site = Path(_run([str(venv_python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          cwd=tmp_path, env=env).stdout.strip())
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(venv_python),
+            "install",
+            "--no-deps",
+            "--no-index",
+            "--quiet",
+            str(wheels[0]),
+        ],
+        cwd=tmp_path,
+        env=env,
+    )
+    venv_site = Path(
+        _run(
+            [str(venv_python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], cwd=tmp_path, env=env
+        ).stdout.strip()
+    )
     ours = sysconfig.get_paths()
     dep_dirs = dict.fromkeys(p for p in (ours["purelib"], ours["platlib"]) if Path(p).is_dir())
     (venv_site / "_memory_service_test_deps.pth").write_text("".join(f"{p}\n" for p in dep_dirs))
@@ -157,10 +193,13 @@ def test_wheel_installed_in_a_fresh_venv_runs_bench_and_eval(tmp_path: Path) -> 
     assert probe["scripts"] == []
     assert probe["metrics"]["tail_found_in_stored_facts"] == 1.0 and probe["metrics"]["no_gold_utterances"] == 1
     assert probe["png"] > 0
-    for cmd in ([str(script), "eval", "--help"], [str(script), "bench", "--help"],
-                [str(venv_python), "-m", "memory_service.bench.cli", "--help"],
-                [str(venv_python), "-m", "memory_service.bench.limits", "--help"],
-                [str(venv_python), "-m", "memory_service.evals", "--help"]):
+    for cmd in (
+        [str(script), "eval", "--help"],
+        [str(script), "bench", "--help"],
+        [str(venv_python), "-m", "memory_service.bench.cli", "--help"],
+        [str(venv_python), "-m", "memory_service.bench.limits", "--help"],
+        [str(venv_python), "-m", "memory_service.evals", "--help"],
+    ):
         out = _run(cmd, cwd=outside, env=env).stdout
         assert out.startswith("usage:") and "source tree" not in out, cmd
 
@@ -215,7 +254,7 @@ def test_the_package_has_no_import_cycle() -> None:
         stack.append(module)
         for dep in sorted(graph[module]):
             if state.get(dep) == 1:
-                cycles.append(stack[stack.index(dep):] + [dep])
+                cycles.append(stack[stack.index(dep) :] + [dep])
             elif dep not in state:
                 visit(dep)
         stack.pop()

@@ -12,15 +12,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from memory_service.contract.text import normalize
 from memory_service.pipeline.forgetting import forget
 from memory_service.pipeline.passages import index_passages
+from memory_service.recall import filtered_vectors as vector_search
+from memory_service.recall.filtered_vectors import FilteredVectors
 from memory_service.recall.search import RecallQuery, recall
 from memory_service.storage.forget import mark_forgotten
 from memory_service.storage.journal import Journal
 from memory_service.storage.vectors import VectorStore
-from memory_service.contract.text import normalize
-from memory_service.recall import filtered_vectors as vector_search
-from memory_service.recall.filtered_vectors import FilteredVectors
 
 TEAM = "team-filters"
 
@@ -53,16 +53,30 @@ class Stores:
         self.search = FilteredVectors(self.journal, self.vectors)
 
     def save(self, text: str, agent: str, tags: list[str] | None = None, *, index: bool = True, now: float = 1000.0):
-        memory, _ = self.journal.insert(team=TEAM, agent_id=agent, text=text, run_id=None, tags=tags or [],
-                                        metadata={}, idempotency_key=None, budget_s=60.0, now=now)
+        memory, _ = self.journal.insert(
+            team=TEAM,
+            agent_id=agent,
+            text=text,
+            run_id=None,
+            tags=tags or [],
+            metadata={},
+            idempotency_key=None,
+            budget_s=60.0,
+            now=now,
+        )
         if index:
             index_passages([memory], self.embedder, self.vectors)
             self.journal.mark_indexed([memory.id])
         return memory
 
     def recall(self, query: str, **kw) -> list:
-        return recall(RecallQuery(team=TEAM, query=query, **kw), journal=self.journal, vectors=self.vectors,
-                      embedder=self.embedder, search=self.search)
+        return recall(
+            RecallQuery(team=TEAM, query=query, **kw),
+            journal=self.journal,
+            vectors=self.vectors,
+            embedder=self.embedder,
+            search=self.search,
+        )
 
 
 @pytest.fixture
@@ -76,8 +90,9 @@ def test_agent_scope_finds_a_minority_agents_exact_id_by_keyword(stores):
     # the majority agent's short texts rank first team-wide for the id; the minority's text is not embedded yet
     for i in range(120):
         stores.save(f"order 4417 note {i}", "big", index=False)
-    mine = stores.save("Customer called about order 4417 and asked for a refund by Friday afternoon", "small",
-                       index=False)
+    mine = stores.save(
+        "Customer called about order 4417 and asked for a refund by Friday afternoon", "small", index=False
+    )
     items = stores.recall("order 4417", k=5, kinds=("passage",), agent_id="small")
     assert items and items[0].memory_id == mine.id
 
@@ -85,8 +100,13 @@ def test_agent_scope_finds_a_minority_agents_exact_id_by_keyword(stores):
 def test_tag_and_time_filters_apply_inside_the_keyword_leg(stores):
     for i in range(120):
         stores.save(f"invoice 9921 copy {i}", "big", ["noise"], index=False, now=2000.0)
-    tagged = stores.save("The invoice 9921 for Globex was paid twice and needs a credit note", "big", ["billing"],
-                         index=False, now=1000.0)
+    tagged = stores.save(
+        "The invoice 9921 for Globex was paid twice and needs a credit note",
+        "big",
+        ["billing"],
+        index=False,
+        now=1000.0,
+    )
     assert [h.memory_id for h in stores.recall("invoice 9921", k=3, tags=("billing",))][:1] == [tagged.id]
     assert [h.memory_id for h in stores.recall("invoice 9921", k=3, until=1500.0)][:1] == [tagged.id]
 
@@ -95,8 +115,10 @@ def test_keyword_tag_filter_matches_whole_tags_of_any_spelling(stores):
     # the keyword leg tests a tag as a substring of the stored JSON before json_each confirms it: a tag that
     # is a prefix of another, or one with quotes or non-ASCII letters, must still match exactly
     tags = ["p-1", "p-10", 'say "hi"', "caf\u00e9", "a\\b", "p-1 x"]
-    saved = {tag: stores.save(f"ticket zq{i}00 escalated for tag {i}", "big", [tag, "common"], index=False)
-             for i, tag in enumerate(tags)}
+    saved = {
+        tag: stores.save(f"ticket zq{i}00 escalated for tag {i}", "big", [tag, "common"], index=False)
+        for i, tag in enumerate(tags)
+    }
     for i, tag in enumerate(tags):
         found = stores.recall(f"ticket zq{i}00 escalated", k=10, kinds=("passage",), tags=(tag,))
         assert [h.memory_id for h in found] == [saved[tag].id], tag
@@ -148,17 +170,27 @@ def test_a_forget_cut_off_before_its_vectors_went_still_hides_the_item(stores):
         assert gone.id not in {h.memory_id for h in stores.recall("launch code heron 5512", k=3, **kw)}
 
 
-@pytest.mark.parametrize("exact_max, overfetch_max, fallback_max, plan", [
-    (5000, 1000, 50_000, "exact"), (5, 1000, 50_000, "overfetch"), (5, 1, 50_000, "exact"), (5, 1, 5, "where"),
-])
-def test_every_vector_plan_keeps_only_the_filtered_items(stores, monkeypatch, exact_max, overfetch_max,
-                                                         fallback_max, plan):
+@pytest.mark.parametrize(
+    "exact_max, overfetch_max, fallback_max, plan",
+    [
+        (5000, 1000, 50_000, "exact"),
+        (5, 1000, 50_000, "overfetch"),
+        (5, 1, 50_000, "exact"),
+        (5, 1, 5, "where"),
+    ],
+)
+def test_every_vector_plan_keeps_only_the_filtered_items(
+    stores, monkeypatch, exact_max, overfetch_max, fallback_max, plan
+):
     monkeypatch.setattr(vector_search, "EXACT_MAX_ROWS", exact_max)
     monkeypatch.setattr(vector_search, "OVERFETCH_MAX", overfetch_max)
     monkeypatch.setattr(vector_search, "EXACT_FALLBACK_ROWS", fallback_max)
     for i in range(30):
-        stores.save(f"shipment {i} left the harbour with spare crane parts", "big" if i % 4 else "small",
-                    ["cargo"] if i % 2 else [])
+        stores.save(
+            f"shipment {i} left the harbour with spare crane parts",
+            "big" if i % 4 else "small",
+            ["cargo"] if i % 2 else [],
+        )
     items = stores.recall("crane parts shipment", k=5, kinds=("passage",), agent_id="big", tags=("cargo",))
     assert stores.search.last_plan == plan
     assert items and all(h.agent_id == "big" and "cargo" in h.tags for h in items)
@@ -169,20 +201,41 @@ def test_directory_follows_writes_and_forgets_after_it_is_loaded(stores):
     first = stores.save("the boiler room key hangs by the door", "small")
     assert stores.recall("boiler room key", k=3, agent_id="small")[0].memory_id == first.id  # loads, caches
     later = stores.save("the boiler room key moved to the locker", "small")
-    assert later.id in {h.memory_id for h in stores.recall("boiler room key locker", k=3, agent_id="small")
-                        if h.similarity is not None}
+    assert later.id in {
+        h.memory_id for h in stores.recall("boiler room key locker", k=3, agent_id="small") if h.similarity is not None
+    }
     forget(stores.journal, stores.vectors, TEAM, agent_id="small")
     assert stores.recall("boiler room key", k=3, agent_id="small") == []
 
 
 def test_since_until_can_filter_on_when_it_happened(stores):
     # saved the same second, told of different days: occurred_at decides; absent, the save time counts
-    may = stores.journal.insert(team=TEAM, agent_id="a", text="Caroline went to the support group meeting",
-                                run_id=None, tags=[], metadata={}, idempotency_key=None, budget_s=60.0, now=5000.0,
-                                occurred_at=1000.0, occurred_day="1970-01-01")[0]
-    june = stores.journal.insert(team=TEAM, agent_id="a", text="Caroline went to the adoption agency meeting",
-                                 run_id=None, tags=[], metadata={}, idempotency_key=None, budget_s=60.0, now=5000.0,
-                                 occurred_at=3000.0, occurred_day="1970-01-01")[0]
+    may = stores.journal.insert(
+        team=TEAM,
+        agent_id="a",
+        text="Caroline went to the support group meeting",
+        run_id=None,
+        tags=[],
+        metadata={},
+        idempotency_key=None,
+        budget_s=60.0,
+        now=5000.0,
+        occurred_at=1000.0,
+        occurred_day="1970-01-01",
+    )[0]
+    june = stores.journal.insert(
+        team=TEAM,
+        agent_id="a",
+        text="Caroline went to the adoption agency meeting",
+        run_id=None,
+        tags=[],
+        metadata={},
+        idempotency_key=None,
+        budget_s=60.0,
+        now=5000.0,
+        occurred_at=3000.0,
+        occurred_day="1970-01-01",
+    )[0]
     plain = stores.save("Caroline went to the pottery class meeting", "a", now=5000.0)
     index_passages([may, june], stores.embedder, stores.vectors)
     stores.journal.mark_indexed([may.id, june.id])

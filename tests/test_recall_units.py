@@ -12,8 +12,11 @@ def _hit(key: str, memory: str, score: float, kind: str = "fact") -> Hit:
 
 def test_siblings_support_each_other_and_repeats_make_room_for_other_sources():
     hits = [
-        _hit("m1-fact-a", "m1", 0.030), _hit("m1-fact-b", "m1", 0.029), _hit("m1-passage", "m1", 0.028, "passage"),
-        _hit("m2-passage", "m2", 0.027, "passage"), _hit("m3-fact", "m3", 0.010),
+        _hit("m1-fact-a", "m1", 0.030),
+        _hit("m1-fact-b", "m1", 0.029),
+        _hit("m1-passage", "m1", 0.028, "passage"),
+        _hit("m2-passage", "m2", 0.027, "passage"),
+        _hit("m3-fact", "m3", 0.010),
     ]
     ranked = diversify(hits, 4)
     keys = [h.key for h in ranked]
@@ -32,6 +35,7 @@ def _greedy(hits: list[Hit], k: int) -> list[tuple[str, float]]:
     """The specification of the pick: at each step scan everything for the best effective score, ties to the
     earlier in (score, similarity) order; an item whose text was shown n times keeps REPEAT_DECAY ** n."""
     from memory_service.recall.search import REPEAT_DECAY
+
     remaining = sorted(hits, key=lambda h: (h.score, h.similarity or 0.0), reverse=True)
     shown: dict[str, int] = {}
     out = []
@@ -52,12 +56,22 @@ def test_the_lazy_pick_equals_a_full_scan_on_every_draw():
     import random
 
     from memory_service.recall.search import SIBLING_SUPPORT
+
     rng = random.Random(7)
     for draw in range(300):
         n, memories = rng.randint(0, 60), rng.randint(1, 12)
-        hits = [Hit(key=f"h{i}", kind="fact", text="", memory_id=f"m{rng.randrange(memories)}", fact_id=f"h{i}",
-                    score=rng.choice([0.01, 0.02, rng.random() / 30]), similarity=rng.choice([None, 0.5, rng.random()]))
-                for i in range(n)]
+        hits = [
+            Hit(
+                key=f"h{i}",
+                kind="fact",
+                text="",
+                memory_id=f"m{rng.randrange(memories)}",
+                fact_id=f"h{i}",
+                score=rng.choice([0.01, 0.02, rng.random() / 30]),
+                similarity=rng.choice([None, 0.5, rng.random()]),
+            )
+            for i in range(n)
+        ]
         expected_input = copy.deepcopy(hits)
         per: dict[str, float] = {}
         for h in expected_input:

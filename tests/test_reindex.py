@@ -16,22 +16,32 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from conftest import ServiceProcess, wait_status
+
 from memory_service.llm.runtime.server import free_port
 from memory_service.storage.vectors import KINDS, VectorStore
 from tests.fakes.fake_llama_server import FakeLlamaServer
 
 TEXTS = {
-    "a": ["The staging database backups run every night at 02:00 and are kept for fourteen days.",
-               "Escalation for ticket INC-48213 goes to Priya Raman on the platform team.",
-               "Marco prefers the quarterly report as a single PDF attached to the email.",
-               "The pump station in Valencia was serviced on 3 March by the Acme crew."],
-    "b": ["The warehouse robots were upgraded to firmware 7.4 after the audit.",
-               "The firewall change for the billing cluster is scheduled for Thursday evening."],
+    "a": [
+        "The staging database backups run every night at 02:00 and are kept for fourteen days.",
+        "Escalation for ticket INC-48213 goes to Priya Raman on the platform team.",
+        "Marco prefers the quarterly report as a single PDF attached to the email.",
+        "The pump station in Valencia was serviced on 3 March by the Acme crew.",
+    ],
+    "b": [
+        "The warehouse robots were upgraded to firmware 7.4 after the audit.",
+        "The firewall change for the billing cluster is scheduled for Thursday evening.",
+    ],
 }
-QUERIES = ["How long are snapshots retained?", "who handles escalations", "report format preferences",
-           "maintenance of pumps", "firmware upgrade", "network change window"]
+QUERIES = [
+    "How long are snapshots retained?",
+    "who handles escalations",
+    "report format preferences",
+    "maintenance of pumps",
+    "firmware upgrade",
+    "network change window",
+]
 
 
 @pytest.fixture(scope="module")
@@ -42,10 +52,18 @@ def fake() -> Iterator[FakeLlamaServer]:
 
 def reindex(data: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """`memory-service reindex` with no MEMORY_* setting from this environment but the embedder's."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith("MEMORY_") or k in (
-        "MEMORY_CACHE_DIR", "MEMORY_EMBED_THREADS", "MEMORY_EMBEDDER")}
-    return subprocess.run([sys.executable, "-m", "memory_service.cli.main", "reindex", "--data-dir", str(data), *args],
-                          env={**base, **(env or {})}, capture_output=True, text=True, timeout=300)
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("MEMORY_") or k in ("MEMORY_CACHE_DIR", "MEMORY_EMBED_THREADS", "MEMORY_EMBEDDER")
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "memory_service.cli.main", "reindex", "--data-dir", str(data), *args],
+        env={**base, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def summary(result: subprocess.CompletedProcess[str]) -> dict:

@@ -5,20 +5,25 @@ from __future__ import annotations
 import uuid
 
 import pytest
-
 from conftest import wait_status
 
-EMAIL_TEXT = ("Sent the weekly digest to alice@example.com; the daily quota for outbound emails is 50 "
-              "and we have used 12.")
+EMAIL_TEXT = (
+    "Sent the weekly digest to alice@example.com; the daily quota for outbound emails is 50 and we have used 12."
+)
 
 
 def test_remember_is_acked_then_extracted_and_recalled(tiny_service):
     with tiny_service.client() as client:
         marker = uuid.uuid4().hex[:8]
-        response = client.post("/v1/remember", json={
-            "text": f"Deployed build {marker} of the billing service to the staging cluster in Frankfurt.",
-            "agent_id": "deployer", "tags": ["deploy"], "metadata": {"ticket": "OPS-7"},
-        })
+        response = client.post(
+            "/v1/remember",
+            json={
+                "text": f"Deployed build {marker} of the billing service to the staging cluster in Frankfurt.",
+                "agent_id": "deployer",
+                "tags": ["deploy"],
+                "metadata": {"ticket": "OPS-7"},
+            },
+        )
         assert response.status_code == 202, response.text
         body = response.json()
         assert body["status"] in {"queued", "extracting", "done"} and body["created"] is True
@@ -36,9 +41,14 @@ def test_recall_filters_by_agent_tags_kind_and_time(tiny_service):
         marker = uuid.uuid4().hex[:8]
         ids = {}
         for agent, tag in (("scout", "news"), ("writer", "drafts")):
-            r = client.post("/v1/remember", json={
-                "text": f"Agent {agent} filed report {marker} about the harbour crane outage.",
-                "agent_id": agent, "tags": [tag]})
+            r = client.post(
+                "/v1/remember",
+                json={
+                    "text": f"Agent {agent} filed report {marker} about the harbour crane outage.",
+                    "agent_id": agent,
+                    "tags": [tag],
+                },
+            )
             ids[agent] = r.json()["id"]
         for memory_id in ids.values():
             wait_status(client, memory_id)
@@ -56,8 +66,11 @@ def test_recall_filters_by_agent_tags_kind_and_time(tiny_service):
 def test_idempotency_key_returns_first_id_and_stores_nothing_new(tiny_service):
     with tiny_service.client("key-a") as a, tiny_service.client("key-b") as b:
         key = "idem-" + uuid.uuid4().hex
-        body = {"text": "Posted the changelog for release 4.2 to the forum.", "agent_id": "poster",
-                "idempotency_key": key}
+        body = {
+            "text": "Posted the changelog for release 4.2 to the forum.",
+            "agent_id": "poster",
+            "idempotency_key": key,
+        }
         first = a.post("/v1/remember", json=body)
         again = a.post("/v1/remember", json={**body, "text": "a different text under the same key"})
         assert first.status_code == again.status_code == 202
@@ -70,8 +83,9 @@ def test_idempotency_key_returns_first_id_and_stores_nothing_new(tiny_service):
 def test_teams_cannot_see_each_others_memories(tiny_service):
     with tiny_service.client("key-a") as a, tiny_service.client("key-b") as b:
         secret = "zq" + uuid.uuid4().hex[:10]
-        memory_id = a.post("/v1/remember", json={"text": f"The vault code is {secret} for the archive room.",
-                                                  "agent_id": "keeper"}).json()["id"]
+        memory_id = a.post(
+            "/v1/remember", json={"text": f"The vault code is {secret} for the archive room.", "agent_id": "keeper"}
+        ).json()["id"]
         wait_status(a, memory_id)
         assert any(secret in i["text"] for i in a.post("/v1/recall", json={"query": secret}).json()["items"])
         leaked = b.post("/v1/recall", json={"query": f"vault code {secret} archive room", "k": 100}).json()["items"]
@@ -79,7 +93,9 @@ def test_teams_cannot_see_each_others_memories(tiny_service):
         foreign = b.get(f"/v1/memories/{memory_id}")
         unknown = b.get("/v1/memories/mem_doesnotexist")
         assert foreign.status_code == unknown.status_code == 404
-        assert foreign.json()["detail"].replace(memory_id, "X") == unknown.json()["detail"].replace("mem_doesnotexist", "X")
+        assert foreign.json()["detail"].replace(memory_id, "X") == unknown.json()["detail"].replace(
+            "mem_doesnotexist", "X"
+        )
 
 
 @pytest.mark.slow

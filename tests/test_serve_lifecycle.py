@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import ServiceProcess
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,18 +88,35 @@ def test_serve_starts_its_own_llama_server_and_leaves_no_orphan(tmp_path, how, n
 
 
 def test_refuses_to_listen_beyond_loopback_without_keys(tmp_path):
-    env = {**os.environ, "MEMORY_HOST": "0.0.0.0", "MEMORY_API_KEYS": "", "MEMORY_DATA_DIR": str(tmp_path),
-           "MEMORY_LLM_URL": "http://127.0.0.1:9"}
-    result = subprocess.run([sys.executable, "-m", "memory_service.cli.main", "serve"], env=env, cwd=ROOT,
-                            capture_output=True, text=True, timeout=120)
+    env = {
+        **os.environ,
+        "MEMORY_HOST": "0.0.0.0",
+        "MEMORY_API_KEYS": "",
+        "MEMORY_DATA_DIR": str(tmp_path),
+        "MEMORY_LLM_URL": "http://127.0.0.1:9",
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "memory_service.cli.main", "serve"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2
     assert "MEMORY_API_KEYS" in result.stderr and "0.0.0.0" in result.stderr
 
 
 def test_bad_configuration_is_reported_not_a_traceback(tmp_path):
     env = {**os.environ, "MEMORY_PORT": "eighty", "MEMORY_DATA_DIR": str(tmp_path)}
-    result = subprocess.run([sys.executable, "-m", "memory_service.cli.main", "serve"], env=env, cwd=ROOT,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "memory_service.cli.main", "serve"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2 and "MEMORY_PORT" in result.stderr and "Traceback" not in result.stderr
 
 
@@ -117,8 +133,9 @@ time.sleep(600)
 def test_a_killed_eval_or_benchmark_takes_its_service_with_it(tmp_path):
     """The service an eval or a benchmark starts for itself gets SIGTERM when that parent dies, even by SIGKILL:
     an interrupted eval must not leave a service extracting in the background."""
-    parent = subprocess.Popen([sys.executable, "-c", _RUNNER_PARENT, str(tmp_path / "data")], cwd=ROOT,
-                              stdout=subprocess.PIPE, text=True)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _RUNNER_PARENT, str(tmp_path / "data")], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
     service_pid = None
     try:
         line = parent.stdout.readline()

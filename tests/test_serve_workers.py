@@ -34,8 +34,13 @@ def serve(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess
     before one would be started."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("MEMORY_") or k == "MEMORY_CACHE_DIR"}
     clean.update({"MEMORY_DATA_DIR": str(tmp_path / "data"), "MEMORY_PORT": str(free_port()), **env})
-    return subprocess.run([sys.executable, "-m", "memory_service.cli.main", "serve", *args], env=clean,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "memory_service.cli.main", "serve", *args],
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_serve_refuses_several_workers_on_the_embedded_stores(tmp_path):
@@ -68,8 +73,13 @@ def test_check_workers_allows_one_process_anywhere_and_many_on_shared_backends()
 
 def test_a_worker_rebuilds_the_settings_serve_resolved(monkeypatch, tmp_path):
     resolved = Settings(database_url="postgresql://memory@db/memory", chroma_url="http://chroma:8000").with_overrides(
-        host="0.0.0.0", port=8123, data_dir=tmp_path / "data", model="tiny", llm_url="http://127.0.0.1:8181",
-        header_timeout_s=3.5)
+        host="0.0.0.0",
+        port=8123,
+        data_dir=tmp_path / "data",
+        model="tiny",
+        llm_url="http://127.0.0.1:8181",
+        header_timeout_s=3.5,
+    )
     monkeypatch.setenv("MEMORY_DATABASE_URL", "postgresql://memory@db/memory")
     monkeypatch.setenv("MEMORY_CHROMA_URL", "http://chroma:8000")
     monkeypatch.setenv("MEMORY_HEADER_TIMEOUT_S", "3.5")

@@ -13,16 +13,18 @@ import os
 import time
 
 import pytest
-
 from conftest import wait_status
+
 from tests.fakes.fake_llama_server import FakeLlamaServer
 
 SCALE = float(os.environ.get("MEMORY_TEST_SPEED_SCALE", "10"))
 PROMPT_TPS, GEN_TPS, BUDGET_S = 40 * SCALE, 12 * SCALE, 20 / SCALE
 
 # ~3,000 characters of distinct, checkable sentences
-SENTENCES = [f"Locker {n} in the Puffin depot holds {n * 7} crates of {kind}."
-             for n, kind in zip(range(1, 60), ["rope", "salt", "tar", "nails", "canvas", "oil"] * 10)]
+SENTENCES = [
+    f"Locker {n} in the Puffin depot holds {n * 7} crates of {kind}."
+    for n, kind in zip(range(1, 60), ["rope", "salt", "tar", "nails", "canvas", "oil"] * 10)
+]
 LONG_TEXT = " ".join(SENTENCES)
 
 
@@ -33,7 +35,8 @@ def slow_fake():
 
 
 def test_a_long_text_on_a_slow_model_is_split_by_time_and_done_without_spending_attempts(
-        slow_fake, service_factory) -> None:
+    slow_fake, service_factory
+) -> None:
     assert 2800 <= len(LONG_TEXT) <= 3500
     svc = service_factory(slow_fake.url, env={"MEMORY_EXTRACT_BUDGET_S": f"{BUDGET_S:g}", "MEMORY_MAX_ATTEMPTS": "2"})
     with svc.client("key-a", timeout=60) as client:
@@ -42,9 +45,11 @@ def test_a_long_text_on_a_slow_model_is_split_by_time_and_done_without_spending_
         assert saved["estimated_extraction_s"] is None and saved["estimate_basis"].startswith("unknown")
         memory = wait_status(client, saved["id"], timeout=600 / SCALE + 60)
     assert memory["status"] == "done", memory["last_error"]
-    print(f"\n[scale {SCALE:g}] {len(LONG_TEXT)} chars: chunks={memory['extraction']['chunks']} "
-          f"calls={len(memory['extraction']['calls'])} deferrals={memory['deferrals']} attempts={memory['attempts']} "
-          f"elapsed_s={memory['timings']['attempt']['elapsed_s']} facts={len(memory['facts'])}")
+    print(
+        f"\n[scale {SCALE:g}] {len(LONG_TEXT)} chars: chunks={memory['extraction']['chunks']} "
+        f"calls={len(memory['extraction']['calls'])} deferrals={memory['deferrals']} attempts={memory['attempts']} "
+        f"elapsed_s={memory['timings']['attempt']['elapsed_s']} facts={len(memory['facts'])}"
+    )
     # the first call, sized by the context alone, could not fit the budget: that cost a deferral, not an attempt
     assert memory["attempts"] == 1 and memory["deferrals"] >= 1
     assert "slower than" in memory["extraction"]["slow"]
@@ -59,8 +64,9 @@ def test_a_long_text_on_a_slow_model_is_split_by_time_and_done_without_spending_
 
     # Now the speed is measured: a second long save is sized right away, with no timeout at all.
     with svc.client("key-a", timeout=60) as client:
-        saved = client.post("/v1/remember", json={"text": LONG_TEXT.replace("Puffin", "Gannet"),
-                                                  "agent_id": "slow"}).json()
+        saved = client.post(
+            "/v1/remember", json={"text": LONG_TEXT.replace("Puffin", "Gannet"), "agent_id": "slow"}
+        ).json()
         assert saved["estimate_basis"] == "measured" and saved["estimated_extraction_s"] > BUDGET_S
         second = wait_status(client, saved["id"], timeout=600 / SCALE + 60)
     assert second["status"] == "done" and second["attempts"] == 1 and second["deferrals"] == 0
@@ -93,8 +99,9 @@ def test_the_estimate_before_any_measurement_comes_from_the_proven_build(service
     assert body["estimated_extraction_s"] is not None and body["estimated_extraction_s"] > 0
 
 
-def test_a_long_text_cut_off_by_a_crash_resumes_after_the_chunks_already_done(slow_fake, service_factory,
-                                                                               tmp_path) -> None:
+def test_a_long_text_cut_off_by_a_crash_resumes_after_the_chunks_already_done(
+    slow_fake, service_factory, tmp_path
+) -> None:
     env = {"MEMORY_EXTRACT_BUDGET_S": f"{BUDGET_S:g}"}
     data = tmp_path / "crash-data"
     svc = service_factory(slow_fake.url, data_dir=data, env=env)

@@ -14,9 +14,19 @@ from memory_service.storage.journal import Journal
 
 def _journal(tmp_path) -> Journal:
     journal = Journal(tmp_path / "journal.sqlite3")
-    for n, text in enumerate(("the invoice ZX-41 is overdue", "lunch with Dana on Friday", "quartz lamp repair")):
-        journal.insert(team="t", agent_id="a", text=text, run_id=None, tags=[], metadata={},
-                       idempotency_key=None, budget_s=10.0, occurred_at=None, occurred_day=None)
+    for _n, text in enumerate(("the invoice ZX-41 is overdue", "lunch with Dana on Friday", "quartz lamp repair")):
+        journal.insert(
+            team="t",
+            agent_id="a",
+            text=text,
+            run_id=None,
+            tags=[],
+            metadata={},
+            idempotency_key=None,
+            budget_s=10.0,
+            occurred_at=None,
+            occurred_day=None,
+        )
     return journal
 
 
@@ -62,8 +72,9 @@ def test_readers_are_bounded_and_handed_over(tmp_path):
     for ctx in held:
         ctx.__enter__()
     got: list[int] = []
-    waiter = threading.Thread(target=lambda: got.append(len(journal.keyword_search(
-        "t", "lunch Dana", kinds={"passage"}, limit=5))))
+    waiter = threading.Thread(
+        target=lambda: got.append(len(journal.keyword_search("t", "lunch Dana", kinds={"passage"}, limit=5)))
+    )
     waiter.start()
     waiter.join(0.5)
     assert waiter.is_alive() and got == []  # all connections in use: it waits, it does not open a fifth

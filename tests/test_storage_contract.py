@@ -18,15 +18,33 @@ from memory_service.storage.journal import DONE, EXTRACTING, FAILED, LOST, QUEUE
 from memory_service.storage.keys import KeyStore
 
 
-def save(journal: Journal, text: str, *, team: str = "a", agent: str = "bot", key: str | None = None,
-         tags: list[str] | None = None, run_id: str | None = None, now: float | None = None):
-    return journal.insert(team=team, agent_id=agent, text=text, run_id=run_id, tags=tags or [], metadata={"n": 1},
-                          idempotency_key=key, budget_s=20.0, now=now)
+def save(
+    journal: Journal,
+    text: str,
+    *,
+    team: str = "a",
+    agent: str = "bot",
+    key: str | None = None,
+    tags: list[str] | None = None,
+    run_id: str | None = None,
+    now: float | None = None,
+):
+    return journal.insert(
+        team=team,
+        agent_id=agent,
+        text=text,
+        run_id=run_id,
+        tags=tags or [],
+        metadata={"n": 1},
+        idempotency_key=key,
+        budget_s=20.0,
+        now=now,
+    )
 
 
 def fact(text: str, fact_id: str) -> NewFact:
-    from memory_service.extraction.grounding import shape
     from memory_service.contract.text import normalize
+    from memory_service.extraction.grounding import shape
 
     norm = normalize(text)
     return NewFact(id=fact_id, text=text, norm=norm, shape=shape(norm), spans=[(0, len(text))])
@@ -94,10 +112,15 @@ def test_claim_leases_a_job_to_one_worker_and_an_expired_lease_is_taken_over(jou
     taken = journal.claim_next("w2", lease_s=30, now=now + 41)
     assert taken is not None and taken.id == memory.id and taken.lease_owner == "w2"
     # the first holder wakes up late: its result and its failure are refused, the job stays w2's
-    assert not journal.complete(job, FactPlan(new=[fact("Lease me", "f-late")]), raw_reply=None, timings=None,
-                                report={})
-    assert journal.fail_attempt(memory.id, error="late", raw_reply=None, timings=None, report=None,
-                                retry_at=None, budget_s=20, owner="w1") == LOST
+    assert not journal.complete(
+        job, FactPlan(new=[fact("Lease me", "f-late")]), raw_reply=None, timings=None, report={}
+    )
+    assert (
+        journal.fail_attempt(
+            memory.id, error="late", raw_reply=None, timings=None, report=None, retry_at=None, budget_s=20, owner="w1"
+        )
+        == LOST
+    )
     assert journal.get("a", memory.id).status == EXTRACTING
     assert journal.complete(taken, FactPlan(new=[fact("Lease me", "f-1")]), raw_reply="r", timings=None, report={})
     assert journal.get("a", memory.id).status == DONE
@@ -141,12 +164,27 @@ def test_recover_requeues_only_the_named_holders_jobs(journal: Journal) -> None:
 def test_failed_attempts_retry_then_fail(journal: Journal) -> None:
     memory, _ = save(journal, "Flaky")
     job = journal.claim_next("w", lease_s=60)
-    assert journal.fail_attempt(job.id, error="BadReply", raw_reply="x", timings=None, report=None,
-                                retry_at=time.time() - 1, budget_s=20, owner="w") == QUEUED
+    assert (
+        journal.fail_attempt(
+            job.id,
+            error="BadReply",
+            raw_reply="x",
+            timings=None,
+            report=None,
+            retry_at=time.time() - 1,
+            budget_s=20,
+            owner="w",
+        )
+        == QUEUED
+    )
     job = journal.claim_next("w", lease_s=60)
     assert job is not None and job.attempts == 1
-    assert journal.fail_attempt(job.id, error="BadReply", raw_reply="y", timings=None, report=None,
-                                retry_at=None, budget_s=20, owner="w") == FAILED
+    assert (
+        journal.fail_attempt(
+            job.id, error="BadReply", raw_reply="y", timings=None, report=None, retry_at=None, budget_s=20, owner="w"
+        )
+        == FAILED
+    )
     assert journal.retry("b", memory.id, budget_s=20) is False  # not team b's
     assert journal.retry("a", memory.id, budget_s=20) is True
 
@@ -156,22 +194,30 @@ def test_facts_merge_and_supersede(journal: Journal) -> None:
     second, _ = save(journal, "Ana lives in Lisbon now")
     third, _ = save(journal, "Ana lives in Lisbon")
     job = journal.claim_next("w", 60)
-    assert journal.complete(job, FactPlan(new=[fact("Ana lives in Porto", "f-porto")]), raw_reply=None,
-                            timings=None, report={})
+    assert journal.complete(
+        job, FactPlan(new=[fact("Ana lives in Porto", "f-porto")]), raw_reply=None, timings=None, report={}
+    )
     job = journal.claim_next("w", 60)
-    assert journal.complete(job, FactPlan(new=[fact("Ana lives in Lisbon", "f-lisbon")],
-                                          superseded=[("f-porto", "f-lisbon")]), raw_reply=None, timings=None,
-                            report={})
+    assert journal.complete(
+        job,
+        FactPlan(new=[fact("Ana lives in Lisbon", "f-lisbon")], superseded=[("f-porto", "f-lisbon")]),
+        raw_reply=None,
+        timings=None,
+        report={},
+    )
     job = journal.claim_next("w", 60)
-    assert journal.complete(job, FactPlan(merged=[("f-lisbon", [(0, 19)])]), raw_reply=None, timings=None,
-                            report={})
+    assert journal.complete(job, FactPlan(merged=[("f-lisbon", [(0, 19)])]), raw_reply=None, timings=None, report={})
     facts = journal.facts_by_ids("a", ["f-porto", "f-lisbon"])
     assert facts["f-porto"].superseded_by == "f-lisbon" and facts["f-lisbon"].superseded_by is None
     assert [f.id for f in journal.active_facts_by_norm("a", facts["f-lisbon"].norm)] == ["f-lisbon"]
     assert journal.facts_by_ids("b", ["f-lisbon"]) == {}
     shown = journal.fact_recall_rows("a", ["f-porto", "f-lisbon", "f-none"])  # recall's rows: active ones only
-    assert list(shown) == ["f-lisbon"] and shown["f-lisbon"][0] == second.id and shown["f-lisbon"][4] == \
-        "Ana lives in Lisbon" and isinstance(shown["f-lisbon"][2], float)
+    assert (
+        list(shown) == ["f-lisbon"]
+        and shown["f-lisbon"][0] == second.id
+        and shown["f-lisbon"][4] == "Ana lives in Lisbon"
+        and isinstance(shown["f-lisbon"][2], float)
+    )
     assert journal.fact_recall_rows("b", ["f-lisbon"]) == {}
     sources = journal.fact_sources(["f-lisbon"])["f-lisbon"]
     assert {s[0] for s in sources} == {second.id, third.id}
@@ -187,40 +233,49 @@ def test_keyword_search_finds_a_text_the_moment_it_is_saved_with_filters_inside(
     assert hits and hits[0].memory_id == rare.id
     # the hit carries what recall shows of it, read with the match
     assert (hits[0].text, hits[0].agent_id, hits[0].tags, hits[0].created_at) == (
-        rare.text, "quiet", ("billing",), rare.created_at)
-    assert all(h.memory_id != rare.id for h in journal.keyword_search("b", "INV-88123", kinds={"passage"}, limit=5)) \
+        rare.text,
+        "quiet",
+        ("billing",),
+        rare.created_at,
+    )
+    assert (
+        all(h.memory_id != rare.id for h in journal.keyword_search("b", "INV-88123", kinds={"passage"}, limit=5))
         and len(journal.keyword_search("b", "INV-88123", kinds={"passage"}, limit=5)) == 1
-    assert [h.memory_id for h in journal.keyword_search("a", "invoice paid", kinds={"passage"}, limit=5,
-                                                         agent_id="quiet")] == [rare.id]
+    )
+    assert [
+        h.memory_id for h in journal.keyword_search("a", "invoice paid", kinds={"passage"}, limit=5, agent_id="quiet")
+    ] == [rare.id]
     assert journal.keyword_search("a", "invoice paid", kinds={"passage"}, limit=5, agent_id="busy") == []
-    assert [h.memory_id for h in journal.keyword_search("a", "invoice", kinds={"passage"}, limit=5,
-                                                         tags=("billing",))] == [rare.id]
+    assert [
+        h.memory_id for h in journal.keyword_search("a", "invoice", kinds={"passage"}, limit=5, tags=("billing",))
+    ] == [rare.id]
     assert journal.keyword_search("a", "invoice", kinds={"passage"}, limit=5, tags=("other",)) == []
     assert journal.keyword_search("a", "invoice", kinds={"passage"}, limit=5, since=time.time() + 60) == []
     weekly = journal.keyword_search("a", "weekly report", kinds={"passage"}, limit=7)
     assert len(weekly) == 7 and rare.id not in {h.memory_id for h in weekly}
 
 
-def test_a_query_word_no_text_holds_does_not_hide_the_texts_that_hold_the_others(journal: Journal,
-                                                                                     monkeypatch) -> None:
+def test_a_query_word_no_text_holds_does_not_hide_the_texts_that_hold_the_others(journal: Journal, monkeypatch) -> None:
     """SQLite bounds the keyword leg by the rarest words (here: past 3 rows a word is common); a word that
     no text holds is the rarest of all, and must not leave a query of common words with nothing."""
     monkeypatch.setattr("memory_service.storage.keyword.KEYWORD_RARE_ROWS", 3)
     deploys = {save(journal, f"the checkout deploy for Tyrell finished in {n + 4} minutes")[0].id for n in range(6)}
     save(journal, "the checkout page was slow")
-    hits = journal.keyword_search("a", "How long did the checkout deploy take for Tyrell?", kinds={"passage"},
-                                  limit=10)
+    hits = journal.keyword_search("a", "How long did the checkout deploy take for Tyrell?", kinds={"passage"}, limit=10)
     assert {h.memory_id for h in hits[:6]} == deploys  # (PostgreSQL, which ORs every word, also finds the 7th)
     # the absent word's count (0) may be cached: a text that holds it, saved now, is found by it at once
     assert journal.keyword_search("a", "ZX-4411 checkout deploy", kinds={"passage"}, limit=10)
     fresh, _ = save(journal, "ticket ZX-4411 closed")
-    assert fresh.id in {h.memory_id for h in journal.keyword_search("a", "ZX-4411 checkout deploy",
-                                                                     kinds={"passage"}, limit=10)}
+    assert fresh.id in {
+        h.memory_id for h in journal.keyword_search("a", "ZX-4411 checkout deploy", kinds={"passage"}, limit=10)
+    }
 
 
 def test_list_forget_and_export(journal: Journal) -> None:
-    ids = [save(journal, f"memo {n}", agent="x" if n % 2 else "y", tags=["t"] if n < 3 else [],
-                now=1_000_000.0 + n)[0].id for n in range(7)]
+    ids = [
+        save(journal, f"memo {n}", agent="x" if n % 2 else "y", tags=["t"] if n < 3 else [], now=1_000_000.0 + n)[0].id
+        for n in range(7)
+    ]
     save(journal, "team b memo", team="b")
     page, cursor = list_memories(journal, "a", ListFilter(), limit=4)
     rest, end = list_memories(journal, "a", ListFilter(), limit=4, after=cursor)
@@ -232,8 +287,9 @@ def test_list_forget_and_export(journal: Journal) -> None:
     assert mark_forgotten(journal, "b", memory_ids=[ids[0]]) == []  # another team's id: nothing
     assert mark_forgotten(journal, "a", memory_ids=[ids[0]]) == [ids[0]]
     assert journal.get("a", ids[0]) is None and journal.existing_facts(["f-0"]) == set()
-    assert journal.keyword_search("a", "memo", kinds={"passage", "fact"}, limit=20) and \
-        ids[0] not in {h.memory_id for h in journal.keyword_search("a", "memo", kinds={"passage", "fact"}, limit=20)}
+    assert journal.keyword_search("a", "memo", kinds={"passage", "fact"}, limit=20) and ids[0] not in {
+        h.memory_id for h in journal.keyword_search("a", "memo", kinds={"passage", "fact"}, limit=20)
+    }
     todo = pending(journal)
     assert todo.facts == {"a": ["f-0"]} and [m for m, _ in todo.memories["a"]] == [ids[0]]
     purge(journal, todo)
@@ -266,21 +322,25 @@ def test_postgres_down_is_a_503_and_the_service_recovers_when_it_is_back(tmp_pat
     service = None
     try:
         url = cluster.create_database()
-        service = ServiceRunner(tmp_path / "data", api_keys={"ka": "team-a"}, llm_url="http://127.0.0.1:9",
-                                env={"MEMORY_DATABASE_URL": url}).start()
+        service = ServiceRunner(
+            tmp_path / "data", api_keys={"ka": "team-a"}, llm_url="http://127.0.0.1:9", env={"MEMORY_DATABASE_URL": url}
+        ).start()
         client = service.client("ka")
         saved = client.post("/v1/remember", json={"agent_id": "bot", "text": "Kept before the outage"})
         assert saved.status_code == 202, saved.text
         cluster.stop()
-        for response in (client.post("/v1/remember", json={"agent_id": "bot", "text": "during the outage"}),
-                         client.post("/v1/recall", json={"query": "outage"}),
-                         client.get(f"/v1/memories/{saved.json()['id']}")):
+        for response in (
+            client.post("/v1/remember", json={"agent_id": "bot", "text": "during the outage"}),
+            client.post("/v1/recall", json={"query": "outage"}),
+            client.get(f"/v1/memories/{saved.json()['id']}"),
+        ):
             assert response.status_code == 503, response.text
             assert response.headers["Retry-After"] == "1" and "storage unavailable" in response.json()["detail"]
         cluster.start()
         deadline = time.monotonic() + 30
-        while (got := client.get(f"/v1/memories/{saved.json()['id']}")).status_code == 503 and \
-                time.monotonic() < deadline:
+        while (
+            got := client.get(f"/v1/memories/{saved.json()['id']}")
+        ).status_code == 503 and time.monotonic() < deadline:
             time.sleep(0.5)
         assert got.status_code == 200 and got.json()["text"] == "Kept before the outage"
         assert client.post("/v1/remember", json={"agent_id": "bot", "text": "after the outage"}).status_code == 202

@@ -20,13 +20,17 @@ from memory_service.extraction.client import LlamaClient
 from memory_service.extraction.errors import LlmUnavailable
 from tests.fakes.fake_llama_server import FakeLlamaServer
 
-MESSAGES = [{"role": "system", "content": "Answer in JSON."},
-            {"role": "user", "content": "Name one fact about the sea."}]
+MESSAGES = [
+    {"role": "system", "content": "Answer in JSON."},
+    {"role": "user", "content": "Name one fact about the sea."},
+]
 SHORT = {"type": "object", "properties": {"fact": {"type": "string", "maxLength": 60}}, "required": ["fact"]}
 # a reply the grammar forces to be long: forty sentences of at least 30 characters each
-LONG = {"type": "object", "properties": {"points": {"type": "array", "minItems": 40,
-                                                    "items": {"type": "string", "minLength": 30}}},
-        "required": ["points"]}
+LONG = {
+    "type": "object",
+    "properties": {"points": {"type": "array", "minItems": 40, "items": {"type": "string", "minLength": 30}}},
+    "required": ["points"],
+}
 LONG_CAP = 600
 
 
@@ -66,13 +70,15 @@ def test_a_streamed_reply_equals_the_plain_one(tiny_llama) -> None:
 def test_cancelling_a_streamed_call_stops_the_server_task_long_before_its_cap(tiny_llama) -> None:
     """Watched through the server's /slots: once cancelled, the task generates a few tokens more at most
     (a plain request, cancelled the same way, ran on to its 600-token cap)."""
+
     async def cancel_mid_reply() -> tuple[int, int]:
         client = LlamaClient(tiny_llama.url)
         try:
-            call = asyncio.create_task(client.complete_json(MESSAGES, schema=LONG, max_tokens=LONG_CAP,
-                                                            timeout_s=300))
-            await until(lambda: slot(tiny_llama.url).get("is_processing") and decoded(slot(tiny_llama.url)) >= 10,
-                        "the call to be generating")
+            call = asyncio.create_task(client.complete_json(MESSAGES, schema=LONG, max_tokens=LONG_CAP, timeout_s=300))
+            await until(
+                lambda: slot(tiny_llama.url).get("is_processing") and decoded(slot(tiny_llama.url)) >= 10,
+                "the call to be generating",
+            )
             call.cancel()
             at_cancel = peak = decoded(slot(tiny_llama.url))
             deadline = time.monotonic() + 300

@@ -12,8 +12,8 @@ import time
 import numpy as np
 import pytest
 
-from memory_service.recall import filtered_vectors as vector_search
 from memory_service.pipeline.forgetting import forget
+from memory_service.recall import filtered_vectors as vector_search
 from memory_service.recall.clusters import ClusteredVectors
 from tests.test_recall_filters import Stores
 
@@ -103,8 +103,16 @@ def test_a_large_team_is_searched_in_process_once_its_index_is_built(tmp_path, m
         assert stores.search.last_plan == "clusters"
         assert first[0].memory_id == again[0].memory_id == target.id
         # hubness scores of a large team come from its clusters, on a thread of their own
-        ids = [item_id for item_id, _ in stores.search.search(
-            "team-filters", "passage", stores.embedder.embed_one("harbour logistics"), 10, vector_search.VectorFilter())]
+        ids = [
+            item_id
+            for item_id, _ in stores.search.search(
+                "team-filters",
+                "passage",
+                stores.embedder.embed_one("harbour logistics"),
+                10,
+                vector_search.VectorFilter(),
+            )
+        ]
         while np.isnan(stores.search.hubness("team-filters", "passage", ids)).any() and time.monotonic() < deadline:
             time.sleep(0.05)
         scores = stores.search.hubness("team-filters", "passage", ids)
@@ -113,8 +121,13 @@ def test_a_large_team_is_searched_in_process_once_its_index_is_built(tmp_path, m
         found = stores.recall("tug Orca pilot boat Selkie", k=5, kinds=("passage",))
         assert later.id in {h.memory_id for h in found if h.similarity is not None}  # found by the vector leg
         forget(stores.journal, stores.vectors, team="team-filters", memory_ids=[target.id])
-        gone = stores.search.search("team-filters", "passage", stores.embedder.embed_one("pilot boat Selkie berth"),
-                                    10, vector_search.VectorFilter())
+        gone = stores.search.search(
+            "team-filters",
+            "passage",
+            stores.embedder.embed_one("pilot boat Selkie berth"),
+            10,
+            vector_search.VectorFilter(),
+        )
         assert stores.search.last_plan == "clusters"
         assert all(target.id not in item_id for item_id, _ in gone)
         filtered = stores.recall("harbour logistics crane", k=5, kinds=("passage",), agent_id="big")
@@ -138,8 +151,12 @@ def test_a_filtered_recall_on_a_large_team_masks_the_clustered_index_and_follows
     stores = Stores(tmp_path)
     try:
         for i in range(60):
-            stores.save(f"weekly report {i} on harbour logistics, crane {i} and berth {i % 7}",
-                        "big" if i % 3 else "other", ["ops"] if i % 2 else [], now=1000.0 + i)
+            stores.save(
+                f"weekly report {i} on harbour logistics, crane {i} and berth {i % 7}",
+                "big" if i % 3 else "other",
+                ["ops"] if i % 2 else [],
+                now=1000.0 + i,
+            )
         stores.recall("harbour logistics", k=5, kinds=("passage",))  # starts the index build
         deadline = time.monotonic() + 60
         while stores.search.clustered_indexes() < 1 and time.monotonic() < deadline:
@@ -162,8 +179,13 @@ def test_a_filtered_recall_on_a_large_team_masks_the_clustered_index_and_follows
         found = stores.recall("pilot boat Selkie berth nine", k=5, kinds=("passage",), tags=("ops",))
         assert untagged.id not in {h.memory_id for h in found}
         forget(stores.journal, stores.vectors, team="team-filters", memory_ids=[later.id])
-        gone = stores.search.search("team-filters", "passage", stores.embedder.embed_one("pilot boat Selkie"),
-                                    10, vector_search.VectorFilter(tags=("ops",)))
+        gone = stores.search.search(
+            "team-filters",
+            "passage",
+            stores.embedder.embed_one("pilot boat Selkie"),
+            10,
+            vector_search.VectorFilter(tags=("ops",)),
+        )
         assert stores.search.last_plan == "clusters+mask"
         assert all(later.id not in item_id for item_id, _ in gone)
     finally:

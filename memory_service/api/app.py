@@ -3,22 +3,27 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import Any
 
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memory_service import console
+from memory_service.api import errors
+from memory_service.api.request_id import RequestId
+from memory_service.api.routes import health as routes_health
+from memory_service.api.routes import keys as routes_keys
+from memory_service.api.routes import limits as routes_limits
+from memory_service.api.routes import memories as routes_memories
+from memory_service.api.routes import recall as routes_recall
+from memory_service.api.routes import team as routes_team
+from memory_service.api.routes import transfer as routes_transfer
 from memory_service.config import ConfigError, Settings, is_loopback
 from memory_service.services import KEYS_FILE, Services
 from memory_service.storage.keys import KeyStore
-from memory_service.api.request_id import RequestId
-from memory_service.api import errors
-from memory_service.api.routes import health as routes_health, keys as routes_keys, limits as routes_limits
-from memory_service.api.routes import memories as routes_memories, recall as routes_recall, team as routes_team
-from memory_service.api.routes import transfer as routes_transfer
 
 BODY_OVERHEAD_BYTES = 64 * 1024
 
@@ -61,8 +66,10 @@ class BodySizeLimit:
         self.app, self.max_body, self.max_text = app, max_body, max_text
 
     def _limit(self, size: str) -> str:
-        return (f"request body is {size} bytes; the limit is {self.max_body} bytes "
-                f"(texts up to {self.max_text} bytes, MEMORY_MAX_TEXT_BYTES)")
+        return (
+            f"request body is {size} bytes; the limit is {self.max_body} bytes "
+            f"(texts up to {self.max_text} bytes, MEMORY_MAX_TEXT_BYTES)"
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("path") in self.STREAMED:
@@ -70,8 +77,7 @@ class BodySizeLimit:
             return
         for name, value in scope.get("headers", ()):
             if name == b"content-length" and value.isdigit() and int(value) > self.max_body:
-                response = JSONResponse({"error": "too_large", "detail": self._limit(str(int(value)))},
-                                        status_code=413)
+                response = JSONResponse({"error": "too_large", "detail": self._limit(str(int(value)))}, status_code=413)
                 await response(scope, receive, send)
                 return
         received = 0
@@ -98,12 +104,20 @@ def telemetry_off() -> dict[str, Any]:
     """
     if "telemetry" not in inspect.signature(FastAPI.__init__).parameters:
         return {}
-    return {"telemetry": {"tracing": False, "metrics": False, "logs": False, "operation_spans": False,
-                          "auto_configure": False}}
+    return {
+        "telemetry": {
+            "tracing": False,
+            "metrics": False,
+            "logs": False,
+            "operation_spans": False,
+            "auto_configure": False,
+        }
+    }
 
 
-def create_app(settings: Settings, *, speed_prior: tuple[float, float] | None = None,
-               services: Services | None = None) -> FastAPI:
+def create_app(
+    settings: Settings, *, speed_prior: tuple[float, float] | None = None, services: Services | None = None
+) -> FastAPI:
     """The app. With `services`, the caller owns them (in-process tests); otherwise the lifespan opens them.
 
     `speed_prior`: the model's (prompt, generation) tokens/s measured when its build was proven, so the
@@ -136,18 +150,37 @@ def create_app(settings: Settings, *, speed_prior: tuple[float, float] | None = 
         app.state.services = services
     errors.install(app)
 
-    app.add_middleware(BodySizeLimit, max_body=settings.max_text_bytes * 4 + BODY_OVERHEAD_BYTES,
-                       max_text=settings.max_text_bytes)
+    app.add_middleware(
+        BodySizeLimit, max_body=settings.max_text_bytes * 4 + BODY_OVERHEAD_BYTES, max_text=settings.max_text_bytes
+    )
     app.add_middleware(RequestId, access=settings.access_log)  # outermost: even a refused body gets its id
 
-    for module in (routes_memories, routes_recall, routes_transfer, routes_limits, routes_team, routes_keys,
-                   routes_health):
+    for module in (
+        routes_memories,
+        routes_recall,
+        routes_transfer,
+        routes_limits,
+        routes_team,
+        routes_keys,
+        routes_health,
+    ):
         app.include_router(module.router)
     console.mount(app)  # the operator's pages at /ui, on the same keys and stores
     # the product card's short paths, as aliases of the v1 routes
-    app.add_api_route("/remember", routes_memories.remember, methods=["POST"], status_code=202,
-                      response_model=routes_memories.RememberResponse, include_in_schema=False)
-    app.add_api_route("/recall", routes_recall.recall_route, methods=["POST"],
-                      response_model=routes_recall.RecallResponse, include_in_schema=False)
+    app.add_api_route(
+        "/remember",
+        routes_memories.remember,
+        methods=["POST"],
+        status_code=202,
+        response_model=routes_memories.RememberResponse,
+        include_in_schema=False,
+    )
+    app.add_api_route(
+        "/recall",
+        routes_recall.recall_route,
+        methods=["POST"],
+        response_model=routes_recall.RecallResponse,
+        include_in_schema=False,
+    )
     routes_transfer.document_lines(app)
     return app

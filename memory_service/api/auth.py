@@ -10,8 +10,9 @@ team (admin): a single user's laptop needs no key.
 from __future__ import annotations
 
 import hmac
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Callable
+from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, HTTPException, Request
 
@@ -33,13 +34,13 @@ def _unauthorized(detail: str) -> HTTPException:
     return HTTPException(status_code=401, detail=detail, headers={"WWW-Authenticate": "Bearer"})
 
 
-def open_access(services: "Services") -> bool:
+def open_access(services: Services) -> bool:
     """No key anywhere and a loopback address: everything belongs to the local team, no key needed."""
     settings = services.settings
     return not settings.api_keys and is_loopback(settings.host) and not services.keys.has_keys()
 
 
-def caller_of_key(services: "Services", token: str) -> Caller | None:
+def caller_of_key(services: Services, token: str) -> Caller | None:
     """Whose key this is (MEMORY_API_KEYS first, in constant time, then the key store), or None.
     Shared by the bearer header and the console's cookie."""
     team = None
@@ -71,14 +72,17 @@ def identify(request: Request) -> Caller:
 
 def requires(role: Role) -> Callable[[Request], object]:
     """A dependency that admits callers with `role` or above, and leaves the caller on `request.state`."""
+
     async def dependency(request: Request) -> str:
         # async on purpose: a sync dependency costs a threadpool hop on every request
         caller = identify(request)
         if not role_allows(caller.role, role):
-            raise HTTPException(status_code=403, detail=f"this key has role '{caller.role}'; "
-                                                        f"this action needs role '{role}' or above")
+            raise HTTPException(
+                status_code=403, detail=f"this key has role '{caller.role}'; this action needs role '{role}' or above"
+            )
         request.state.caller = caller
         return caller.team
+
     return dependency
 
 
@@ -87,8 +91,9 @@ def check_agent(request: Request, agent_id: str | None, *, required: bool = True
     caller: Caller = request.state.caller
     if caller.agent_id is None or agent_id == caller.agent_id or (agent_id is None and not required):
         return
-    raise HTTPException(status_code=403, detail=f"this key is pinned to agent_id '{caller.agent_id}'; "
-                                                f"it cannot act as {agent_id!r}")
+    raise HTTPException(
+        status_code=403, detail=f"this key is pinned to agent_id '{caller.agent_id}'; it cannot act as {agent_id!r}"
+    )
 
 
 Team = Annotated[str, Depends(requires("read"))]  # the team of a caller that may read

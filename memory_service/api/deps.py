@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from memory_service.services import Services
 
 
-async def get_services(request: Request) -> "Services":
+async def get_services(request: Request) -> Services:
     return request.app.state.services
 
 

@@ -11,22 +11,32 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
+from memory_service.contract.models import ErrorOut
 from memory_service.storage.chroma_process import ChromaProcessFailed
 from memory_service.storage.database import UNAVAILABLE
-from memory_service.contract.models import ErrorOut
 
 log = logging.getLogger("memory_service.api")
 
-_STATUS_NAMES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-                 405: "method_not_allowed", 409: "conflict", 413: "too_large", 415: "unsupported_media_type",
-                 422: "invalid_request", 429: "limit_reached", 503: "unavailable"}
+_STATUS_NAMES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "too_large",
+    415: "unsupported_media_type",
+    422: "invalid_request",
+    429: "limit_reached",
+    503: "unavailable",
+}
 
 
 _DESCRIPTIONS = {
     400: "Body is not JSON, or a parameter cannot be used as given (the message says which). Nothing changed.",
     401: "Missing, unknown or revoked API key.",
     403: "The key's role is below what this route needs, or a key pinned to one agent acts as another. "
-         "The message names the role needed. Nothing changed.",
+    "The message names the role needed. Nothing changed.",
     404: "Not found in the caller's team.",
     409: "Conflicts with an earlier request. Nothing changed.",
     413: "Body too large (the message gives the limit). Nothing changed.",
@@ -57,20 +67,21 @@ def describe(error: dict) -> str:
         return f"{where}: field required"
     msg = error.get("msg", "invalid")
     if msg.startswith("Value error, "):
-        msg = msg[len("Value error, "):]
+        msg = msg[len("Value error, ") :]
     return f"{where}: {msg}"
 
 
 async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
     errors = exc.errors()
     if any(e.get("type") == "json_invalid" for e in errors):
-        return JSONResponse(
-            {"error": "bad_request", "detail": "request body is not valid JSON"}, status_code=400
-        )
+        return JSONResponse({"error": "bad_request", "detail": "request body is not valid JSON"}, status_code=400)
     messages = [describe(e) for e in errors]
     return JSONResponse(
-        {"error": "invalid_request", "detail": "; ".join(messages),
-         "errors": [{"field": _location(tuple(e.get("loc", ()))), "message": m} for e, m in zip(errors, messages)]},
+        {
+            "error": "invalid_request",
+            "detail": "; ".join(messages),
+            "errors": [{"field": _location(tuple(e.get("loc", ()))), "message": m} for e, m in zip(errors, messages)],
+        },
         status_code=422,
     )
 
@@ -80,8 +91,10 @@ def _unparsable(cause: BaseException | None) -> str | None:
     if isinstance(cause, UnicodeError):
         return "request body is not valid UTF-8: send JSON encoded as UTF-8"
     if isinstance(cause, RecursionError):
-        return ("request body nests JSON objects or arrays too deeply to parse; no request needs more than a few "
-                "levels (metadata: at most 32)")
+        return (
+            "request body nests JSON objects or arrays too deeply to parse; no request needs more than a few "
+            "levels (metadata: at most 32)"
+        )
     return None
 
 
@@ -90,8 +103,11 @@ def _allowed_methods(request: Request) -> str:
     Asks each route whether it would fully match the request with another method (public route API, so it
     holds however the framework nests included routers)."""
     routes = request.app.router.routes
-    return ", ".join(method for method in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
-                     if any(route.matches({**request.scope, "method": method})[0] is Match.FULL for route in routes))
+    return ", ".join(
+        method
+        for method in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+        if any(route.matches({**request.scope, "method": method})[0] is Match.FULL for route in routes)
+    )
 
 
 async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -115,8 +131,11 @@ async def _storage_unavailable(request: Request, exc: Exception) -> JSONResponse
     """The database is locked past its timeout, PostgreSQL is down or out of connections, or the vector
     store's process died (the next call starts another): retry later."""
     log.warning("storage unavailable on %s %s: %s", request.method, request.url.path, exc)
-    return JSONResponse({"error": "unavailable", "detail": f"storage unavailable, nothing changed: "
-                         f"{' '.join(str(exc).split())[:300]}"}, status_code=503, headers={"Retry-After": "1"})
+    return JSONResponse(
+        {"error": "unavailable", "detail": f"storage unavailable, nothing changed: {' '.join(str(exc).split())[:300]}"},
+        status_code=503,
+        headers={"Retry-After": "1"},
+    )
 
 
 def install(app: FastAPI) -> None:

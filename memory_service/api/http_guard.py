@@ -24,8 +24,7 @@ def error_bytes(status: int, error: str, detail: str, default_headers: list[tupl
     body = json.dumps({"error": error, "detail": detail}).encode()
     head = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}".encode()]
     head += [name + b": " + value for name, value in default_headers]
-    head += [b"content-type: application/json", b"content-length: " + str(len(body)).encode(),
-             b"connection: close"]
+    head += [b"content-type: application/json", b"content-length: " + str(len(body)).encode(), b"connection: close"]
     return b"\r\n".join(head) + b"\r\n\r\n" + body
 
 
@@ -61,8 +60,12 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         if not self._in_headers:  # opened and never used: nothing to answer
             self.transport.close()
             return
-        self._refuse(408, "request_timeout", f"request headers not complete within {self.header_timeout_s:g} s "
-                                             "(MEMORY_HEADER_TIMEOUT_S); send them at once")
+        self._refuse(
+            408,
+            "request_timeout",
+            f"request headers not complete within {self.header_timeout_s:g} s "
+            "(MEMORY_HEADER_TIMEOUT_S); send them at once",
+        )
 
     def _body_late(self) -> None:
         self._timer = None
@@ -73,8 +76,11 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         if self.cycle is not None and self.cycle.response_complete:  # answered already (413): drop the rest
             self.transport.close()
             return
-        self._refuse(408, "request_timeout", f"request body stalled: no bytes for {self.body_timeout_s:g} s "
-                                             "(MEMORY_BODY_TIMEOUT_S)")
+        self._refuse(
+            408,
+            "request_timeout",
+            f"request body stalled: no bytes for {self.body_timeout_s:g} s (MEMORY_BODY_TIMEOUT_S)",
+        )
 
     def _refuse(self, status: int, error: str, detail: str) -> None:
         if self.transport.is_closing():
@@ -151,13 +157,19 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def send_400_response(self, msg: str) -> None:
         status, error, detail = self._refusal or (
-            400, "bad_request", "malformed HTTP/1.1 request line or headers (for example a control character in a "
-                                "header, or a path that is not ASCII)")
+            400,
+            "bad_request",
+            "malformed HTTP/1.1 request line or headers (for example a control character in a "
+            "header, or a path that is not ASCII)",
+        )
         self._refusal = None
         self._answer_and_close(status, error, detail)
 
 
 def guarded_protocol(header_timeout_s: float, body_timeout_s: float) -> type[GuardedHttpProtocol]:
     """The protocol class for `uvicorn.run(http=...)`, which builds it with uvicorn's own arguments only."""
-    return type("GuardedHttpProtocol", (GuardedHttpProtocol,),
-                {"header_timeout_s": header_timeout_s, "body_timeout_s": body_timeout_s})
+    return type(
+        "GuardedHttpProtocol",
+        (GuardedHttpProtocol,),
+        {"header_timeout_s": header_timeout_s, "body_timeout_s": body_timeout_s},
+    )

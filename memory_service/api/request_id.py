@@ -52,7 +52,17 @@ class RequestId:
         finally:
             if self.access:
                 elapsed_ms = round((time.perf_counter() - started) * 1000, 2)
-                access_log.info("%s %s %d %.2fms", scope["method"], scope["path"], status, elapsed_ms,
-                                extra={"method": scope["method"], "path": scope["path"], "status": status,
-                                       "duration_ms": elapsed_ms})
+                access_log.info(
+                    "%s %s %d %.2fms",
+                    scope["method"],
+                    scope["path"],
+                    status,
+                    elapsed_ms,
+                    extra={
+                        "method": scope["method"],
+                        "path": scope["path"],
+                        "status": status,
+                        "duration_ms": elapsed_ms,
+                    },
+                )
             REQUEST_ID.reset(token)

@@ -31,20 +31,28 @@ def check_workers(settings: Settings, workers: int) -> None:
     """Refuse N > 1 processes on the embedded stores, saying why and what to set instead."""
     if workers <= 1:
         return
-    missing = [name for name, value in (("MEMORY_DATABASE_URL", settings.database_url),
-                                        ("MEMORY_CHROMA_URL", settings.chroma_url)) if not value]
+    missing = [
+        name
+        for name, value in (("MEMORY_DATABASE_URL", settings.database_url), ("MEMORY_CHROMA_URL", settings.chroma_url))
+        if not value
+    ]
     if missing:
         raise ConfigError(
             f"--workers {workers} needs {' and '.join(missing)}: the embedded stores in the data dir (SQLite files "
             "and Chroma's PersistentClient) allow one writer process per data dir. Set "
             "MEMORY_DATABASE_URL=postgresql://... and MEMORY_CHROMA_URL=http://... (a `chroma run` server), "
-            "or run one process (--workers 1)")
+            "or run one process (--workers 1)"
+        )
 
 
 def worker_environment(settings: Settings, speed_prior: tuple[float, float] | None) -> dict[str, str]:
     """The variables a worker needs to build the same settings as `serve` (flags override the environment)."""
-    env = {"MEMORY_HOST": settings.host, "MEMORY_PORT": str(settings.port),
-           "MEMORY_DATA_DIR": str(settings.data_dir.absolute()), "MEMORY_MODEL": settings.model}
+    env = {
+        "MEMORY_HOST": settings.host,
+        "MEMORY_PORT": str(settings.port),
+        "MEMORY_DATA_DIR": str(settings.data_dir.absolute()),
+        "MEMORY_MODEL": settings.model,
+    }
     if settings.llm_url:
         env["MEMORY_LLM_URL"] = settings.llm_url
     if speed_prior is not None:
@@ -60,10 +68,10 @@ def _speed_prior() -> tuple[float, float] | None:
     return float(prompt), float(generation)
 
 
-def app() -> "FastAPI":
+def app() -> FastAPI:
     """The app factory uvicorn calls in each worker."""
-    from memory_service.logs import configure as configure_logging
     from memory_service.api.app import create_app
+    from memory_service.logs import configure as configure_logging
 
     settings = Settings.from_env()
     configure_logging(settings.log_format, os.environ.get("MEMORY_LOG_LEVEL", "INFO"))

@@ -37,12 +37,16 @@ class ChromaServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout_s: float = 60.0) -> "ChromaServer":
+    def start(self, timeout_s: float = 60.0) -> ChromaServer:
         env = {**os.environ, "ANONYMIZED_TELEMETRY": "False", "NO_COLOR": "1"}
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [*chroma_command(), "run", "--path", str(self.path), "--host", "127.0.0.1", "--port", str(self.port)],
-                env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
             )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

@@ -17,8 +17,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from memory_service.bench import common, consolidation, extraction, recall, remember, rss, scale, transfer
 from memory_service.bench.options import add_bench_arguments
@@ -48,13 +49,20 @@ def run_limits(llm_url: str, quick: bool, workdir: Path) -> dict[str, Any]:
             "self_serve_minimal_app": [sys.executable, "-m", LIMITS_MODULE, "--self-serve"],
         }
         for name, cmd in runs.items():
-            proc = subprocess.run([*cmd, "--count", count, "--concurrency", str(LIMITS_CONCURRENCY)],
-                                  capture_output=True, text=True, timeout=600)
+            proc = subprocess.run(
+                [*cmd, "--count", count, "--concurrency", str(LIMITS_CONCURRENCY)],
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
             try:
                 out[name] = json.loads(proc.stdout)
             except ValueError:
-                out[name] = {"error": f"exit {proc.returncode}", "stdout": proc.stdout[-1000:],
-                             "stderr": proc.stderr[-2000:]}
+                out[name] = {
+                    "error": f"exit {proc.returncode}",
+                    "stdout": proc.stdout[-1000:],
+                    "stderr": proc.stderr[-2000:],
+                }
             out[name]["exit_code"] = proc.returncode
         out["service_rss_after"] = service.rss()
     finally:
@@ -65,7 +73,8 @@ def run_limits(llm_url: str, quick: bool, workdir: Path) -> dict[str, Any]:
         result = out.get(name) or {}
         if "requests_per_s" in goal:
             out["goals"][f"{name}_requests_per_s"] = common.goal(
-                result.get("requests_per_s"), float(goal["requests_per_s"]), at_most=False)
+                result.get("requests_per_s"), float(goal["requests_per_s"]), at_most=False
+            )
         out["goals"][f"{name}_over_limit"] = common.goal(result.get("over_limit"), 0)
     out["machine"] = common.machine_info()
     return out
@@ -107,15 +116,22 @@ def run_bench(args: argparse.Namespace) -> int:
             steps: list[tuple[str, Callable[[], dict[str, Any]], Callable[[dict[str, Any], Path], None]]] = [
                 # its own llama-server (no host prompt cache), so neither path is served the other's prompt
                 ("extraction", lambda: extraction.run(quick=quick, workdir=workdir), extraction.plot),
-                ("remember", lambda: remember.run(llm_url=llama.url, quick=quick, workdir=workdir),
-                 remember.plot),
-                ("consolidation", lambda: consolidation.run(llm_url=llama.url, quick=quick, workdir=workdir),
-                 consolidation.plot),
+                ("remember", lambda: remember.run(llm_url=llama.url, quick=quick, workdir=workdir), remember.plot),
+                (
+                    "consolidation",
+                    lambda: consolidation.run(llm_url=llama.url, quick=quick, workdir=workdir),
+                    consolidation.plot,
+                ),
                 ("recall", lambda: recall.run(quick=quick, workdir=workdir, llm_url=llama.url), recall.plot),
                 ("limits", lambda: run_limits(llama.url, quick, workdir), plot_limits),
                 ("transfer", lambda: transfer.run(quick=quick, workdir=workdir), transfer.plot),
-                ("rss", lambda: rss.run(llm_url=llama.url, quick=quick, workdir=workdir,
-                                        observed_elsewhere=_rss_seen(results)), rss.plot),
+                (
+                    "rss",
+                    lambda: rss.run(
+                        llm_url=llama.url, quick=quick, workdir=workdir, observed_elsewhere=_rss_seen(results)
+                    ),
+                    rss.plot,
+                ),
                 # its own PostgreSQL and Chroma server; last, so a machine without PostgreSQL loses only it
                 ("scale", lambda: scale.run(llm_url=llama.url, quick=quick, workdir=workdir), scale.plot),
             ]
@@ -165,8 +181,11 @@ def _rss_seen(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m memory_service.bench.cli`: the same as `memory-service bench`."""
-    parser = add_bench_arguments(argparse.ArgumentParser(
-        prog="memory-service bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
+    parser = add_bench_arguments(
+        argparse.ArgumentParser(
+            prog="memory-service bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        )
+    )
     return run_bench(parser.parse_args(argv))
 
 

@@ -19,8 +19,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 import httpx
 
@@ -90,7 +91,7 @@ def _service_children(pid: int) -> list[int]:
             text = stat.read_text()
         except OSError:
             continue
-        name, rest = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
+        name, rest = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :].split()
         if int(rest[1]) == pid and "llama" not in name:
             children.append(int(stat.parent.name))
     return children
@@ -113,8 +114,11 @@ def machine_info() -> dict[str, Any]:
         load = os.getloadavg()
     except OSError:
         load = (0.0, 0.0, 0.0)
-    info: dict[str, Any] = {"cpus": os.cpu_count(), "loadavg_1_5_15": [round(x, 2) for x in load],
-                            "python": sys.version.split()[0]}
+    info: dict[str, Any] = {
+        "cpus": os.cpu_count(),
+        "loadavg_1_5_15": [round(x, 2) for x in load],
+        "python": sys.version.split()[0],
+    }
     try:  # which embedder the services started here use: it changes recall latency and RSS a lot
         from memory_service.config import Settings
 
@@ -133,8 +137,9 @@ def llama_busy(url: str) -> bool:
     return isinstance(slots, list) and any(slot.get("is_processing") for slot in slots)
 
 
-def start_llama(model: str = "default", log_dir: Path | None = None, threads: int | None = None,
-                extra_args: tuple[str, ...] = ()):  # type: ignore[no-untyped-def]
+def start_llama(
+    model: str = "default", log_dir: Path | None = None, threads: int | None = None, extra_args: tuple[str, ...] = ()
+):  # type: ignore[no-untyped-def]
     """One llama-server child with the service's own defaults (threads = cores - 1, 4096 ctx, one slot)."""
     from memory_service.config import Settings
     from memory_service.llm.runtime.models import resolve_model
@@ -144,8 +149,12 @@ def start_llama(model: str = "default", log_dir: Path | None = None, threads: in
     log_dir = log_dir or Path(tempfile.mkdtemp(prefix="bench-llama-"))
     log_dir.mkdir(parents=True, exist_ok=True)
     return LlamaServerProcess.from_settings(
-        settings, resolve_model(model, settings.cache_dir), log_dir / f"llama-{Path(model).stem}.log",
-        threads=threads or settings.llama_threads, chat_template_file=None, extra_args=tuple(extra_args),
+        settings,
+        resolve_model(model, settings.cache_dir),
+        log_dir / f"llama-{Path(model).stem}.log",
+        threads=threads or settings.llama_threads,
+        chat_template_file=None,
+        extra_args=tuple(extra_args),
     ).start()
 
 
@@ -167,15 +176,28 @@ class ServiceRunner:
         self.port = free_port()
         self.api_keys = dict(api_keys)
         self.log_path = data_dir.parent / f"{data_dir.name}-service.log"
-        child_env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORY_") or k in (
-            "MEMORY_CACHE_DIR", "MEMORY_LLAMA_BIN", "MEMORY_LLAMA_THREADS", "MEMORY_EMBED_THREADS", "MEMORY_EMBEDDER")}
-        child_env.update({
-            "MEMORY_DATA_DIR": str(data_dir),
-            "MEMORY_PORT": str(self.port),
-            "MEMORY_HOST": "127.0.0.1",
-            "MEMORY_MODEL": model,
-            "MEMORY_LOG_LEVEL": os.environ.get("MEMORY_BENCH_SERVICE_LOG_LEVEL", "WARNING"),
-        })
+        child_env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("MEMORY_")
+            or k
+            in (
+                "MEMORY_CACHE_DIR",
+                "MEMORY_LLAMA_BIN",
+                "MEMORY_LLAMA_THREADS",
+                "MEMORY_EMBED_THREADS",
+                "MEMORY_EMBEDDER",
+            )
+        }
+        child_env.update(
+            {
+                "MEMORY_DATA_DIR": str(data_dir),
+                "MEMORY_PORT": str(self.port),
+                "MEMORY_HOST": "127.0.0.1",
+                "MEMORY_MODEL": model,
+                "MEMORY_LOG_LEVEL": os.environ.get("MEMORY_BENCH_SERVICE_LOG_LEVEL", "WARNING"),
+            }
+        )
         if self.api_keys:
             child_env["MEMORY_API_KEYS"] = ",".join(f"{k}:{t}" for k, t in self.api_keys.items())
         if llm_url:
@@ -193,24 +215,29 @@ class ServiceRunner:
         assert self.proc is not None
         return self.proc.pid
 
-    def start(self, timeout_s: float = 300.0) -> "ServiceRunner":
+    def start(self, timeout_s: float = 300.0) -> ServiceRunner:
         return self.launch().wait_healthy(timeout_s)
 
-    def launch(self) -> "ServiceRunner":
+    def launch(self) -> ServiceRunner:
         """Start the process, without waiting for it. Call it from a thread that outlives the service (the
         main one): the parent-death signal fires when the thread that started the child ends."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "memory_service.cli.main", "serve"], env=self.env, cwd=str(self.data_dir.parent),
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            [sys.executable, "-m", "memory_service.cli.main", "serve"],
+            env=self.env,
+            cwd=str(self.data_dir.parent),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
             # a killed eval or benchmark must not leave its service extracting: SIGTERM lets it shut down
             # cleanly, and its own children (llama-server, the vector store) go with it
             preexec_fn=functools.partial(die_with_parent, signal.SIGTERM),
         )
         return self
 
-    def wait_healthy(self, timeout_s: float = 300.0) -> "ServiceRunner":
+    def wait_healthy(self, timeout_s: float = 300.0) -> ServiceRunner:
         assert self.proc is not None, "launch() first"
         problem = wait_until_healthy(self.url, self.proc, timeout_s)
         if problem is None:
@@ -277,16 +304,24 @@ def wait_queue_empty(url: str, timeout_s: float, *, progress: str = "", total: i
 # ---------------------------------------------------------------- output
 
 
-def main_with_llama(argv: list[str] | None, *, doc: str | None, name: str, run, plot,  # type: ignore[no-untyped-def]
-                    own_llama: bool = False) -> int:
+def main_with_llama(
+    argv: list[str] | None,
+    *,
+    doc: str | None,
+    name: str,
+    run,
+    plot,  # type: ignore[no-untyped-def]
+    own_llama: bool = False,
+) -> int:
     """The command line every model-backed benchmark shares: --quick, --llm-url or --model, --out.
 
     `own_llama`: the benchmark starts its llama-server itself (with flags of its own) when no --llm-url.
     """
     import argparse
 
-    parser = argparse.ArgumentParser(prog=f"python -m {__package__}.{name}", description=doc,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {__package__}.{name}", description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--llm-url", help="a running llama-server (default: start one with the default model)")
     parser.add_argument("--model", default="default")
@@ -312,13 +347,22 @@ def report(result: Any, name: str, plot, out: Path | None, *, failed: bool = Fal
     return 1 if failed else 0
 
 
-def main_without_llama(argv: list[str] | None, *, doc: str | None, name: str, run, plot,  # type: ignore[no-untyped-def]
-                       quick: str, failed=lambda result: False) -> int:
+def main_without_llama(
+    argv: list[str] | None,
+    *,
+    doc: str | None,
+    name: str,
+    run,
+    plot,  # type: ignore[no-untyped-def]
+    quick: str,
+    failed=lambda result: False,
+) -> int:
     """The command line of a benchmark that needs no model: --quick (what it means: `quick`), --out."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog=f"python -m {__package__}.{name}", description=doc,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {__package__}.{name}", description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help=quick)
     parser.add_argument("--out", type=Path, help="also write JSON and PNG here")
     args = parser.parse_args(argv)
@@ -341,8 +385,11 @@ def plots_available() -> bool:
     try:
         import matplotlib  # noqa: F401
     except ImportError as exc:
-        log.warning("PNG plots skipped: matplotlib is not installed (%s); the JSON results are complete. "
-                    "Install the extra for plots: pip install 'memory-service[bench]'", exc)
+        log.warning(
+            "PNG plots skipped: matplotlib is not installed (%s); the JSON results are complete. "
+            "Install the extra for plots: pip install 'memory-service[bench]'",
+            exc,
+        )
         return False
     return True
 

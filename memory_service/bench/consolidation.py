@@ -27,20 +27,59 @@ from typing import Any
 
 import httpx
 
-from memory_service.client.service import service_client
 from memory_service.bench.common import (
-    ServiceRunner, agent_text, goal, latency_summary, llama_busy, machine_info, main_with_llama, pyplot, write_figure,
+    ServiceRunner,
+    agent_text,
+    goal,
+    latency_summary,
+    llama_busy,
+    machine_info,
+    main_with_llama,
+    pyplot,
+    write_figure,
 )
 from memory_service.bench.transfer import ndjson, wait_indexed
+from memory_service.client.service import service_client
 
 TEAM = "bench-consolidation"
-SUBJECTS = ("Amara", "Bruno", "Chiara", "Dmitri", "Elena", "Farid", "Greta", "Hiro", "Ines", "Jonas", "Kavya",
-            "Lars", "Mei", "Nadia", "Oskar", "Priya", "Quentin", "Rosa", "Soren", "Tamsin", "Ugo", "Vera",
-            "Wendell", "Ximena", "Yusuf", "Zofia")
-DOINGS = ("leads the {p} migration to the new billing cluster", "prefers written status updates over calls",
-          "is on call for the {p} pipeline this week", "asked for the {p} report to be sent every Friday",
-          "moved the {p} standup to 9:30 UTC", "owns the vendor contract for {p}",
-          "reported a timeout in the {p} export job", "approved the {p} budget for the next quarter")
+SUBJECTS = (
+    "Amara",
+    "Bruno",
+    "Chiara",
+    "Dmitri",
+    "Elena",
+    "Farid",
+    "Greta",
+    "Hiro",
+    "Ines",
+    "Jonas",
+    "Kavya",
+    "Lars",
+    "Mei",
+    "Nadia",
+    "Oskar",
+    "Priya",
+    "Quentin",
+    "Rosa",
+    "Soren",
+    "Tamsin",
+    "Ugo",
+    "Vera",
+    "Wendell",
+    "Ximena",
+    "Yusuf",
+    "Zofia",
+)
+DOINGS = (
+    "leads the {p} migration to the new billing cluster",
+    "prefers written status updates over calls",
+    "is on call for the {p} pipeline this week",
+    "asked for the {p} report to be sent every Friday",
+    "moved the {p} standup to 9:30 UTC",
+    "owns the vendor contract for {p}",
+    "reported a timeout in the {p} export job",
+    "approved the {p} budget for the next quarter",
+)
 PROJECTS = ("Kestrel", "Osprey", "Heron", "Falcon", "Merlin", "Harrier")
 FACTS_PER_SUBJECT = 6
 QUIET_WAIT_S = 3.0  # the baseline waits as long as consolidation needs to start again (its 2 s quiet + a plan)
@@ -56,18 +95,36 @@ def records(epoch: float) -> list[dict[str, Any]]:
     """Export lines, done, with grounded facts: every subject gets FACTS_PER_SUBJECT facts, two a memory."""
     out: list[dict[str, Any]] = []
     for number, name in enumerate(SUBJECTS):
-        facts = [f"{name} {DOINGS[(number + j) % len(DOINGS)].format(p=PROJECTS[(number + j) % len(PROJECTS)])}."
-                 for j in range(FACTS_PER_SUBJECT)]
+        facts = [
+            f"{name} {DOINGS[(number + j) % len(DOINGS)].format(p=PROJECTS[(number + j) % len(PROJECTS)])}."
+            for j in range(FACTS_PER_SUBJECT)
+        ]
         for first in range(0, len(facts), 2):
-            pair = facts[first:first + 2]
+            pair = facts[first : first + 2]
             n = len(out)
             created = epoch + n * 60.0
             text = " ".join(pair)
-            starts = [0, len(pair[0]) + 1][:len(pair)]
-            out.append({"id": f"seed-{n}", "text": text, "agent_id": "team-notes", "tags": [], "metadata": {},
-                        "created_at": created, "status": "done",
-                        "facts": [{"id": f"seed-{n}-{j}", "text": fact, "spans": [[start, start + len(fact)]],
-                                   "created_at": created} for j, (fact, start) in enumerate(zip(pair, starts))]})
+            starts = [0, len(pair[0]) + 1][: len(pair)]
+            out.append(
+                {
+                    "id": f"seed-{n}",
+                    "text": text,
+                    "agent_id": "team-notes",
+                    "tags": [],
+                    "metadata": {},
+                    "created_at": created,
+                    "status": "done",
+                    "facts": [
+                        {
+                            "id": f"seed-{n}-{j}",
+                            "text": fact,
+                            "spans": [[start, start + len(fact)]],
+                            "created_at": created,
+                        }
+                        for j, (fact, start) in enumerate(zip(pair, starts))
+                    ],
+                }
+            )
     return out
 
 
@@ -97,17 +154,23 @@ def _save_and_wait(client: httpx.Client, i: int, timeout_s: float) -> dict[str, 
             break
         time.sleep(0.02)
     totals = memory.get("timings") or {}  # llama.cpp's timings, summed over the extraction's calls
-    return {"ack_s": ack, "extraction_s": time.perf_counter() - started - ack, "status": memory["status"],
-            "prompt_n": totals.get("prompt_n") or 0, "cache_n": totals.get("cache_n") or 0,
-            "model_ms": (totals.get("prompt_ms") or 0) + (totals.get("predicted_ms") or 0)}
+    return {
+        "ack_s": ack,
+        "extraction_s": time.perf_counter() - started - ack,
+        "status": memory["status"],
+        "prompt_n": totals.get("prompt_n") or 0,
+        "cache_n": totals.get("cache_n") or 0,
+        "model_ms": (totals.get("prompt_ms") or 0) + (totals.get("predicted_ms") or 0),
+    }
 
 
 def arm(root: Path, llm_url: str, *, consolidate: bool, saves: int) -> dict[str, Any]:
     """One service, filled with the same facts; `saves` saves, each on an idle model or mid-consolidation."""
     key = secrets.token_urlsafe(12)
     name = "consolidating" if consolidate else "baseline"
-    service = ServiceRunner(root / name, api_keys={key: TEAM}, llm_url=llm_url,
-                            env={"MEMORY_CONSOLIDATE": "1" if consolidate else "0"}).start()
+    service = ServiceRunner(
+        root / name, api_keys={key: TEAM}, llm_url=llm_url, env={"MEMORY_CONSOLIDATE": "1" if consolidate else "0"}
+    ).start()
     samples: list[dict[str, Any]] = []
     busy_at_save = not_running = 0
     try:
@@ -126,8 +189,10 @@ def arm(root: Path, llm_url: str, *, consolidate: bool, saves: int) -> dict[str,
                 else:
                     time.sleep(QUIET_WAIT_S + IN_FLIGHT_S)
                 samples.append(_save_and_wait(client, i, timeout_s=300))
-                _log(f"{name}: save {i + 1}/{saves}: ack {samples[-1]['ack_s'] * 1000:.1f} ms, "
-                     f"extraction {samples[-1]['extraction_s']:.2f} s")
+                _log(
+                    f"{name}: save {i + 1}/{saves}: ack {samples[-1]['ack_s'] * 1000:.1f} ms, "
+                    f"extraction {samples[-1]['extraction_s']:.2f} s"
+                )
             status = _consolidation(client)
     finally:
         service.stop()
@@ -140,10 +205,16 @@ def arm(root: Path, llm_url: str, *, consolidate: bool, saves: int) -> dict[str,
         "extraction_model_ms_p50": round(statistics.median(s["model_ms"] for s in samples), 1) if samples else None,
         "prompt_tokens_read_mean": round(statistics.fmean(s["prompt_n"] for s in samples), 1) if samples else None,
         "prompt_tokens_from_cache_mean": round(statistics.fmean(s["cache_n"] for s in samples), 1) if samples else None,
-        **({"model_busy_with_consolidation_at_save": busy_at_save, "pass_not_running_at_save": not_running,
-            "consolidated_items": status.get("items"),
-            "latest_runs": [{k: r.get(k) for k in ("outcome", "groups_due", "written")} for r in runs]}
-           if consolidate else {}),
+        **(
+            {
+                "model_busy_with_consolidation_at_save": busy_at_save,
+                "pass_not_running_at_save": not_running,
+                "consolidated_items": status.get("items"),
+                "latest_runs": [{k: r.get(k) for k in ("outcome", "groups_due", "written")} for r in runs],
+            }
+            if consolidate
+            else {}
+        ),
     }
 
 
@@ -174,8 +245,8 @@ def run(*, llm_url: str, quick: bool = False, workdir: Path | None = None) -> di
             "extraction_p50_ratio": goal(ratio("extraction_wall", "p50_ms"), RATIO_GOAL),
         },
         "notes": "one save at a time, so each ack and extraction is the save's own; the consolidating arm sends "
-                 "each save while a pass runs (model_busy_with_consolidation_at_save counts the saves that found "
-                 "llama-server's slot busy), and its extraction includes cancelling that call.",
+        "each save while a pass runs (model_busy_with_consolidation_at_save counts the saves that found "
+        "llama-server's slot busy), and its extraction includes cancelling that call.",
         "machine": machine_info(),
     }
 
@@ -187,8 +258,12 @@ def plot(result: dict[str, Any], path: Path) -> None:
     for ax, section, title in ((axes[0], "ack", "ack (ms)"), (axes[1], "extraction_wall", "extraction (ms)")):
         xs = range(len(names))
         ax.bar([x - 0.2 for x in xs], [result["baseline"][section][n] or 0 for n in names], 0.4, label="idle model")
-        ax.bar([x + 0.2 for x in xs], [result["consolidating"][section][n] or 0 for n in names], 0.4,
-               label="consolidation in flight")
+        ax.bar(
+            [x + 0.2 for x in xs],
+            [result["consolidating"][section][n] or 0 for n in names],
+            0.4,
+            label="consolidation in flight",
+        )
         ax.set_xticks(list(xs), names)
         ax.set_title(title)
     axes[0].legend(fontsize=8)

@@ -34,7 +34,14 @@ from typing import Any
 import httpx
 
 from memory_service.bench.common import (
-    AGENT_TEXTS, ServiceRunner, goal, machine_info, main_with_llama, pyplot, start_llama, write_figure,
+    AGENT_TEXTS,
+    ServiceRunner,
+    goal,
+    machine_info,
+    main_with_llama,
+    pyplot,
+    start_llama,
+    write_figure,
 )
 
 GOALS = {"wall_ratio": 1.10, "predicted_tokens_median": 60, "cache_share": 0.70}
@@ -94,10 +101,17 @@ def via_service(client: httpx.Client, text: str) -> dict[str, Any]:
             break
         time.sleep(POLL_S)
     timings = body.get("timings") or {}
-    return {"wall_s": wall, "status": body["status"], "facts": len(body.get("facts") or []),
-            "prompt_n": timings.get("prompt_n"), "cache_n": timings.get("cache_n"),
-            "predicted_n": timings.get("predicted_n"), "model_ms": (timings.get("prompt_ms") or 0) + (timings.get("predicted_ms") or 0),
-            "extraction": body.get("extraction"), "error": body.get("last_error")}
+    return {
+        "wall_s": wall,
+        "status": body["status"],
+        "facts": len(body.get("facts") or []),
+        "prompt_n": timings.get("prompt_n"),
+        "cache_n": timings.get("cache_n"),
+        "predicted_n": timings.get("predicted_n"),
+        "model_ms": (timings.get("prompt_ms") or 0) + (timings.get("predicted_ms") or 0),
+        "extraction": body.get("extraction"),
+        "error": body.get("last_error"),
+    }
 
 
 def direct(llm: httpx.Client, text: str, max_tokens: int) -> dict[str, Any]:
@@ -112,9 +126,14 @@ def direct(llm: httpx.Client, text: str, max_tokens: int) -> dict[str, Any]:
         facts = len(json.loads(content).get("facts") or [])
     except (ValueError, AttributeError):
         facts = None
-    return {"wall_s": wall, "prompt_n": timings.get("prompt_n"), "cache_n": timings.get("cache_n"),
-            "predicted_n": timings.get("predicted_n"),
-            "model_ms": (timings.get("prompt_ms") or 0) + (timings.get("predicted_ms") or 0), "facts_proposed": facts}
+    return {
+        "wall_s": wall,
+        "prompt_n": timings.get("prompt_n"),
+        "cache_n": timings.get("cache_n"),
+        "predicted_n": timings.get("predicted_n"),
+        "model_ms": (timings.get("prompt_ms") or 0) + (timings.get("predicted_ms") or 0),
+        "facts_proposed": facts,
+    }
 
 
 def _cache_share(rows: list[dict[str, Any]]) -> float | None:
@@ -126,8 +145,9 @@ def _cache_share(rows: list[dict[str, Any]]) -> float | None:
 LLAMA_ARGS = ("--cache-ram", "0")
 
 
-def run(*, llm_url: str | None = None, quick: bool = False, workdir: Path | None = None,
-        model: str = "default") -> dict[str, Any]:
+def run(
+    *, llm_url: str | None = None, quick: bool = False, workdir: Path | None = None, model: str = "default"
+) -> dict[str, Any]:
     """`llm_url` None: start an own llama-server with LLAMA_ARGS (recommended, see the module doc)."""
     llama = None
     if llm_url is None:
@@ -154,8 +174,10 @@ def _run(llm_url: str, quick: bool, workdir: Path | None, own_llama: bool) -> di
     order: list[str] = []
     try:
         ready = service.wait_model_ready()
-        with service.client(key, timeout=120) as client, \
-                httpx.Client(base_url=llm_url, timeout=120, trust_env=False) as llm:
+        with (
+            service.client(key, timeout=120) as client,
+            httpx.Client(base_url=llm_url, timeout=120, trust_env=False) as llm,
+        ):
             cap = service_cap(llm)
             # warm-up, not measured: model weights paged in, service's embedder and throughput estimate primed
             via_service(client, "Warm-up note: the staging cluster was restarted at 08:00 by Kim.")
@@ -166,8 +188,12 @@ def _run(llm_url: str, quick: bool, workdir: Path | None, own_llama: bool) -> di
                 j = (i + shift) % n
                 dir_rows[j] = direct(llm, texts[j], cap)
                 order.append(f"D{j}")
-                print(f"[extraction] {i + 1}/{n}: service {svc_rows[i]['wall_s']:.2f}s, direct(text {j}) "
-                      f"{dir_rows[j]['wall_s']:.2f}s", file=sys.stderr, flush=True)
+                print(
+                    f"[extraction] {i + 1}/{n}: service {svc_rows[i]['wall_s']:.2f}s, direct(text {j}) "
+                    f"{dir_rows[j]['wall_s']:.2f}s",
+                    file=sys.stderr,
+                    flush=True,
+                )
         after = service.wait_model_ready()
     finally:
         service.stop()
@@ -176,16 +202,27 @@ def _run(llm_url: str, quick: bool, workdir: Path | None, own_llama: bool) -> di
     per_text = []
     for i in range(n):
         s, d = svc_rows[i], dir_rows[i]
-        per_text.append({
-            "text_chars": len(texts[i]), "service_wall_s": round(s["wall_s"], 3), "direct_wall_s": round(d["wall_s"], 3),
-            "ratio": round(s["wall_s"] / d["wall_s"], 3) if d["wall_s"] else None,
-            "service_predicted_n": s["predicted_n"], "direct_predicted_n": d["predicted_n"],
-            "service_prompt_n": s["prompt_n"], "service_cache_n": s["cache_n"],
-            "direct_prompt_n": d["prompt_n"], "direct_cache_n": d["cache_n"],
-            "service_model_ms": round(s["model_ms"], 1), "direct_model_ms": round(d["model_ms"], 1),
-            "facts_stored": s["facts"], "facts_proposed_direct": d["facts_proposed"], "status": s["status"],
-            "extraction": s["extraction"], "error": s["error"],
-        })
+        per_text.append(
+            {
+                "text_chars": len(texts[i]),
+                "service_wall_s": round(s["wall_s"], 3),
+                "direct_wall_s": round(d["wall_s"], 3),
+                "ratio": round(s["wall_s"] / d["wall_s"], 3) if d["wall_s"] else None,
+                "service_predicted_n": s["predicted_n"],
+                "direct_predicted_n": d["predicted_n"],
+                "service_prompt_n": s["prompt_n"],
+                "service_cache_n": s["cache_n"],
+                "direct_prompt_n": d["prompt_n"],
+                "direct_cache_n": d["cache_n"],
+                "service_model_ms": round(s["model_ms"], 1),
+                "direct_model_ms": round(d["model_ms"], 1),
+                "facts_stored": s["facts"],
+                "facts_proposed_direct": d["facts_proposed"],
+                "status": s["status"],
+                "extraction": s["extraction"],
+                "error": s["error"],
+            }
+        )
     ratios = [r["ratio"] for r in per_text if r["ratio"]]
     sum_ratio = sum(r["service_wall_s"] for r in per_text) / sum(r["direct_wall_s"] for r in per_text)
     # like for like: the same token counts may differ (llama.cpp batching drift), so also compare per token
@@ -206,20 +243,24 @@ def _run(llm_url: str, quick: bool, workdir: Path | None, own_llama: bool) -> di
         },
         "cache_share_direct": _cache_share(list(dir_rows.values())),
         "predicted_tokens_direct_median": statistics.median(
-            [float(r["direct_predicted_n"]) for r in per_text if r["direct_predicted_n"] is not None] or [0]),
-        "non_model_ms_median": {"service": round(statistics.median(overhead_ms), 1),
-                                "direct": round(statistics.median(direct_overhead_ms), 1),
-                                "what": "wall time minus llama-server prompt_ms + predicted_ms"},
+            [float(r["direct_predicted_n"]) for r in per_text if r["direct_predicted_n"] is not None] or [0]
+        ),
+        "non_model_ms_median": {
+            "service": round(statistics.median(overhead_ms), 1),
+            "direct": round(statistics.median(direct_overhead_ms), 1),
+            "what": "wall time minus llama-server prompt_ms + predicted_ms",
+        },
         "max_tokens": cap,
-        "llama_server": "own, started with " + " ".join(LLAMA_ARGS) if own_llama
+        "llama_server": "own, started with " + " ".join(LLAMA_ARGS)
+        if own_llama
         else "given --llm-url (its host prompt cache may serve a repeated text whole)",
         "call_order": order,
         "per_text": per_text,
         "model": ready["model_server"].get("model"),
         "throughput_after": after.get("throughput"),
         "notes": f"service wall measured by polling GET /v1/memories every {POLL_S * 1000:.0f} ms "
-                 f"(adds up to {POLL_S * 1000:.0f} ms); direct texts in order shifted by {shift} so no call follows "
-                 "one with the same text",
+        f"(adds up to {POLL_S * 1000:.0f} ms); direct texts in order shifted by {shift} so no call follows "
+        "one with the same text",
         "machine": machine_info(),
     }
 
@@ -233,13 +274,20 @@ def plot(result: dict[str, Any], path: Path) -> None:
     left.bar([x + 0.2 for x in xs], [r["direct_wall_s"] for r in rows], 0.4, label="direct llama-server call")
     left.set_xlabel("text")
     left.set_ylabel("s")
-    left.set_title(f"Extraction wall time, median ratio "
-                   f"{result['goals']['wall_ratio_median_service_over_direct']['value']} (goal <= 1.10)")
+    left.set_title(
+        f"Extraction wall time, median ratio "
+        f"{result['goals']['wall_ratio_median_service_over_direct']['value']} (goal <= 1.10)"
+    )
     left.legend(fontsize=8)
     right.bar([x - 0.2 for x in xs], [r["service_predicted_n"] or 0 for r in rows], 0.4, label="generated tokens")
     right.bar([x + 0.2 for x in xs], [r["service_cache_n"] or 0 for r in rows], 0.4, label="prompt tokens from cache")
-    right.bar([x + 0.2 for x in xs], [r["service_prompt_n"] or 0 for r in rows], 0.4,
-              bottom=[r["service_cache_n"] or 0 for r in rows], label="prompt tokens processed")
+    right.bar(
+        [x + 0.2 for x in xs],
+        [r["service_prompt_n"] or 0 for r in rows],
+        0.4,
+        bottom=[r["service_cache_n"] or 0 for r in rows],
+        label="prompt tokens processed",
+    )
     right.axhline(GOALS["predicted_tokens_median"], color="red", ls="--", lw=1, label="goal: median generated <= 60")
     right.set_title(f"Service tokens per job; cache share {result['goals']['cache_share_service']['value']}")
     right.legend(fontsize=8)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Mapping
 
 from memory_service.bench.common import ServiceRunner
 
@@ -32,12 +32,22 @@ def shared_env(database_url: str | None, chroma_url: str | None, lease_s: float 
 class ServiceGroup:
     """`n` services with the same keys, model server and shared stores; a context manager."""
 
-    def __init__(self, root: Path, n: int, *, api_keys: Mapping[str, str], llm_url: str,
-                 env: Mapping[str, str] | None = None, model: str = "default") -> None:
-        self.runners = [ServiceRunner(root / f"api{i}" / "data", api_keys=api_keys, llm_url=llm_url, model=model,
-                                      env=env) for i in range(n)]
+    def __init__(
+        self,
+        root: Path,
+        n: int,
+        *,
+        api_keys: Mapping[str, str],
+        llm_url: str,
+        env: Mapping[str, str] | None = None,
+        model: str = "default",
+    ) -> None:
+        self.runners = [
+            ServiceRunner(root / f"api{i}" / "data", api_keys=api_keys, llm_url=llm_url, model=model, env=env)
+            for i in range(n)
+        ]
 
-    def __enter__(self) -> "ServiceGroup":
+    def __enter__(self) -> ServiceGroup:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -49,7 +59,7 @@ class ServiceGroup:
     def __len__(self) -> int:
         return len(self.runners)
 
-    def start(self, timeout_s: float = 300.0) -> "ServiceGroup":
+    def start(self, timeout_s: float = 300.0) -> ServiceGroup:
         for runner in self.runners:
             runner.data_dir.parent.mkdir(parents=True, exist_ok=True)
         try:

@@ -31,9 +31,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import AsyncIterator
 
 import httpx
 
@@ -54,9 +54,9 @@ def build_app(data_dir: Path, api_key: str | None, synchronous: str = "NORMAL"):
 
     from memory_service.api.routes import limits as routes_limits
     from memory_service.config import Settings
+    from memory_service.metrics import Metrics
     from memory_service.services import KEYS_FILE
     from memory_service.storage.keys import KeyStore
-    from memory_service.metrics import Metrics
     from memory_service.storage.limits import LimitStore
 
     settings = Settings(data_dir=data_dir, api_keys={api_key: "bench"} if api_key else {})
@@ -129,8 +129,7 @@ async def run_bench(url: str | list[str], api_key: str | None, concurrency: int,
     # warmed up before the clock starts.
     ssl_context = ssl.create_default_context()
     clients = [
-        async_service_client(urls[n % len(urls)], api_key, timeout=30.0, verify=ssl_context)
-        for n in range(concurrency)
+        async_service_client(urls[n % len(urls)], api_key, timeout=30.0, verify=ssl_context) for n in range(concurrency)
     ]
 
     async def agent(client: httpx.AsyncClient, agent_id: str) -> None:
@@ -208,11 +207,17 @@ def _run(coro):  # type: ignore[no-untyped-def]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m memory_service.bench.limits", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--url", action="append",
-                        help="the service (default $MEMORY_URL or http://127.0.0.1:8700); repeat it to spread "
-                             "the clients over several processes of one deployment")
+    parser = argparse.ArgumentParser(
+        prog="python -m memory_service.bench.limits",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--url",
+        action="append",
+        help="the service (default $MEMORY_URL or http://127.0.0.1:8700); repeat it to spread "
+        "the clients over several processes of one deployment",
+    )
     parser.add_argument("--api-key", default=os.environ.get("MEMORY_API_KEY"))
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--count", type=int, default=5000)
@@ -240,8 +245,18 @@ def main(argv: list[str] | None = None) -> int:
     port, key = free_port(), secrets.token_hex(16)
     url = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "memory_service.bench.limits", "--serve-only", "--port", str(port),
-               "--data-dir", tmp, "--synchronous", args.synchronous]
+        cmd = [
+            sys.executable,
+            "-m",
+            "memory_service.bench.limits",
+            "--serve-only",
+            "--port",
+            str(port),
+            "--data-dir",
+            tmp,
+            "--synchronous",
+            args.synchronous,
+        ]
         proc = subprocess.Popen(cmd, env={**os.environ, "MEMORY_API_KEY": key})  # the key stays out of `ps`
         try:
             wait_ready(url, auth_headers(key), proc)

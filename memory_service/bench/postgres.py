@@ -26,15 +26,15 @@ class NoPostgres(RuntimeError):
 
 def postgres_bin() -> Path:
     """The directory holding initdb and pg_ctl (newest installed version first)."""
-    for candidate in sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2]),
-                            reverse=True):
+    for candidate in sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2]), reverse=True):
         if os.access(Path(candidate) / "initdb", os.X_OK):
             return Path(candidate)
     initdb = shutil.which("initdb")
     if initdb:
         return Path(initdb).resolve().parent
-    raise NoPostgres("PostgreSQL's initdb is not installed: run scripts/bootstrap.sh --dev, "
-                     "or sudo apt-get install -y postgresql")
+    raise NoPostgres(
+        "PostgreSQL's initdb is not installed: run scripts/bootstrap.sh --dev, or sudo apt-get install -y postgresql"
+    )
 
 
 @dataclass
@@ -68,7 +68,7 @@ class PostgresCluster:
         if result.returncode != 0:
             raise NoPostgres(f"{' '.join(args[:2])} failed: {result.stderr.strip() or result.stdout.strip()}")
 
-    def start(self) -> "PostgresCluster":
+    def start(self) -> PostgresCluster:
         self.root.mkdir(parents=True, exist_ok=True)
         self.sockets.mkdir(exist_ok=True)
         if self._as:
@@ -76,12 +76,35 @@ class PostgresCluster:
                 shutil.chown(path, "postgres", "postgres")
             self.root.chmod(0o755)
         if not (self.data / "PG_VERSION").exists():
-            self._run(str(self.bin / "initdb"), "-D", str(self.data), "-U", self.user, "-A", "trust",
-                      "-E", "UTF8", "--no-instructions")
-        options = (f"-p {self.port} -k {self.sockets} -c listen_addresses=127.0.0.1 -c max_connections=200 "
-                   "-c shared_buffers=64MB")
-        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-o", options, "-l", str(self.log), "-w",
-                  "-t", "60", "start")
+            self._run(
+                str(self.bin / "initdb"),
+                "-D",
+                str(self.data),
+                "-U",
+                self.user,
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--no-instructions",
+            )
+        options = (
+            f"-p {self.port} -k {self.sockets} -c listen_addresses=127.0.0.1 -c max_connections=200 "
+            "-c shared_buffers=64MB"
+        )
+        self._run(
+            str(self.bin / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-o",
+            options,
+            "-l",
+            str(self.log),
+            "-w",
+            "-t",
+            "60",
+            "start",
+        )
         return self
 
     def create_database(self, name: str | None = None) -> str:
@@ -95,8 +118,10 @@ class PostgresCluster:
 
     def stop(self) -> None:
         if (self.data / "postmaster.pid").exists():
-            subprocess.run([*self._as, str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w",
-                            "stop"], capture_output=True)
+            subprocess.run(
+                [*self._as, str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop"],
+                capture_output=True,
+            )
 
     def remove(self) -> None:
         """Stop, and delete the cluster's files."""

@@ -31,7 +31,7 @@ class RawHttpClient:
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
 
-    async def __aenter__(self) -> "RawHttpClient":
+    async def __aenter__(self) -> RawHttpClient:
         await self._connect()
         return self
 
@@ -48,8 +48,10 @@ class RawHttpClient:
         """(status, body). A connection the server closed since the last request (its keep-alive timeout)
         is reopened once and the request sent again; that reconnect is part of the request's time."""
         data = b"" if body is None else json.dumps(body).encode()
-        head = (f"{method} {path} HTTP/1.1\r\nHost: {self._host}:{self._port}\r\n{self._auth}"
-                f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n").encode()
+        head = (
+            f"{method} {path} HTTP/1.1\r\nHost: {self._host}:{self._port}\r\n{self._auth}"
+            f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
+        ).encode()
         try:
             return await self._exchange(head + data)
         except (ConnectionError, asyncio.IncompleteReadError, _Closed):

@@ -35,18 +35,26 @@ import sqlite3
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from memory_service.bench.common import (
+    ServiceRunner,
+    agent_text,
+    goal,
+    latency_summary,
+    machine_info,
+    main_with_llama,
+    pyplot,
+    scrape,
+    write_figure,
+)
 from memory_service.client.service import service_client
 from memory_service.recall.filtered_vectors import UNFILTERED_EXACT_MAX_ROWS
-from memory_service.bench.common import (
-    ServiceRunner, agent_text, goal, latency_summary, machine_info, main_with_llama, pyplot, scrape, write_figure,
-)
 
 TEAM = "bench-recall"
 SMALL_AGENT, BIG_AGENT = "agent-2pct", "agent-30pct"
@@ -59,18 +67,85 @@ BUSY_TEAM = "bench-recall-busy-writer"  # the saves that keep the model busy: no
 BUSY_SAVES = 80  # a backlog the model is still working through when the busy rows end (~3-4 s a job here)
 PASSAGES_SETTLE_S = 5.0  # the backlog's passages are embedded first (80 short texts): then only extraction runs
 
-NAMES = ["Alice Moreno", "Bilal Haddad", "Chen Wei", "Dana Kowalski", "Emeka Obi", "Fatima Zahra", "Gustav Berg",
-         "Hana Sato", "Ivan Petrov", "Julia Costa", "Kofi Mensah", "Lena Fischer", "Mateo Ruiz", "Nadia Rahman",
-         "Omar Farouk", "Priya Natarajan", "Quinn Harper", "Rosa Lindqvist", "Sam Oduya", "Tariq Aziz"]
-SERVICES = ["billing", "search", "checkout", "auth", "notifications", "analytics", "inventory", "payments",
-            "shipping", "reporting", "gateway", "scheduler"]
-CUSTOMERS = ["Acme Corp", "Globex", "Initech", "Umbrella", "Stark Industries", "Wayne Enterprises", "Hooli",
-             "Vandelay Imports", "Soylent", "Cyberdyne", "Tyrell", "Wonka Industries"]
+NAMES = [
+    "Alice Moreno",
+    "Bilal Haddad",
+    "Chen Wei",
+    "Dana Kowalski",
+    "Emeka Obi",
+    "Fatima Zahra",
+    "Gustav Berg",
+    "Hana Sato",
+    "Ivan Petrov",
+    "Julia Costa",
+    "Kofi Mensah",
+    "Lena Fischer",
+    "Mateo Ruiz",
+    "Nadia Rahman",
+    "Omar Farouk",
+    "Priya Natarajan",
+    "Quinn Harper",
+    "Rosa Lindqvist",
+    "Sam Oduya",
+    "Tariq Aziz",
+]
+SERVICES = [
+    "billing",
+    "search",
+    "checkout",
+    "auth",
+    "notifications",
+    "analytics",
+    "inventory",
+    "payments",
+    "shipping",
+    "reporting",
+    "gateway",
+    "scheduler",
+]
+CUSTOMERS = [
+    "Acme Corp",
+    "Globex",
+    "Initech",
+    "Umbrella",
+    "Stark Industries",
+    "Wayne Enterprises",
+    "Hooli",
+    "Vandelay Imports",
+    "Soylent",
+    "Cyberdyne",
+    "Tyrell",
+    "Wonka Industries",
+]
 CITIES = ["Berlin", "Lisbon", "Zurich", "Nairobi", "Osaka", "Toronto", "Austin", "Warsaw", "Dublin", "Seoul"]
-THINGS = ["green tea", "espresso", "window seats", "bullet-point summaries", "morning meetings", "dark mode",
-          "vegetarian food", "async updates", "video calls", "written specs", "early flights", "quiet rooms"]
-MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
-          "November", "December"]
+THINGS = [
+    "green tea",
+    "espresso",
+    "window seats",
+    "bullet-point summaries",
+    "morning meetings",
+    "dark mode",
+    "vegetarian food",
+    "async updates",
+    "video calls",
+    "written specs",
+    "early flights",
+    "quiet rooms",
+]
+MONTHS = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+]
 TEMPLATES = [
     "{name} prefers {thing} when working from the {city} office, desk {n}.",
     "The {service} deploy for {customer} finished in {n} minutes on {month} {d}.",
@@ -86,11 +161,18 @@ TEMPLATES = [
     "{name} dislikes {thing} and asked for alternatives before {month} {d}, request {n}.",
 ]
 QUERY_TEMPLATES = [
-    "What does {name} prefer?", "How long did the {service} deploy take for {customer}?",
-    "How many seats did {customer} renew?", "Which bug did {name} report?", "latency of the {service} API",
-    "Who leads the {service} team?", "How does {customer} pay invoices?", "who is on call for {service}",
-    "{service} database migration rows", "When is {name} travelling to {city}?",
-    "Are {service} emails delayed for {customer}?", "What does {name} dislike?",
+    "What does {name} prefer?",
+    "How long did the {service} deploy take for {customer}?",
+    "How many seats did {customer} renew?",
+    "Which bug did {name} report?",
+    "latency of the {service} API",
+    "Who leads the {service} team?",
+    "How does {customer} pay invoices?",
+    "who is on call for {service}",
+    "{service} database migration rows",
+    "When is {name} travelling to {city}?",
+    "Are {service} emails delayed for {customer}?",
+    "What does {name} dislike?",
 ]
 
 
@@ -98,8 +180,14 @@ def fact_text(i: int, pool: int) -> tuple[str, int]:
     """The i-th fact and the pool sentence it varies: same words as its pool sentence, other numbers."""
     base = i % pool
     rng = random.Random(base)
-    slots = {"name": rng.choice(NAMES), "service": rng.choice(SERVICES), "customer": rng.choice(CUSTOMERS),
-             "city": rng.choice(CITIES), "thing": rng.choice(THINGS), "month": rng.choice(MONTHS)}
+    slots = {
+        "name": rng.choice(NAMES),
+        "service": rng.choice(SERVICES),
+        "customer": rng.choice(CUSTOMERS),
+        "city": rng.choice(CITIES),
+        "thing": rng.choice(THINGS),
+        "month": rng.choice(MONTHS),
+    }
     variant = random.Random(i)
     slots.update(n=variant.randint(2, 9999), d=variant.randint(1, 28))
     return TEMPLATES[base % len(TEMPLATES)].format(**slots), base
@@ -115,9 +203,14 @@ def queries(count: int, seed: int = 7) -> list[str]:
     rng = random.Random(seed)
     out = []
     for i in range(count):
-        out.append(QUERY_TEMPLATES[i % len(QUERY_TEMPLATES)].format(
-            name=rng.choice(NAMES), service=rng.choice(SERVICES), customer=rng.choice(CUSTOMERS),
-            city=rng.choice(CITIES)))
+        out.append(
+            QUERY_TEMPLATES[i % len(QUERY_TEMPLATES)].format(
+                name=rng.choice(NAMES),
+                service=rng.choice(SERVICES),
+                customer=rng.choice(CUSTOMERS),
+                city=rng.choice(CITIES),
+            )
+        )
     return out
 
 
@@ -172,8 +265,13 @@ class Loader:
                 "VALUES (?,?,?,NULL,?,?,?,?, 'done', 1, ?, ?, ?, 1)",
                 (memory_id, TEAM, agent, memory_text, json.dumps(tags), "{}", created, created, created, created),
             )
-            meta = {"memory_id": memory_id, "agent_id": agent, "run_id": "", "created_at": created,
-                    **{tag_key(t): True for t in tags}}
+            meta = {
+                "memory_id": memory_id,
+                "agent_id": agent,
+                "run_id": "",
+                "created_at": created,
+                **{tag_key(t): True for t in tags},
+            }
             for text, vec, i in zip(texts, vecs, group):
                 if i < self.loaded:
                     continue
@@ -190,8 +288,14 @@ class Loader:
                 conn.execute("INSERT OR IGNORE INTO fact_sources VALUES (?,?,0,?,?)", (fid, memory_id, len(text), now))
                 items.append(VectorItem(fid, text, vec, {**meta, "kind": "fact"}))
             passage = np.mean(vecs, axis=0)
-            items.append(VectorItem(f"p:{memory_id}:0", memory_text, passage / np.linalg.norm(passage),
-                                    {**meta, "kind": "passage", "start": 0}))
+            items.append(
+                VectorItem(
+                    f"p:{memory_id}:0",
+                    memory_text,
+                    passage / np.linalg.norm(passage),
+                    {**meta, "kind": "passage", "start": 0},
+                )
+            )
             if len(items) >= 5000:
                 vectors.upsert(TEAM, items)
                 items = []
@@ -213,8 +317,13 @@ class Loader:
 
         vectors = VectorStore(self.data_dir / "chroma", url=self.chroma_url)
         journal = Journal(self.data_dir / "journal.sqlite3")
-        names = ["chroma_query_k30", "hnsw_k30_ids_only", "chroma_where_agent_2pct_k30", "keyword_leg_limit30",
-                 "keyword_leg_limit30_agent_2pct"]
+        names = [
+            "chroma_query_k30",
+            "hnsw_k30_ids_only",
+            "chroma_where_agent_2pct_k30",
+            "keyword_leg_limit30",
+            "keyword_leg_limit30_agent_2pct",
+        ]
         timings: dict[str, list[float]] = {name: [] for name in names}
         try:
             for vec, text in zip(query_vectors, query_texts):
@@ -247,8 +356,9 @@ def _forget_chroma_clients() -> None:
         pass
 
 
-def _measure(url: str, key: str, texts: list[str], variants: dict[str, dict[str, Any]],
-             indexes: int = 0) -> dict[str, Any]:
+def _measure(
+    url: str, key: str, texts: list[str], variants: dict[str, dict[str, Any]], indexes: int = 0
+) -> dict[str, Any]:
     """Warm-up, the HTTP floor, then every variant; each query text once per variant.
 
     `indexes`: in-process vector indexes the team's size calls for; the warm-up's first recall starts
@@ -276,7 +386,7 @@ def _measure(url: str, key: str, texts: list[str], variants: dict[str, dict[str,
         for number, (name, extra) in enumerate(variants.items()):
             lat, returned = [], []
             # texts of its own per variant: none is served the query vectors another one had embedded
-            for text in (texts if number == 0 else queries(len(texts), seed=100 + number)):
+            for text in texts if number == 0 else queries(len(texts), seed=100 + number):
                 t0 = time.perf_counter()
                 response = client.post("/v1/recall", json={"query": text, "k": 10, **extra})
                 lat.append(time.perf_counter() - t0)
@@ -309,7 +419,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
 
 def variants_at(level: int, epoch: float) -> dict[str, dict[str, Any]]:
     """The variants with the time window of this level: facts are 30 s apart from `epoch` on."""
-    since = datetime.fromtimestamp(epoch + 0.9 * level * 30.0, tz=timezone.utc).isoformat()
+    since = datetime.fromtimestamp(epoch + 0.9 * level * 30.0, tz=UTC).isoformat()
     return {**VARIANTS, TIME_VARIANT: {"since": since}}
 
 
@@ -328,8 +438,9 @@ def _busy_jobs(client: Any) -> dict[str, int]:
     return {name: int(jobs.get(name) or 0) for name in ("queued", "extracting", "done", "failed")}
 
 
-def measure_while_extracting(data_dir: Path, key: str, texts: list[str], variants: dict[str, dict[str, Any]],
-                             indexes: int, llm_url: str) -> dict[str, Any]:
+def measure_while_extracting(
+    data_dir: Path, key: str, texts: list[str], variants: dict[str, dict[str, Any]], indexes: int, llm_url: str
+) -> dict[str, Any]:
     """Every variant again with the model busy: another team's saves queued for extraction all along.
 
     The measured team's data does not change (the saves are the other team's); the service shares its
@@ -341,8 +452,10 @@ def measure_while_extracting(data_dir: Path, key: str, texts: list[str], variant
         service.wait_model_ready()
         with service_client(service.url, writer, timeout=60) as client:
             for i in range(BUSY_SAVES):
-                client.post("/v1/remember", json={"text": agent_text(i), "agent_id": f"writer-{i % 4}",
-                                                  "run_id": f"busy-{i % 8}"}).raise_for_status()
+                client.post(
+                    "/v1/remember",
+                    json={"text": agent_text(i), "agent_id": f"writer-{i % 4}", "run_id": f"busy-{i % 8}"},
+                ).raise_for_status()
             deadline = time.monotonic() + 120
             while _busy_jobs(client)["extracting"] < 1 and time.monotonic() < deadline:
                 time.sleep(0.2)
@@ -353,8 +466,10 @@ def measure_while_extracting(data_dir: Path, key: str, texts: list[str], variant
     finally:
         service.stop()
     measured["model_busy"] = {
-        "extracting_before": before["extracting"], "queued_before": before["queued"],
-        "extracting_after": after["extracting"], "queued_after": after["queued"],
+        "extracting_before": before["extracting"],
+        "queued_before": before["queued"],
+        "extracting_after": after["extracting"],
+        "queued_after": after["queued"],
         "jobs_finished_during": after["done"] + after["failed"] - before["done"] - before["failed"],
         "busy_throughout": before["extracting"] >= 1 and after["queued"] + after["extracting"] >= 1,
     }
@@ -397,14 +512,22 @@ def run(*, quick: bool = False, workdir: Path | None = None, llm_url: str | None
             finally:
                 service.stop()
             per_level[f"{level}"] = {
-                "facts": loader.facts_in_journal, "rows_in_team_collection": loader.rows_in_collection,
-                "http": measured, "in_process": inproc, "service_rss": rss,
+                "facts": loader.facts_in_journal,
+                "rows_in_team_collection": loader.rows_in_collection,
+                "http": measured,
+                "in_process": inproc,
+                "service_rss": rss,
             }
             if llm_url is not None and level == levels[-1]:
                 per_level[f"{level}"]["http_while_extracting"] = measure_while_extracting(
-                    data_dir, key, texts, variants_at(level, loader.epoch), indexes_for(level), llm_url)
-            print(f"[recall] {level} facts: unfiltered p50 {measured['unfiltered']['p50_ms']} ms "
-                  f"p95 {measured['unfiltered']['p95_ms']} ms", file=sys.stderr, flush=True)
+                    data_dir, key, texts, variants_at(level, loader.epoch), indexes_for(level), llm_url
+                )
+            print(
+                f"[recall] {level} facts: unfiltered p50 {measured['unfiltered']['p50_ms']} ms "
+                f"p95 {measured['unfiltered']['p95_ms']} ms",
+                file=sys.stderr,
+                flush=True,
+            )
     finally:
         if tmp:
             tmp.cleanup()
@@ -423,19 +546,27 @@ def run(*, quick: bool = False, workdir: Path | None = None, llm_url: str | None
     if busy is not None:
         idle = per_level[str(largest)]["http"]
         rows: dict[str, Any] = {
-            name: {**goal(busy[name]["p50_ms"], GOALS_100K["p50_ms"]), "p95_ms": busy[name]["p95_ms"],
-                   "idle_p50_ms": idle[name]["p50_ms"],
-                   "busy_over_idle_p50": round(busy[name]["p50_ms"] / idle[name]["p50_ms"], 2)
-                   if idle[name]["p50_ms"] else None}
+            name: {
+                **goal(busy[name]["p50_ms"], GOALS_100K["p50_ms"]),
+                "p95_ms": busy[name]["p95_ms"],
+                "idle_p50_ms": idle[name]["p50_ms"],
+                "busy_over_idle_p50": round(busy[name]["p50_ms"] / idle[name]["p50_ms"], 2)
+                if idle[name]["p50_ms"]
+                else None,
+            }
             for name in VARIANTS
         }
         goals[f"{largest // 1000}k while extracting (idle p50 beside it, same run)"] = {
-            **rows, "model_busy": busy["model_busy"]}
+            **rows,
+            "model_busy": busy["model_busy"],
+        }
     floor = per_level[str(largest)]["in_process"]
     goals["baseline (in-process floor, same run)"] = {
         "query_embedding_batch1": _p50_p95(latency_summary(embed_lat)),
-        **{name: _p50_p95(floor[name]) for name in ("hnsw_k30_ids_only", "chroma_query_k30", "keyword_leg_limit30",
-                                                     "chroma_where_agent_2pct_k30")},
+        **{
+            name: _p50_p95(floor[name])
+            for name in ("hnsw_k30_ids_only", "chroma_query_k30", "keyword_leg_limit30", "chroma_where_agent_2pct_k30")
+        },
         "GET /health (HTTP floor)": _p50_p95(per_level[str(largest)]["http"]["GET /health (HTTP floor)"]),
     }
     return {
@@ -449,18 +580,21 @@ def run(*, quick: bool = False, workdir: Path | None = None, llm_url: str | None
         "k": 10,
         "data": {
             "how": "loaded through the journal schema (memories, facts, fact_sources; FTS5 via triggers) and "
-                   "VectorStore.upsert while the service was stopped",
-            "real_embeddings": pool_size, "pool_embed_s": round(pool_embed_s, 1),
+            "VectorStore.upsert while the service was stopped",
+            "real_embeddings": pool_size,
+            "pool_embed_s": round(pool_embed_s, 1),
             "synthetic": f"facts beyond the first {pool_size} reuse a pool sentence's words with other numbers; their "
-                         f"vector is the pool vector + N(0, {NOISE_SIGMA}) noise per dimension, renormalised "
-                         "(cosine ~0.97 to the pool vector)",
+            f"vector is the pool vector + N(0, {NOISE_SIGMA}) noise per dimension, renormalised "
+            "(cosine ~0.97 to the pool vector)",
             "memories": f"one memory (passage vector = mean of its facts' vectors) per {FACTS_PER_MEMORY} facts",
-            "agents": f"{SMALL_AGENT} 2%, {BIG_AGENT} 30%, 8 more share the rest", "tags": TAGS, "load_s_total": round(loader.load_s, 1),
+            "agents": f"{SMALL_AGENT} 2%, {BIG_AGENT} 30%, 8 more share the rest",
+            "tags": TAGS,
+            "load_s_total": round(loader.load_s, 1),
         },
         "notes": "one client, sequential queries; `http`: no model (recall never touches it); "
-                 "`http_while_extracting` (largest level): the same queries with another team's backlog "
-                 "being extracted; each variant asks its own query texts (same templates, other names), so "
-                 "no variant is served query vectors that another one had embedded",
+        "`http_while_extracting` (largest level): the same queries with another team's backlog "
+        "being extracted; each variant asks its own query texts (same templates, other names), so "
+        "no variant is served query vectors that another one had embedded",
         "machine": machine_info(),
     }
 

@@ -18,14 +18,22 @@ from pathlib import Path
 from typing import Any
 
 from memory_service.bench.common import (
-    ServiceRunner, agent_text, goal, machine_info, main_with_llama, pyplot, wait_queue_empty, write_figure,
+    ServiceRunner,
+    agent_text,
+    goal,
+    machine_info,
+    main_with_llama,
+    pyplot,
+    wait_queue_empty,
+    write_figure,
 )
 
 GOAL_MB = 500.0
 
 
-def run(*, llm_url: str, quick: bool = False, workdir: Path | None = None,
-        observed_elsewhere: dict[str, Any] | None = None) -> dict[str, Any]:
+def run(
+    *, llm_url: str, quick: bool = False, workdir: Path | None = None, observed_elsewhere: dict[str, Any] | None = None
+) -> dict[str, Any]:
     saves = 30 if quick else 120
     recalls = 100 if quick else 300
     key = secrets.token_urlsafe(12)
@@ -40,8 +48,9 @@ def run(*, llm_url: str, quick: bool = False, workdir: Path | None = None,
         points["after_start"] = service.rss()
         with service.client(key, timeout=120) as client:
             for i in range(saves):
-                client.post("/v1/remember", json={"text": agent_text(i), "agent_id": f"agent-{i % 4}",
-                                                  "tags": [f"t{i % 3}"]}).raise_for_status()
+                client.post(
+                    "/v1/remember", json={"text": agent_text(i), "agent_id": f"agent-{i % 4}", "tags": [f"t{i % 3}"]}
+                ).raise_for_status()
             wait_queue_empty(service.url, timeout_s=saves * 30.0, progress="rss extraction", total=saves)
             points[f"after_{saves}_saves_extracted"] = service.rss()
             for i in range(recalls):
@@ -62,7 +71,7 @@ def run(*, llm_url: str, quick: bool = False, workdir: Path | None = None,
         },
         "observed_in_other_benchmarks": observed_elsewhere or {},
         "what": "VmRSS (now) and VmHWM (peak) of the service process plus its vector store's process (peaks summed); "
-                "llama-server is a separate process, not counted",
+        "llama-server is a separate process, not counted",
         "machine": machine_info(),
     }
 
@@ -73,8 +82,9 @@ def plot(result: dict[str, Any], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(9, 4))
     names = list(rows)
     ax.barh(names, [(rows[n] or {}).get("rss_mb") or 0 for n in names], label="VmRSS")
-    ax.scatter([(rows[n] or {}).get("peak_rss_mb") or 0 for n in names], names, color="black", zorder=3,
-               label="VmHWM (peak)")
+    ax.scatter(
+        [(rows[n] or {}).get("peak_rss_mb") or 0 for n in names], names, color="black", zorder=3, label="VmHWM (peak)"
+    )
     ax.axvline(GOAL_MB, color="red", ls="--", lw=1, label="goal 500 MB")
     ax.set_xlabel("MB")
     ax.set_title("memory-service process RSS (without llama-server)")

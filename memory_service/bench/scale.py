@@ -32,7 +32,15 @@ from typing import Any
 
 from memory_service.bench import recall, remember
 from memory_service.bench.chroma_server import ChromaServer
-from memory_service.bench.common import ServiceRunner, goal, machine_info, main_with_llama, pyplot, start_llama, write_figure
+from memory_service.bench.common import (
+    ServiceRunner,
+    goal,
+    machine_info,
+    main_with_llama,
+    pyplot,
+    start_llama,
+    write_figure,
+)
 from memory_service.bench.group import ServiceGroup, shared_env
 from memory_service.bench.limits import GOAL as CONSUME_GOAL
 from memory_service.bench.limits import process_cpu_s
@@ -62,12 +70,26 @@ def consume(root: Path, pg: PostgresCluster, chroma: ChromaServer, llm_url: str,
     out: dict[str, Any] = {}
     for name, (processes, env) in setups.items():
         _log(f"consume: {name}")
-        with ServiceGroup(root / f"consume-{name}", processes, api_keys={key: "bench-scale"}, llm_url=llm_url,
-                          env=env) as group:
+        with ServiceGroup(
+            root / f"consume-{name}", processes, api_keys={key: "bench-scale"}, llm_url=llm_url, env=env
+        ) as group:
             cpu_before = [process_cpu_s(r.pid) for r in group.runners]
-            proc = subprocess.run([sys.executable, "-m", LIMITS_MODULE, *(f"--url={u}" for u in group.urls()),
-                                   f"--api-key={key}", "--count", str(count), "--concurrency", str(CONSUME_CLIENTS)],
-                                  capture_output=True, text=True, timeout=900)
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    LIMITS_MODULE,
+                    *(f"--url={u}" for u in group.urls()),
+                    f"--api-key={key}",
+                    "--count",
+                    str(count),
+                    "--concurrency",
+                    str(CONSUME_CLIENTS),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
             cpu_after = [process_cpu_s(r.pid) for r in group.runners]
         try:
             result = json.loads(proc.stdout)
@@ -82,8 +104,9 @@ def consume(root: Path, pg: PostgresCluster, chroma: ChromaServer, llm_url: str,
     rps = {name: (r.get("requests_per_s") or 0) for name, r in out.items()}
     out["comparison"] = {
         "postgresql_1_over_sqlite_1_requests_per_s": _ratio(rps["postgresql_1_process"], rps["sqlite_1_process"]),
-        "postgresql_3_over_postgresql_1_requests_per_s": _ratio(rps["postgresql_3_processes"],
-                                                                rps["postgresql_1_process"]),
+        "postgresql_3_over_postgresql_1_requests_per_s": _ratio(
+            rps["postgresql_3_processes"], rps["postgresql_1_process"]
+        ),
         "p99_ms": {name: r.get("p99_ms") for name, r in out.items() if isinstance(r, dict) and "p99_ms" in r},
     }
     return out
@@ -99,7 +122,8 @@ def remember_ack(root: Path, pg: PostgresCluster, llm_url: str, quick: bool) -> 
         _log(f"remember: {name}")
         full = remember.run(llm_url=llm_url, quick=quick, workdir=root, env=env, name=f"remember-{name}")
         out[name] = {
-            "ack_latency_paced": full["ack_latency"], "errors": full["errors"],
+            "ack_latency_paced": full["ack_latency"],
+            "errors": full["errors"],
             "health_baseline_paced": full["baseline_same_run"]["latency"],
             "saturation_saves_per_s": full["saturation"]["saves_per_s"],
             "saturation_ack_latency": full["saturation"]["ack_latency"],
@@ -108,10 +132,15 @@ def remember_ack(root: Path, pg: PostgresCluster, llm_url: str, quick: bool) -> 
     sqlite, postgres = out["sqlite"], out["postgresql"]
     out["load"] = f"{remember.CLIENTS} clients, exponential think time (mean {remember.INTERVAL_S}s), model busy"
     out["comparison"] = {
-        "postgresql_over_sqlite_p50": _ratio(postgres["ack_latency_paced"]["p50_ms"], sqlite["ack_latency_paced"]["p50_ms"]),
-        "postgresql_over_sqlite_p99": _ratio(postgres["ack_latency_paced"]["p99_ms"], sqlite["ack_latency_paced"]["p99_ms"]),
-        "postgresql_over_sqlite_saturation_saves_per_s": _ratio(postgres["saturation_saves_per_s"],
-                                                                sqlite["saturation_saves_per_s"]),
+        "postgresql_over_sqlite_p50": _ratio(
+            postgres["ack_latency_paced"]["p50_ms"], sqlite["ack_latency_paced"]["p50_ms"]
+        ),
+        "postgresql_over_sqlite_p99": _ratio(
+            postgres["ack_latency_paced"]["p99_ms"], sqlite["ack_latency_paced"]["p99_ms"]
+        ),
+        "postgresql_over_sqlite_saturation_saves_per_s": _ratio(
+            postgres["saturation_saves_per_s"], sqlite["saturation_saves_per_s"]
+        ),
     }
     return out
 
@@ -128,8 +157,10 @@ def recall_stores(root: Path, chroma: ChromaServer, quick: bool) -> dict[str, An
     embedder, backend = recall.service_embedder()
     pool = embedder.embed([recall.fact_text(i, pool_size)[0] for i in range(pool_size)])
     del embedder
-    loaders = {"embedded": recall.Loader(root / "recall-embedded" / "data", pool),
-               "chroma_server": recall.Loader(root / "recall-server" / "data", pool, chroma_url=chroma.url)}
+    loaders = {
+        "embedded": recall.Loader(root / "recall-embedded" / "data", pool),
+        "chroma_server": recall.Loader(root / "recall-server" / "data", pool, chroma_url=chroma.url),
+    }
     levels_out: dict[str, Any] = {}
     for level in levels:
         per_store: dict[str, Any] = {}
@@ -141,23 +172,37 @@ def recall_stores(root: Path, chroma: ChromaServer, quick: bool) -> dict[str, An
             load_s = time.monotonic() - started
             variants = recall.variants_at(level, loader.epoch)
             env = {"MEMORY_CHROMA_URL": chroma.url} if loader.chroma_url else {}
-            service = ServiceRunner(loader.data_dir, api_keys={key: recall.TEAM}, llm_url=recall.DEAD_LLM_URL,
-                                    env=env).start()
+            service = ServiceRunner(
+                loader.data_dir, api_keys={key: recall.TEAM}, llm_url=recall.DEAD_LLM_URL, env=env
+            ).start()
             try:
-                measured = recall._measure(service.url, key, texts, {v: variants[v] for v in RECALL_VARIANTS},
-                                           0 if loader.chroma_url else recall.indexes_for(level))
+                measured = recall._measure(
+                    service.url,
+                    key,
+                    texts,
+                    {v: variants[v] for v in RECALL_VARIANTS},
+                    0 if loader.chroma_url else recall.indexes_for(level),
+                )
             finally:
                 service.stop()
-            per_store[store] = {"facts": loader.facts_in_journal, "vectors": loader.rows_in_collection,
-                                "load_s": round(load_s, 1), "http": measured}
+            per_store[store] = {
+                "facts": loader.facts_in_journal,
+                "vectors": loader.rows_in_collection,
+                "load_s": round(load_s, 1),
+                "http": measured,
+            }
         levels_out[str(level)] = per_store
         per_store["server_over_embedded_p50"] = {
             v: _ratio(per_store["chroma_server"]["http"][v]["p50_ms"], per_store["embedded"]["http"][v]["p50_ms"])
-            for v in RECALL_VARIANTS}
+            for v in RECALL_VARIANTS
+        }
     return {
-        "levels": levels_out, "queries": len(texts), "k": 10, "embedder_backend": backend,
+        "levels": levels_out,
+        "queries": len(texts),
+        "k": 10,
+        "embedder_backend": backend,
         "data": f"bench.recall's loader: {pool_size} real embeddings, the rest pool vectors + noise; "
-                "journal in SQLite for both stores, so only the vector store differs",
+        "journal in SQLite for both stores, so only the vector store differs",
         "note": None if not quick else "--quick: 10k facts only; the 100k figures need a full run",
     }
 
@@ -165,8 +210,9 @@ def recall_stores(root: Path, chroma: ChromaServer, quick: bool) -> dict[str, An
 # ---------------------------------------------------------------- the run
 
 
-def run(*, llm_url: str | None, quick: bool = False, model: str = "default",
-        workdir: Path | None = None) -> dict[str, Any]:
+def run(
+    *, llm_url: str | None, quick: bool = False, model: str = "default", workdir: Path | None = None
+) -> dict[str, Any]:
     tmp = tempfile.TemporaryDirectory(prefix="bench-scale-") if workdir is None else None
     root = Path(tmp.name) if tmp else workdir / "scale"  # type: ignore[operator]
     root.mkdir(parents=True, exist_ok=True)
@@ -182,9 +228,11 @@ def run(*, llm_url: str | None, quick: bool = False, model: str = "default",
             llama = start_llama(model, root / "llama")
             stack.callback(llama.stop)
             llm_url = llama.url
-        for name, measure in (("consume", lambda: consume(root, pg, chroma, llm_url, quick)),
-                              ("remember", lambda: remember_ack(root, pg, llm_url, quick)),
-                              ("recall", lambda: recall_stores(root, chroma, quick))):
+        for name, measure in (
+            ("consume", lambda: consume(root, pg, chroma, llm_url, quick)),
+            ("remember", lambda: remember_ack(root, pg, llm_url, quick)),
+            ("recall", lambda: recall_stores(root, chroma, quick)),
+        ):
             started = time.monotonic()
             try:
                 result[name] = measure()
@@ -192,9 +240,11 @@ def run(*, llm_url: str | None, quick: bool = False, model: str = "default",
                 result[name] = {"error": f"{type(exc).__name__}: {exc}"}
             result[name]["wall_time_s"] = round(time.monotonic() - started, 1)
     result["goals"] = goals(result, quick)
-    result["failed_checks"] = [f"consume {name}: over_limit {r.get('over_limit')}, errors {r.get('errors')}"
-                               for name, r in (result.get("consume") or {}).items()
-                               if isinstance(r, dict) and "over_limit" in r and (r["over_limit"] or r["errors"])]
+    result["failed_checks"] = [
+        f"consume {name}: over_limit {r.get('over_limit')}, errors {r.get('errors')}"
+        for name, r in (result.get("consume") or {}).items()
+        if isinstance(r, dict) and "over_limit" in r and (r["over_limit"] or r["errors"])
+    ]
     result["machine"] = machine_info()
     return result
 
@@ -204,8 +254,9 @@ def goals(result: dict[str, Any], quick: bool) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, r in (result.get("consume") or {}).items():
         if isinstance(r, dict) and "requests_per_s" in r:
-            out[f"consume {name} requests_per_s"] = goal(r["requests_per_s"], CONSUME_GOAL["requests_per_s"],
-                                                         at_most=False)
+            out[f"consume {name} requests_per_s"] = goal(
+                r["requests_per_s"], CONSUME_GOAL["requests_per_s"], at_most=False
+            )
             out[f"consume {name} over_limit"] = goal(r["over_limit"], 0)
     ack = ((result.get("remember") or {}).get("postgresql") or {}).get("ack_latency_paced") or {}
     for stat, target in remember.GOALS.items():
@@ -244,8 +295,12 @@ def plot(result: dict[str, Any], path: Path) -> None:
         top = levels[max(levels, key=int)]
         xs = range(len(RECALL_VARIANTS))
         for offset, store in ((-0.2, "embedded"), (0.2, "chroma_server")):
-            right.bar([x + offset for x in xs], [top[store]["http"][v]["p50_ms"] for v in RECALL_VARIANTS], 0.4,
-                      label=f"{store} p50")
+            right.bar(
+                [x + offset for x in xs],
+                [top[store]["http"][v]["p50_ms"] for v in RECALL_VARIANTS],
+                0.4,
+                label=f"{store} p50",
+            )
         right.set_xticks(list(xs), ["unfiltered", "agent 2%", "tag 10%"])
         right.set_yscale("log")
         right.set_ylabel("ms")

@@ -31,7 +31,15 @@ from typing import Any
 
 import httpx
 
-from memory_service.bench.common import ServiceRunner, goal, latency_summary, machine_info, main_without_llama, pyplot, write_figure
+from memory_service.bench.common import (
+    ServiceRunner,
+    goal,
+    latency_summary,
+    machine_info,
+    main_without_llama,
+    pyplot,
+    write_figure,
+)
 from memory_service.bench.recall import fact_text
 
 TEAM = "bench-transfer"
@@ -70,9 +78,17 @@ def make_record(i: int, epoch: float) -> dict[str, Any]:
         facts.append({"id": f"orig-{i}-{j}", "text": text, "spans": [[pos, pos + len(text)]], "created_at": created})
         parts.append(text)
         pos += len(text) + 1
-    return {"id": f"orig-{i}", "text": " ".join(parts) + f" (ref {i})", "agent_id": agent_of(i),
-            "run_id": f"run-{i % 100}", "tags": [f"project-{i % 10}"], "metadata": {"seq": i},
-            "created_at": created, "status": "done", "facts": facts}
+    return {
+        "id": f"orig-{i}",
+        "text": " ".join(parts) + f" (ref {i})",
+        "agent_id": agent_of(i),
+        "run_id": f"run-{i % 100}",
+        "tags": [f"project-{i % 10}"],
+        "metadata": {"seq": i},
+        "created_at": created,
+        "status": "done",
+        "facts": facts,
+    }
 
 
 def ndjson(records: list[dict[str, Any]]) -> bytes:
@@ -92,9 +108,13 @@ class Walk:
     total_s: float = 0.0
 
     def summary(self) -> dict[str, Any]:
-        return {"items": len(self.ids), "pages": len(self.page_s), "total_s": round(self.total_s, 3),
-                "items_per_s": round(len(self.ids) / self.total_s) if self.total_s else None,
-                "per_page": latency_summary(self.page_s)}
+        return {
+            "items": len(self.ids),
+            "pages": len(self.page_s),
+            "total_s": round(self.total_s, 3),
+            "items_per_s": round(len(self.ids) / self.total_s) if self.total_s else None,
+            "per_page": latency_summary(self.page_s),
+        }
 
 
 def walk(client: httpx.Client, limit: int, **params: str) -> Walk:
@@ -123,10 +143,14 @@ class Export:
     first_byte_s: float
 
     def summary(self) -> dict[str, Any]:
-        return {"lines": len(self.records), "mb": round(self.nbytes / 1e6, 2), "total_s": round(self.total_s, 3),
-                "lines_per_s": round(len(self.records) / self.total_s) if self.total_s else None,
-                "mb_per_s": round(self.nbytes / 1e6 / self.total_s, 2) if self.total_s else None,
-                "first_byte_ms": round(self.first_byte_s * 1000.0, 1)}
+        return {
+            "lines": len(self.records),
+            "mb": round(self.nbytes / 1e6, 2),
+            "total_s": round(self.total_s, 3),
+            "lines_per_s": round(len(self.records) / self.total_s) if self.total_s else None,
+            "mb_per_s": round(self.nbytes / 1e6 / self.total_s, 2) if self.total_s else None,
+            "first_byte_ms": round(self.first_byte_s * 1000.0, 1),
+        }
 
 
 def export_all(client: httpx.Client) -> Export:
@@ -154,35 +178,58 @@ def sqlite_export(db: Path, team: str) -> dict[str, Any]:
     try:
         facts: dict[str, dict[str, dict[str, Any]]] = {}
         for row in conn.execute(
-                "SELECT s.memory_id, s.span_start, s.span_end, f.* FROM fact_sources s "
-                "JOIN facts f ON f.id = s.fact_id WHERE f.team = ? ORDER BY f.created_at, s.span_start", (team,)):
-            fact = facts.setdefault(row["memory_id"], {}).setdefault(row["id"], {
-                "id": row["id"], "text": row["text"], "spans": [], "created_at": row["created_at"],
-                "superseded_by": row["superseded_by"], "superseded_at": row["superseded_at"]})
+            "SELECT s.memory_id, s.span_start, s.span_end, f.* FROM fact_sources s "
+            "JOIN facts f ON f.id = s.fact_id WHERE f.team = ? ORDER BY f.created_at, s.span_start",
+            (team,),
+        ):
+            fact = facts.setdefault(row["memory_id"], {}).setdefault(
+                row["id"],
+                {
+                    "id": row["id"],
+                    "text": row["text"],
+                    "spans": [],
+                    "created_at": row["created_at"],
+                    "superseded_by": row["superseded_by"],
+                    "superseded_at": row["superseded_at"],
+                },
+            )
             fact["spans"].append([row["span_start"], row["span_end"]])
         lines = nbytes = 0
-        for row in conn.execute("SELECT * FROM memories WHERE team = ? AND status != 'deleted' "
-                                "ORDER BY created_at, id", (team,)):
-            record = {"id": row["id"], "text": row["text"], "agent_id": row["agent_id"], "run_id": row["run_id"],
-                      "tags": json.loads(row["tags"]), "metadata": json.loads(row["metadata"]),
-                      "created_at": row["created_at"], "status": row["status"],
-                      "idempotency_key": row["idempotency_key"],
-                      "facts": list(facts.get(row["id"], {}).values())}
+        for row in conn.execute(
+            "SELECT * FROM memories WHERE team = ? AND status != 'deleted' ORDER BY created_at, id", (team,)
+        ):
+            record = {
+                "id": row["id"],
+                "text": row["text"],
+                "agent_id": row["agent_id"],
+                "run_id": row["run_id"],
+                "tags": json.loads(row["tags"]),
+                "metadata": json.loads(row["metadata"]),
+                "created_at": row["created_at"],
+                "status": row["status"],
+                "idempotency_key": row["idempotency_key"],
+                "facts": list(facts.get(row["id"], {}).values()),
+            }
             nbytes += len((json.dumps(record, ensure_ascii=False) + "\n").encode())
             lines += 1
     finally:
         conn.close()
     total = time.perf_counter() - started
-    return {"lines": lines, "mb": round(nbytes / 1e6, 2), "total_s": round(total, 3),
-            "lines_per_s": round(lines / total) if total else None}
+    return {
+        "lines": lines,
+        "mb": round(nbytes / 1e6, 2),
+        "total_s": round(total, 3),
+        "lines_per_s": round(lines / total) if total else None,
+    }
 
 
 def unindexed(db: Path, team: str) -> int:
     """Texts whose passage vectors the service has not written yet."""
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
-        return conn.execute("SELECT COUNT(*) FROM memories WHERE team = ? AND indexed = 0 AND status != 'deleted'",
-                            (team,)).fetchone()[0]
+        return conn.execute(
+            "SELECT COUNT(*) FROM memories WHERE team = ? AND indexed = 0 AND status != 'deleted'", (team,)
+        ).fetchone()[0]
     finally:
         conn.close()
 
@@ -248,8 +295,9 @@ def recall_finds(client: httpx.Client, wanted: dict[str, str]) -> int:
     return found
 
 
-def check_forgotten(client: httpx.Client, before: dict[str, dict[str, Any]], gone: set[str],
-                    samples: int) -> dict[str, Any]:
+def check_forgotten(
+    client: httpx.Client, before: dict[str, dict[str, Any]], gone: set[str], samples: int
+) -> dict[str, Any]:
     """Look for every forgotten id through GET, the list, the export and recall."""
     gone_facts = {f["id"] for memory_id in gone for f in before[memory_id]["facts"]}
     not_404 = sum(client.get(f"/v1/memories/{memory_id}").status_code != 404 for memory_id in sorted(gone))
@@ -258,15 +306,20 @@ def check_forgotten(client: httpx.Client, before: dict[str, dict[str, Any]], gon
     exported_facts = {f["id"] for r in exported.records for f in r["facts"]}
     probes = sorted(gone)[:: max(1, len(gone) // samples)][:samples]
     survivors = sorted(set(before) - gone)[:: max(1, (len(before) - len(gone)) // samples)][:samples]
-    scoped = client.post("/v1/recall", json={"query": before[probes[0]]["facts"][0]["text"], "k": 10,
-                                             "agent_id": BULK_AGENT, "scope": "agent"})
+    scoped = client.post(
+        "/v1/recall",
+        json={"query": before[probes[0]]["facts"][0]["text"], "k": 10, "agent_id": BULK_AGENT, "scope": "agent"},
+    )
     scoped.raise_for_status()
     out = {
-        "forgotten": len(gone), "forgotten_facts": len(gone_facts),
+        "forgotten": len(gone),
+        "forgotten_facts": len(gone_facts),
         "get_not_404": not_404,
-        "in_list": len(set(listed.ids) & gone), "list_count": len(listed.ids),
+        "in_list": len(set(listed.ids) & gone),
+        "list_count": len(listed.ids),
         "in_export": sum(r["id"] in gone for r in exported.records),
-        "facts_in_export": len(exported_facts & gone_facts), "export_count": len(exported.records),
+        "facts_in_export": len(exported_facts & gone_facts),
+        "export_count": len(exported.records),
         "expected_count": len(before) - len(gone),
         "recall_queries": len(probes),
         "in_recall": recall_leaks(client, [before[m]["facts"][0]["text"] for m in probes], gone, gone_facts),
@@ -275,8 +328,17 @@ def check_forgotten(client: httpx.Client, before: dict[str, dict[str, Any]], gon
         "recall_control_queries": len(survivors),
         "export_after": exported.summary(),
     }
-    leaks = sum(out[k] for k in ("get_not_404", "in_list", "in_export", "facts_in_export", "in_recall",
-                                 "recall_scoped_to_forgotten_agent_items"))
+    leaks = sum(
+        out[k]
+        for k in (
+            "get_not_404",
+            "in_list",
+            "in_export",
+            "facts_in_export",
+            "in_recall",
+            "recall_scoped_to_forgotten_agent_items",
+        )
+    )
     out["returned_total"] = leaks
     expected = out["expected_count"]
     out["count_off_by"] = abs(out["list_count"] - expected) + abs(out["export_count"] - expected)
@@ -298,7 +360,9 @@ def run(*, quick: bool = False, workdir: Path | None = None) -> dict[str, Any]:
     records = [make_record(i, epoch) for i in range(n)]
     payload = ndjson(records)
     result: dict[str, Any] = {
-        "benchmark": "transfer", "memories": n, "facts": sum(len(r["facts"]) for r in records),
+        "benchmark": "transfer",
+        "memories": n,
+        "facts": sum(len(r["facts"]) for r in records),
         "agents": dict(Counter(r["agent_id"] for r in records).most_common()),
     }
     service = ServiceRunner(root / "transfer-data", api_keys={key: TEAM}, llm_url=DEAD_LLM_URL).start()
@@ -319,11 +383,15 @@ def run(*, quick: bool = False, workdir: Path | None = None) -> dict[str, Any]:
             tmp.cleanup()
     after = result["after_forget"]
     result["forgotten_never_returned"] = after["returned_total"] == 0
-    result["goals"] = {"forgotten_ids_returned": goal(after["returned_total"], 0),
-                       "list_and_export_count_off_by": goal(after["count_off_by"], 0)}
+    result["goals"] = {
+        "forgotten_ids_returned": goal(after["returned_total"], 0),
+        "list_and_export_count_off_by": goal(after["count_off_by"], 0),
+    }
     result["failed_checks"] = [name for name, g in result["goals"].items() if g["met"] is False]
-    result["notes"] = ("one client, sequential requests, on the same machine as the service; "
-                       "timings include the client's HTTP overhead (not its JSON parsing of the export)")
+    result["notes"] = (
+        "one client, sequential requests, on the same machine as the service; "
+        "timings include the client's HTTP overhead (not its JSON parsing of the export)"
+    )
     result["machine"] = machine_info()
     return result
 
@@ -340,11 +408,17 @@ def _populate(client: httpx.Client, db: Path, payload: bytes, n: int, facts: int
         raise RuntimeError(f"import stored {body['imported']} of {n}: {body}")
     indexed_s = wait_indexed(db, TEAM, timeout_s=max(600.0, n * 0.5))
     _log(f"imported in {seconds:.1f}s, passages embedded {indexed_s:.1f}s later")
-    return {"import": {"total_s": round(seconds, 2), "memories_per_s": round(n / seconds, 1),
-                       "facts_per_s": round(facts / seconds, 1), "body_mb": round(len(payload) / 1e6, 2),
-                       "failed": body["failed"],
-                       "what": "facts kept and embedded during the request; passages embedded afterwards",
-                       "passages_indexed_s_after_import": round(indexed_s, 1)}}
+    return {
+        "import": {
+            "total_s": round(seconds, 2),
+            "memories_per_s": round(n / seconds, 1),
+            "facts_per_s": round(facts / seconds, 1),
+            "body_mb": round(len(payload) / 1e6, 2),
+            "failed": body["failed"],
+            "what": "facts kept and embedded during the request; passages embedded afterwards",
+            "passages_indexed_s_after_import": round(indexed_s, 1),
+        }
+    }
 
 
 def _read_side(client: httpx.Client, service: ServiceRunner, result: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -356,8 +430,10 @@ def _read_side(client: httpx.Client, service: ServiceRunner, result: dict[str, A
         if len(set(one.ids)) != result["memories"]:
             raise RuntimeError(f"list {name} returned {len(set(one.ids))} distinct ids of {result['memories']}")
     result["list"] = {name: one.summary() for name, one in lists.items()}
-    result["list_filtered"] = {"agent_id": RARE_AGENT, **{
-        f"limit_{limit}": walk(client, limit, agent_id=RARE_AGENT).summary() for limit in (100, MAX_LIMIT)}}
+    result["list_filtered"] = {
+        "agent_id": RARE_AGENT,
+        **{f"limit_{limit}": walk(client, limit, agent_id=RARE_AGENT).summary() for limit in (100, MAX_LIMIT)},
+    }
     rss_before = service.rss()  # VmHWM rising here would mean the export is held in memory, not streamed
     exported = export_all(client)
     result["export"] = {**exported.summary(), "service_rss_before": rss_before, "service_rss_after": service.rss()}
@@ -371,8 +447,11 @@ def _read_side(client: httpx.Client, service: ServiceRunner, result: dict[str, A
 
 def _forgets(client: httpx.Client, before: dict[str, dict[str, Any]], singles: int) -> dict[str, Any]:
     """Single forgets spread over the non-bulk agents, then the bulk forget of the 30% agent."""
-    others = [m for m, r in sorted(before.items(), key=lambda kv: kv[1]["created_at"])
-              if r["agent_id"] not in (BULK_AGENT, RARE_AGENT)]
+    others = [
+        m
+        for m, r in sorted(before.items(), key=lambda kv: kv[1]["created_at"])
+        if r["agent_id"] not in (BULK_AGENT, RARE_AGENT)
+    ]
     chosen = others[:: max(1, len(others) // singles)][:singles]
     _log(f"forgetting {len(chosen)} memories one at a time, then agent {BULK_AGENT}")
     single_s = forget_each(client, chosen)
@@ -387,8 +466,12 @@ def _forgets(client: httpx.Client, before: dict[str, dict[str, Any]], singles: i
     bulk_ids = [m for m, r in before.items() if r["agent_id"] == BULK_AGENT]
     return {
         "forget_one": latency_summary(single_s),
-        "forget_bulk": {"agent_id": BULK_AGENT, "deleted": deleted, "total_s": round(bulk_s, 3),
-                        "memories_per_s": round(deleted / bulk_s, 1) if bulk_s else None},
+        "forget_bulk": {
+            "agent_id": BULK_AGENT,
+            "deleted": deleted,
+            "total_s": round(bulk_s, 3),
+            "memories_per_s": round(deleted / bulk_s, 1) if bulk_s else None,
+        },
         "_gone": chosen + bulk_ids,
     }
 
@@ -398,8 +481,9 @@ def plot(result: dict[str, Any], path: Path) -> None:
     plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     pages = {f"all\n{k}": v["per_page"] for k, v in result["list"].items()}
-    pages.update({f"{RARE_AGENT}\n{k}": v["per_page"] for k, v in result["list_filtered"].items()
-                  if k.startswith("limit_")})
+    pages.update(
+        {f"{RARE_AGENT}\n{k}": v["per_page"] for k, v in result["list_filtered"].items() if k.startswith("limit_")}
+    )
     names = list(pages)
     xs = range(len(names))
     left.bar([x - 0.2 for x in xs], [pages[n]["p50_ms"] or 0 for n in names], 0.4, label="p50")
@@ -409,10 +493,13 @@ def plot(result: dict[str, Any], path: Path) -> None:
     left.set_title("GET /v1/memories")
     left.legend(fontsize=8)
     base = result["baseline_same_run"]
-    totals = {"import": result["import"]["total_s"], "export": result["export"]["total_s"],
-              "export from SQLite (baseline)": base["sqlite_direct_export"]["total_s"],
-              f"list walk, {MAX_LIMIT}/page": result["list"][f"limit_{MAX_LIMIT}"]["total_s"],
-              f"bulk forget ({result['forget_bulk']['deleted']})": result["forget_bulk"]["total_s"]}
+    totals = {
+        "import": result["import"]["total_s"],
+        "export": result["export"]["total_s"],
+        "export from SQLite (baseline)": base["sqlite_direct_export"]["total_s"],
+        f"list walk, {MAX_LIMIT}/page": result["list"][f"limit_{MAX_LIMIT}"]["total_s"],
+        f"bulk forget ({result['forget_bulk']['deleted']})": result["forget_bulk"]["total_s"],
+    }
     right.barh(list(totals), list(totals.values()))
     right.set_xscale("log")
     right.set_xlabel("seconds")
@@ -422,8 +509,15 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Exit 1 when a forgotten id came back (or the counts after forgetting are wrong)."""
-    return main_without_llama(argv, doc=__doc__, name="transfer", run=run, plot=plot,
-                              quick="500 memories instead of 10k", failed=lambda result: bool(result["failed_checks"]))
+    return main_without_llama(
+        argv,
+        doc=__doc__,
+        name="transfer",
+        run=run,
+        plot=plot,
+        quick="500 memories instead of 10k",
+        failed=lambda result: bool(result["failed_checks"]),
+    )
 
 
 if __name__ == "__main__":

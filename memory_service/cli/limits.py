@@ -52,10 +52,10 @@ def add_limits_parser(subparsers: Any) -> argparse.ArgumentParser:
     handled.add_argument("--check", action="store_true", help="only look the key up, do not record it")
 
     for parser in (put, consume, show, handled):
-        parser.add_argument("--url", default=os.environ.get("MEMORY_URL", "http://127.0.0.1:8700"),
-                            help="service URL (env MEMORY_URL)")
-        parser.add_argument("--api-key", default=os.environ.get("MEMORY_API_KEY"),
-                            help="API key (env MEMORY_API_KEY)")
+        parser.add_argument(
+            "--url", default=os.environ.get("MEMORY_URL", "http://127.0.0.1:8700"), help="service URL (env MEMORY_URL)"
+        )
+        parser.add_argument("--api-key", default=os.environ.get("MEMORY_API_KEY"), help="API key (env MEMORY_API_KEY)")
     limits.set_defaults(func=run_limits)
     return limits
 

@@ -10,8 +10,8 @@ import os
 import shlex
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from memory_service.bench.options import add_bench_arguments
 from memory_service.config import ConfigError, Settings
@@ -20,8 +20,9 @@ from memory_service.logs import TEXT_FORMAT
 
 
 def _client_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", default=os.environ.get("MEMORY_URL", "http://127.0.0.1:8700"),
-                        help="service URL (env MEMORY_URL)")
+    parser.add_argument(
+        "--url", default=os.environ.get("MEMORY_URL", "http://127.0.0.1:8700"), help="service URL (env MEMORY_URL)"
+    )
     parser.add_argument("--api-key", default=os.environ.get("MEMORY_API_KEY"), help="API key (env MEMORY_API_KEY)")
 
 
@@ -66,8 +67,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from memory_service.storage.vectors import ChromaUnreachable, probe_server
 
     settings = Settings.from_env().with_overrides(
-        host=args.host, port=args.port, data_dir=Path(args.data_dir) if args.data_dir else None,
-        model=args.model, llm_url=args.llm_url,
+        host=args.host,
+        port=args.port,
+        data_dir=Path(args.data_dir) if args.data_dir else None,
+        model=args.model,
+        llm_url=args.llm_url,
     )
     check_exposure(settings)
     check_workers(settings, args.workers)
@@ -91,8 +95,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     speed_prior = None
     if not settings.llm_url:
         model_path = resolve_model(settings.model, settings.cache_dir)
-        logging.info("starting llama-server with %s (%d thread(s), ctx %d, nice +%d)", model_path.name,
-                     settings.llama_threads, settings.llama_ctx, settings.llama_nice)
+        logging.info(
+            "starting llama-server with %s (%d thread(s), ctx %d, nice +%d)",
+            model_path.name,
+            settings.llama_threads,
+            settings.llama_ctx,
+            settings.llama_nice,
+        )
         try:
             llama = launch(settings, model_path, settings.data_dir / "llama-server.log")
         except LlamaServerError as exc:
@@ -107,8 +116,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     # JSON logs: uvicorn's own loggers go through the root handler too, instead of its text formatters
     log_config = {"log_config": None} if settings.log_format == "json" else {}
-    common = dict(host=settings.host, port=settings.port, log_level=os.environ.get("MEMORY_LOG_LEVEL", "info").lower(),
-                  access_log=False, **log_config)
+    common = dict(
+        host=settings.host,
+        port=settings.port,
+        log_level=os.environ.get("MEMORY_LOG_LEVEL", "info").lower(),
+        access_log=False,
+        **log_config,
+    )
     try:
         if args.workers > 1:
             # the workers are fresh interpreters: they read the settings resolved here from their environment,
@@ -117,8 +131,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
             logging.info("starting %d API worker processes", args.workers)
             uvicorn.run(APP, factory=True, workers=args.workers, http=HTTP_PROTOCOL, **common)
         else:
-            uvicorn.run(create_app(settings, speed_prior=speed_prior), workers=1,
-                        http=guarded_protocol(settings.header_timeout_s, settings.body_timeout_s), **common)
+            uvicorn.run(
+                create_app(settings, speed_prior=speed_prior),
+                workers=1,
+                http=guarded_protocol(settings.header_timeout_s, settings.body_timeout_s),
+                **common,
+            )
     finally:
         if llama is not None:
             llama.stop()
@@ -133,8 +151,9 @@ def cmd_llama_server(args: argparse.Namespace) -> int:
 
     settings = Settings.from_env().with_overrides(model=args.model)
     try:
-        process = LlamaServerProcess.from_settings(settings, resolve_model(settings.model, settings.cache_dir), None,
-                                                   port=args.port)
+        process = LlamaServerProcess.from_settings(
+            settings, resolve_model(settings.model, settings.cache_dir), None, port=args.port
+        )
     except (LlamaServerError, FileNotFoundError, ValueError) as exc:
         print(f"llama-server: {exc}", file=sys.stderr)
         return 1
@@ -169,8 +188,18 @@ def cmd_get(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    params = {k: v for k, v in (("agent_id", args.agent_id), ("run_id", args.run_id), ("status", args.status),
-                                ("tag", args.tag), ("limit", args.limit), ("cursor", args.cursor)) if v is not None}
+    params = {
+        k: v
+        for k, v in (
+            ("agent_id", args.agent_id),
+            ("run_id", args.run_id),
+            ("status", args.status),
+            ("tag", args.tag),
+            ("limit", args.limit),
+            ("cursor", args.cursor),
+        )
+        if v is not None
+    }
     with _http(args) as client:
         return _print_response(client.get("/v1/memories", params=params))
 
@@ -207,9 +236,14 @@ def cmd_import(args: argparse.Namespace) -> int:
     source = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")
     try:
         with _http(args) as client:
-            return _print_response(client.post(
-                "/v1/import", params={"re_extract": str(args.re_extract).lower()},
-                content=iter(lambda: source.read(1 << 16), b""), headers={"content-type": "application/x-ndjson"}))
+            return _print_response(
+                client.post(
+                    "/v1/import",
+                    params={"re_extract": str(args.re_extract).lower()},
+                    content=iter(lambda: source.read(1 << 16), b""),
+                    headers={"content-type": "application/x-ndjson"},
+                )
+            )
     finally:
         if source is not sys.stdin.buffer:
             source.close()
@@ -235,9 +269,12 @@ def _summarised(what: str, action: Callable[[], dict]) -> int:
 def _embedded_only(what: str, args: argparse.Namespace) -> bool:
     """Backup and restore copy the data dir's SQLite files: with MEMORY_DATABASE_URL there are none."""
     if _data_settings(args).database_url:
-        print(f"{what} failed: MEMORY_DATABASE_URL is set, so the journal, limits and keys live in PostgreSQL, "
-              "not in the data dir. Back them up with PostgreSQL's own tools (pg_dump / pg_restore), then run "
-              "`memory-service reindex` after a restore to rebuild the vectors.", file=sys.stderr)
+        print(
+            f"{what} failed: MEMORY_DATABASE_URL is set, so the journal, limits and keys live in PostgreSQL, "
+            "not in the data dir. Back them up with PostgreSQL's own tools (pg_dump / pg_restore), then run "
+            "`memory-service reindex` after a restore to rebuild the vectors.",
+            file=sys.stderr,
+        )
         return False
     return True
 
@@ -255,8 +292,10 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
     if not _embedded_only("restore", args):
         return 1
-    return _summarised("restore", lambda: restore(Path(args.dir), _data_settings(args), force=args.force,
-                                                  rebuild_vectors=args.rebuild_vectors))
+    return _summarised(
+        "restore",
+        lambda: restore(Path(args.dir), _data_settings(args), force=args.force, rebuild_vectors=args.rebuild_vectors),
+    )
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
@@ -303,8 +342,17 @@ def cmd_keys(args: argparse.Namespace) -> int:
     try:
         if args.keys_command == "create":
             made = store.create(args.team, args.role, agent_id=args.agent, label=args.label)
-            print(json.dumps({"id": made.info.id, "team": made.info.team, "role": made.info.role,
-                              "agent_id": made.info.agent_id, "key": made.key}))
+            print(
+                json.dumps(
+                    {
+                        "id": made.info.id,
+                        "team": made.info.team,
+                        "role": made.info.role,
+                        "agent_id": made.info.agent_id,
+                        "key": made.key,
+                    }
+                )
+            )
             print("the key is shown this once: store it now", file=sys.stderr)
         elif args.keys_command == "list":
             for info in store.list(args.team, include_revoked=args.all):
@@ -354,16 +402,24 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="env MEMORY_PORT (default 8700)")
     serve.add_argument("--data-dir", help="env MEMORY_DATA_DIR (default ./memory-data)")
     serve.add_argument("--model", help="default | tiny | large | path to a .gguf (env MEMORY_MODEL)")
-    serve.add_argument("--llm-url", help="use this running llama-server, or several comma-separated "
-                       "(env MEMORY_LLM_URL)")
-    serve.add_argument("--workers", type=_positive_int, default=1,
-                       help="API processes on the port, sharing one llama-server (default 1); more than 1 needs "
-                            "MEMORY_DATABASE_URL and MEMORY_CHROMA_URL")
+    serve.add_argument(
+        "--llm-url", help="use this running llama-server, or several comma-separated (env MEMORY_LLM_URL)"
+    )
+    serve.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=1,
+        help="API processes on the port, sharing one llama-server (default 1); more than 1 needs "
+        "MEMORY_DATABASE_URL and MEMORY_CHROMA_URL",
+    )
     serve.set_defaults(func=cmd_serve)
 
     doctor = sub.add_parser("doctor", help="check that the model server meets the contract and the budget")
-    doctor.add_argument("--llm-url", default=os.environ.get("MEMORY_LLM_URL"),
-                        help="llama-server(s) to check, comma-separated; default: start one like `serve` does")
+    doctor.add_argument(
+        "--llm-url",
+        default=os.environ.get("MEMORY_LLM_URL"),
+        help="llama-server(s) to check, comma-separated; default: start one like `serve` does",
+    )
     doctor.add_argument("--model", default=None, help="model for the started server (default | tiny | large | path)")
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
     doctor.set_defaults(func=cmd_doctor)
@@ -428,9 +484,12 @@ def build_parser() -> argparse.ArgumentParser:
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)
     create = keys_sub.add_parser("create", help="a new key, printed once")
     create.add_argument("--team", required=True)
-    create.add_argument("--role", required=True, choices=["read", "write", "admin"],
-                        help="read: recall/get/list/check; write: +remember/consume/mark/import; "
-                             "admin: +forget/limit definitions/keys")
+    create.add_argument(
+        "--role",
+        required=True,
+        choices=["read", "write", "admin"],
+        help="read: recall/get/list/check; write: +remember/consume/mark/import; admin: +forget/limit definitions/keys",
+    )
     create.add_argument("--agent", help="pin the key to this agent_id: it can write only as this agent")
     create.add_argument("--label", help="a note for people")
     lister_keys = keys_sub.add_parser("list", help="keys (never their secrets)")
@@ -449,26 +508,36 @@ def build_parser() -> argparse.ArgumentParser:
     restore = sub.add_parser("restore", help="bring a backup back into the data dir (stop the service first)")
     restore.add_argument("dir", help="a directory written by `memory-service backup`")
     restore.add_argument("--data-dir", help="env MEMORY_DATA_DIR (default ./memory-data)")
-    restore.add_argument("--force", action="store_true",
-                         help="restore over a data dir that holds data (it is moved aside, not deleted)")
-    restore.add_argument("--rebuild-vectors", action="store_true",
-                         help="embed everything again even when the backup holds a copy of the vectors")
+    restore.add_argument(
+        "--force", action="store_true", help="restore over a data dir that holds data (it is moved aside, not deleted)"
+    )
+    restore.add_argument(
+        "--rebuild-vectors",
+        action="store_true",
+        help="embed everything again even when the backup holds a copy of the vectors",
+    )
     restore.set_defaults(func=cmd_restore)
 
     reindex = sub.add_parser("reindex", help="rebuild the vector store from the journal (stop the service first)")
     reindex.add_argument("--team", help="only this team's collections (default: every team's)")
-    reindex.add_argument("--data-dir", help="env MEMORY_DATA_DIR (default ./memory-data); the vectors go to "
-                                            "MEMORY_CHROMA_URL when it is set")
+    reindex.add_argument(
+        "--data-dir",
+        help="env MEMORY_DATA_DIR (default ./memory-data); the vectors go to MEMORY_CHROMA_URL when it is set",
+    )
     reindex.set_defaults(func=cmd_reindex)
-    migrate = sub.add_parser("migrate", help="copy the data dir's SQLite stores into PostgreSQL, then reindex "
-                                             "(stop the service first)")
+    migrate = sub.add_parser(
+        "migrate", help="copy the data dir's SQLite stores into PostgreSQL, then reindex (stop the service first)"
+    )
     migrate.add_argument("--to", required=True, help="postgresql://user@host:port/database")
     migrate.add_argument("--data-dir", help="env MEMORY_DATA_DIR (default ./memory-data)")
-    migrate.add_argument("--no-reindex", action="store_true",
-                         help="copy only; run `memory-service reindex` later to rebuild the vectors")
+    migrate.add_argument(
+        "--no-reindex", action="store_true", help="copy only; run `memory-service reindex` later to rebuild the vectors"
+    )
     migrate.set_defaults(func=cmd_migrate)
-    llama = sub.add_parser("llama-server", help="run the proven llama-server with the model in the foreground "
-                                                "(one member of a MEMORY_LLM_URL pool)")
+    llama = sub.add_parser(
+        "llama-server",
+        help="run the proven llama-server with the model in the foreground (one member of a MEMORY_LLM_URL pool)",
+    )
     llama.add_argument("--port", type=int, required=True)
     llama.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     llama.add_argument("--model", help="env MEMORY_MODEL (default: the default model)")
@@ -476,15 +545,25 @@ def build_parser() -> argparse.ArgumentParser:
     llama.set_defaults(func=cmd_llama_server)
 
     mcp = sub.add_parser("mcp", help="serve the memory tools to agent harnesses over MCP (stdio or HTTP)")
-    mcp.add_argument("--transport", choices=["stdio", "http"], default="stdio",
-                     help="stdio: the harness spawns this command; http: streamable HTTP at /mcp")
+    mcp.add_argument(
+        "--transport",
+        choices=["stdio", "http"],
+        default="stdio",
+        help="stdio: the harness spawns this command; http: streamable HTTP at /mcp",
+    )
     mcp.add_argument("--host", default="127.0.0.1", help="HTTP: address to listen on")
     mcp.add_argument("--port", type=int, default=8701, help="HTTP: port (default 8701)")
-    mcp.add_argument("--agent-id", default=os.environ.get("MEMORY_AGENT_ID", "agent"),
-                     help="who saves and consumes through these tools (env MEMORY_AGENT_ID, default 'agent')")
-    mcp.add_argument("--read-only", action="store_true",
-                     default=os.environ.get("MEMORY_MCP_READ_ONLY", "").lower() in ("1", "true", "yes"),
-                     help="list only the tools that read (env MEMORY_MCP_READ_ONLY=1)")
+    mcp.add_argument(
+        "--agent-id",
+        default=os.environ.get("MEMORY_AGENT_ID", "agent"),
+        help="who saves and consumes through these tools (env MEMORY_AGENT_ID, default 'agent')",
+    )
+    mcp.add_argument(
+        "--read-only",
+        action="store_true",
+        default=os.environ.get("MEMORY_MCP_READ_ONLY", "").lower() in ("1", "true", "yes"),
+        help="list only the tools that read (env MEMORY_MCP_READ_ONLY=1)",
+    )
     _client_args(mcp)
     mcp.set_defaults(func=cmd_mcp)
 

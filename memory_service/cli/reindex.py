@@ -33,14 +33,16 @@ def run_reindex(settings: Settings, team: str | None = None) -> dict[str, Any]:
 
     data_dir = settings.data_dir.absolute()
     if not settings.database_url and not (data_dir / JOURNAL).is_file():
-        raise ReindexError(f"no {JOURNAL} in {data_dir}: is it a memory-service data dir? "
-                           "(--data-dir, env MEMORY_DATA_DIR)")
+        raise ReindexError(
+            f"no {JOURNAL} in {data_dir}: is it a memory-service data dir? (--data-dir, env MEMORY_DATA_DIR)"
+        )
     lock = DataDirLock(data_dir)
     try:
         lock.acquire(exclusive=True, wait=False)
     except DataDirBusy:
-        raise ReindexError(f"a memory-service is running on {data_dir}: stop it, then reindex "
-                           "(the rebuild drops the vectors first)") from None
+        raise ReindexError(
+            f"a memory-service is running on {data_dir}: stop it, then reindex (the rebuild drops the vectors first)"
+        ) from None
     try:
         return _rebuild(settings, data_dir, team)
     except ChromaUnreachable as exc:
@@ -50,8 +52,8 @@ def run_reindex(settings: Settings, team: str | None = None) -> dict[str, Any]:
 
 
 def _rebuild(settings: Settings, data_dir: Path, team: str | None) -> dict[str, Any]:
-    from memory_service.ops.reindex import reindex
     from memory_service.embedding.embedder import load_embedder
+    from memory_service.ops.reindex import reindex
     from memory_service.storage.database import open_database
     from memory_service.storage.journal import Journal
     from memory_service.storage.vectors import VectorStore
@@ -76,6 +78,10 @@ def _rebuild(settings: Settings, data_dir: Path, team: str | None) -> dict[str, 
         journal.close()
         if database is not None:
             database.close()
-    return {"reindexed": store, "team": team, "collections_dropped": dropped,
-            "passages_embedded": done.passages, "facts_embedded": done.facts}
-
+    return {
+        "reindexed": store,
+        "team": team,
+        "collections_dropped": dropped,
+        "passages_embedded": done.passages,
+        "facts_embedded": done.facts,
+    }

@@ -8,20 +8,28 @@ agent that imports the client must not pay for torch, Chroma or ONNX Runtime.
 from __future__ import annotations
 
 import functools
-
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, Callable, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import httpx
 from pydantic import TypeAdapter
 
-from memory_service.contract.models import (ExportedMemory, ForgetResponse, ImportResponse, MemoryOut, MemoryPage, RecallResponse,
-                         RememberResponse, TeamOut)
 from memory_service.contract.limits import ConsumeAnswer, HandledOut, LimitOut
+from memory_service.contract.models import (
+    ExportedMemory,
+    ForgetResponse,
+    ImportResponse,
+    MemoryOut,
+    MemoryPage,
+    RecallResponse,
+    RememberResponse,
+    TeamOut,
+)
 
 T = TypeVar("T")
 
@@ -53,7 +61,7 @@ class Call(Generic[T]):
     headers: dict[str, str] = field(default_factory=lambda: {REQUEST_ID: uuid.uuid4().hex})
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _adapter(kind: Any) -> TypeAdapter:
     return TypeAdapter(kind)
 
@@ -92,18 +100,20 @@ def retry_after_s(response: httpx.Response) -> float | None:
         return max(0.0, float(value))
     except ValueError:
         try:
-            return max(0.0, (parsedate_to_datetime(value) - datetime.now(parsedate_to_datetime(value).tzinfo))
-                       .total_seconds())
+            return max(
+                0.0, (parsedate_to_datetime(value) - datetime.now(parsedate_to_datetime(value).tzinfo)).total_seconds()
+            )
         except (TypeError, ValueError):
             return 1.0
 
 
-def retry_delay(call: Call[Any], response: httpx.Response | None, elapsed_s: float, budget_s: float,
-                attempt: int) -> float | None:
+def retry_delay(
+    call: Call[Any], response: httpx.Response | None, elapsed_s: float, budget_s: float, attempt: int
+) -> float | None:
     """How long to wait before resending, or None to stop: a 429/503 whose Retry-After fits the budget,
     or a lost answer to a call that is safe to resend."""
     if response is None:
-        delay = min(2.0, 0.1 * 2 ** attempt) if call.idempotent else None
+        delay = min(2.0, 0.1 * 2**attempt) if call.idempotent else None
     elif response.status_code in RETRIED_STATUSES:
         delay = retry_after_s(response)
     else:
@@ -123,14 +133,16 @@ def finish(call: Call[T], response: httpx.Response) -> T:
     except ValueError:
         body = response.text
     message = body.get("detail", body) if isinstance(body, dict) else body
-    raise MemoryServiceError(response.status_code, message if isinstance(message, str) else json.dumps(message),
-                             request_id, body)
+    raise MemoryServiceError(
+        response.status_code, message if isinstance(message, str) else json.dumps(message), request_id, body
+    )
 
 
 def lost(call: Call[Any], exc: Exception) -> MemoryServiceError:
     """No answer at all (refused, reset, timed out) once retries are spent."""
-    return MemoryServiceError(0, f"no answer from the service: {type(exc).__name__}: {exc}",
-                              call.headers.get(REQUEST_ID))
+    return MemoryServiceError(
+        0, f"no answer from the service: {type(exc).__name__}: {exc}", call.headers.get(REQUEST_ID)
+    )
 
 
 class Requests:
@@ -138,36 +150,97 @@ class Requests:
 
     # -- memories ---------------------------------------------------------------
 
-    def remember(self, text: str, *, agent_id: str, run_id: str | None = None, tags: list[str] | None = None,
-                 metadata: dict[str, Any] | None = None, idempotency_key: str | None = None,
-                 wait_s: float = 0.0) -> Call[RememberResponse]:
+    def remember(
+        self,
+        text: str,
+        *,
+        agent_id: str,
+        run_id: str | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        wait_s: float = 0.0,
+    ) -> Call[RememberResponse]:
         # a key of our own, so a resend after a lost answer returns the first save instead of a second one
-        body = _drop_none({"text": text, "agent_id": agent_id, "run_id": run_id, "tags": tags or [],
-                           "metadata": metadata or {}, "wait_s": wait_s,
-                           "idempotency_key": idempotency_key or "client-" + uuid.uuid4().hex})
+        body = _drop_none(
+            {
+                "text": text,
+                "agent_id": agent_id,
+                "run_id": run_id,
+                "tags": tags or [],
+                "metadata": metadata or {},
+                "wait_s": wait_s,
+                "idempotency_key": idempotency_key or "client-" + uuid.uuid4().hex,
+            }
+        )
         return Call("POST", "/v1/remember", _model(RememberResponse), json=body, extra_timeout_s=wait_s)
 
     def get(self, memory_id: str) -> Call[MemoryOut]:
         return Call("GET", f"/v1/memories/{memory_id}", _model(MemoryOut))
 
-    def recall(self, query: str, *, k: int = 10, agent_id: str | None = None, kinds: list[str] | None = None,
-               tags: list[str] | None = None, since: datetime | str | None = None,
-               until: datetime | str | None = None, min_score: float | None = None,
-               time_field: str | None = None) -> Call[RecallResponse]:
-        body = _drop_none({"query": query, "k": k, "agent_id": agent_id, "scope": "agent" if agent_id else "team",
-                           "kinds": kinds, "tags": tags, "since": _iso(since), "until": _iso(until),
-                           "min_score": min_score, "time_field": time_field})
+    def recall(
+        self,
+        query: str,
+        *,
+        k: int = 10,
+        agent_id: str | None = None,
+        kinds: list[str] | None = None,
+        tags: list[str] | None = None,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+        min_score: float | None = None,
+        time_field: str | None = None,
+    ) -> Call[RecallResponse]:
+        body = _drop_none(
+            {
+                "query": query,
+                "k": k,
+                "agent_id": agent_id,
+                "scope": "agent" if agent_id else "team",
+                "kinds": kinds,
+                "tags": tags,
+                "since": _iso(since),
+                "until": _iso(until),
+                "min_score": min_score,
+                "time_field": time_field,
+            }
+        )
         return Call("POST", "/v1/recall", _model(RecallResponse), json=body)
 
-    def list(self, *, agent_id: str | None = None, run_id: str | None = None, status: str | None = None,
-             tag: str | None = None, since: datetime | str | None = None, until: datetime | str | None = None,
-             limit: int | None = None, cursor: str | None = None) -> Call[MemoryPage]:
-        params = _drop_none({"agent_id": agent_id, "run_id": run_id, "status": status, "tag": tag,
-                             "since": _iso(since), "until": _iso(until), "limit": limit, "cursor": cursor})
+    def list(
+        self,
+        *,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        status: str | None = None,
+        tag: str | None = None,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> Call[MemoryPage]:
+        params = _drop_none(
+            {
+                "agent_id": agent_id,
+                "run_id": run_id,
+                "status": status,
+                "tag": tag,
+                "since": _iso(since),
+                "until": _iso(until),
+                "limit": limit,
+                "cursor": cursor,
+            }
+        )
         return Call("GET", "/v1/memories", _model(MemoryPage), params=params)
 
-    def forget(self, memory_id: str | None = None, *, agent_id: str | None = None, run_id: str | None = None,
-               confirm: bool = False) -> Call[ForgetResponse]:
+    def forget(
+        self,
+        memory_id: str | None = None,
+        *,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        confirm: bool = False,
+    ) -> Call[ForgetResponse]:
         if memory_id is not None:
             return Call("DELETE", f"/v1/memories/{memory_id}", lambda r: ForgetResponse(deleted=1))
         params = _drop_none({"agent_id": agent_id, "run_id": run_id, "confirm": str(confirm).lower()})
@@ -178,8 +251,14 @@ class Requests:
 
     def import_(self, records: list[ExportedMemory], *, re_extract: bool = False) -> Call[ImportResponse]:
         content = "".join(r.model_dump_json() + "\n" for r in records).encode()
-        return Call("POST", "/v1/import", _model(ImportResponse), params={"re_extract": str(re_extract).lower()},
-                    content=content, extra_timeout_s=300)
+        return Call(
+            "POST",
+            "/v1/import",
+            _model(ImportResponse),
+            params={"re_extract": str(re_extract).lower()},
+            content=content,
+            extra_timeout_s=300,
+        )
 
     def team(self) -> Call[TeamOut]:
         return Call("GET", "/v1/team", _model(TeamOut))
@@ -187,37 +266,53 @@ class Requests:
     # -- daily limits and the handled ledger --------------------------------------
 
     def limits_set(self, name: str, *, daily_limit: int, timezone: str = "UTC", per: str = "team") -> Call[LimitOut]:
-        return Call("PUT", f"/v1/limits/{name}", _model(LimitOut),
-                    json={"daily_limit": daily_limit, "timezone": timezone, "per": per})
+        return Call(
+            "PUT",
+            f"/v1/limits/{name}",
+            _model(LimitOut),
+            json={"daily_limit": daily_limit, "timezone": timezone, "per": per},
+        )
 
     def limits_get(self, name: str, *, agent_id: str | None = None, days: int | None = None) -> Call[LimitOut]:
-        return Call("GET", f"/v1/limits/{name}", _model(LimitOut),
-                    params=_drop_none({"agent_id": agent_id, "days": days}))
+        return Call(
+            "GET", f"/v1/limits/{name}", _model(LimitOut), params=_drop_none({"agent_id": agent_id, "days": days})
+        )
 
     def limits_list(self, *, agent_id: str | None = None) -> Call[list[LimitOut]]:
-        return Call("GET", "/v1/limits", lambda r: _LIMITS.validate_python(r.json()),
-                    params=_drop_none({"agent_id": agent_id}))
+        return Call(
+            "GET", "/v1/limits", lambda r: _LIMITS.validate_python(r.json()), params=_drop_none({"agent_id": agent_id})
+        )
 
-    def limits_consume(self, name: str, *, agent_id: str, amount: int = 1,
-                       idempotency_key: str | None = None) -> Call[ConsumeAnswer]:
+    def limits_consume(
+        self, name: str, *, agent_id: str, amount: int = 1, idempotency_key: str | None = None
+    ) -> Call[ConsumeAnswer]:
         # a denial is an answer (allowed=false), retried only if its reset falls within the budget
-        return Call("POST", f"/v1/limits/{name}/consume", _model(ConsumeAnswer),
-                    json=_drop_none({"agent_id": agent_id, "amount": amount, "idempotency_key": idempotency_key}),
-                    idempotent=idempotency_key is not None, accept=(429,))
+        return Call(
+            "POST",
+            f"/v1/limits/{name}/consume",
+            _model(ConsumeAnswer),
+            json=_drop_none({"agent_id": agent_id, "amount": amount, "idempotency_key": idempotency_key}),
+            idempotent=idempotency_key is not None,
+            accept=(429,),
+        )
 
     def limits_delete(self, name: str) -> Call[None]:
         return Call("DELETE", f"/v1/limits/{name}", _none)
 
     def handled_mark(self, key: str, *, agent_id: str | None = None, ttl_days: int | None = None) -> Call[HandledOut]:
         # not resent after a lost answer: the resend would report first_time=false for a first time
-        return Call("POST", "/v1/handled", _model(HandledOut),
-                    json=_drop_none({"key": key, "agent_id": agent_id, "ttl_days": ttl_days}), idempotent=False)
+        return Call(
+            "POST",
+            "/v1/handled",
+            _model(HandledOut),
+            json=_drop_none({"key": key, "agent_id": agent_id, "ttl_days": ttl_days}),
+            idempotent=False,
+        )
 
     def handled_check(self, key: str, *, agent_id: str | None = None) -> Call[HandledOut | None]:
         record = _model(HandledOut)
 
         def parse(response: httpx.Response) -> HandledOut | None:
             return None if response.status_code == 404 else record(response)
-        return Call("GET", "/v1/handled", parse, params=_drop_none({"key": key, "agent_id": agent_id}),
-                    accept=(404,))
 
+        return Call("GET", "/v1/handled", parse, params=_drop_none({"key": key, "agent_id": agent_id}), accept=(404,))

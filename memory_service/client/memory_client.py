@@ -34,8 +34,9 @@ class _Limits(Generic[Owner]):
         self._owner = owner
 
     def set(self, name: str, *, daily_limit: int, timezone: str = "UTC", per: str = "team") -> Any:
-        return self._owner._run(self._owner._requests.limits_set(name, daily_limit=daily_limit, timezone=timezone,
-                                                                 per=per))
+        return self._owner._run(
+            self._owner._requests.limits_set(name, daily_limit=daily_limit, timezone=timezone, per=per)
+        )
 
     def get(self, name: str, *, agent_id: str | None = None, days: int | None = None) -> Any:
         return self._owner._run(self._owner._requests.limits_get(name, agent_id=agent_id, days=days))
@@ -45,8 +46,11 @@ class _Limits(Generic[Owner]):
 
     def consume(self, name: str, *, agent_id: str, amount: int = 1, idempotency_key: str | None = None) -> Any:
         """A ConsumeAnswer; `allowed` is False when the limit is reached (not an exception)."""
-        return self._owner._run(self._owner._requests.limits_consume(name, agent_id=agent_id, amount=amount,
-                                                                     idempotency_key=idempotency_key))
+        return self._owner._run(
+            self._owner._requests.limits_consume(
+                name, agent_id=agent_id, amount=amount, idempotency_key=idempotency_key
+            )
+        )
 
     def delete(self, name: str) -> Any:
         return self._owner._run(self._owner._requests.limits_delete(name))
@@ -80,12 +84,29 @@ class _Surface:
     def _run(self, call: Call[T]) -> Any:
         raise NotImplementedError
 
-    def remember(self, text: str, *, agent_id: str, run_id: str | None = None, tags: list[str] | None = None,
-                 metadata: dict[str, Any] | None = None, idempotency_key: str | None = None,
-                 wait_s: float = 0.0) -> Any:
+    def remember(
+        self,
+        text: str,
+        *,
+        agent_id: str,
+        run_id: str | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        wait_s: float = 0.0,
+    ) -> Any:
         """RememberResponse. `wait_s` waits (≤ 120 s) for extraction before answering."""
-        return self._run(self._requests.remember(text, agent_id=agent_id, run_id=run_id, tags=tags,
-                                                 metadata=metadata, idempotency_key=idempotency_key, wait_s=wait_s))
+        return self._run(
+            self._requests.remember(
+                text,
+                agent_id=agent_id,
+                run_id=run_id,
+                tags=tags,
+                metadata=metadata,
+                idempotency_key=idempotency_key,
+                wait_s=wait_s,
+            )
+        )
 
     def get(self, memory_id: str) -> Any:
         """MemoryOut: status, facts with spans, errors, timings."""
@@ -99,8 +120,14 @@ class _Surface:
         """MemoryPage; filters: agent_id, run_id, status, tag, since, until, limit, cursor."""
         return self._run(self._requests.list(**filters))
 
-    def forget(self, memory_id: str | None = None, *, agent_id: str | None = None, run_id: str | None = None,
-               confirm: bool = False) -> Any:
+    def forget(
+        self,
+        memory_id: str | None = None,
+        *,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        confirm: bool = False,
+    ) -> Any:
         """ForgetResponse. One id, or all of an agent/run (which needs confirm=True)."""
         return self._run(self._requests.forget(memory_id, agent_id=agent_id, run_id=run_id, confirm=confirm))
 
@@ -125,9 +152,15 @@ def _http_options(base_url: str, api_key: str | None, timeout_s: float) -> dict[
 class MemoryClient(_Surface):
     """Blocking client. `retry_budget_s`: the most time spent waiting to resend one call."""
 
-    def __init__(self, base_url: str = "http://127.0.0.1:8700", *, api_key: str | None = None,
-                 timeout_s: float = 30.0, retry_budget_s: float = 30.0,
-                 transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:8700",
+        *,
+        api_key: str | None = None,
+        timeout_s: float = 30.0,
+        retry_budget_s: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         super().__init__()
         self._http = httpx.Client(**_http_options(base_url, api_key, timeout_s), transport=transport)
         self._timeout_s, self.retry_budget_s = timeout_s, retry_budget_s
@@ -137,9 +170,15 @@ class MemoryClient(_Surface):
         while True:
             response: httpx.Response | None = None
             try:
-                response = self._http.request(call.method, call.path, params=call.params, json=call.json,
-                                              content=call.content, headers=call.headers,
-                                              timeout=self._timeout_s + call.extra_timeout_s)
+                response = self._http.request(
+                    call.method,
+                    call.path,
+                    params=call.params,
+                    json=call.json,
+                    content=call.content,
+                    headers=call.headers,
+                    timeout=self._timeout_s + call.extra_timeout_s,
+                )
             except httpx.TransportError as exc:
                 failure = exc
             delay = retry_delay(call, response, time.monotonic() - started, self.retry_budget_s, attempt)
@@ -153,7 +192,7 @@ class MemoryClient(_Surface):
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> "MemoryClient":
+    def __enter__(self) -> MemoryClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -163,9 +202,15 @@ class MemoryClient(_Surface):
 class AsyncMemoryClient(_Surface):
     """asyncio client: the same methods, awaited. `retry_budget_s`: the most time spent waiting to resend."""
 
-    def __init__(self, base_url: str = "http://127.0.0.1:8700", *, api_key: str | None = None,
-                 timeout_s: float = 30.0, retry_budget_s: float = 30.0,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:8700",
+        *,
+        api_key: str | None = None,
+        timeout_s: float = 30.0,
+        retry_budget_s: float = 30.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
         super().__init__()
         self._http = httpx.AsyncClient(**_http_options(base_url, api_key, timeout_s), transport=transport)
         self._timeout_s, self.retry_budget_s = timeout_s, retry_budget_s
@@ -175,9 +220,15 @@ class AsyncMemoryClient(_Surface):
         while True:
             response: httpx.Response | None = None
             try:
-                response = await self._http.request(call.method, call.path, params=call.params, json=call.json,
-                                                    content=call.content, headers=call.headers,
-                                                    timeout=self._timeout_s + call.extra_timeout_s)
+                response = await self._http.request(
+                    call.method,
+                    call.path,
+                    params=call.params,
+                    json=call.json,
+                    content=call.content,
+                    headers=call.headers,
+                    timeout=self._timeout_s + call.extra_timeout_s,
+                )
             except httpx.TransportError as exc:
                 failure = exc
             delay = retry_delay(call, response, time.monotonic() - started, self.retry_budget_s, attempt)
@@ -191,7 +242,7 @@ class AsyncMemoryClient(_Surface):
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def __aenter__(self) -> "AsyncMemoryClient":
+    async def __aenter__(self) -> AsyncMemoryClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -22,5 +22,4 @@ def service_client(url: str, api_key: str | None, timeout: float = 60.0, **optio
 
 
 def async_service_client(url: str, api_key: str | None, timeout: float = 60.0, **options: Any) -> httpx.AsyncClient:
-    return httpx.AsyncClient(base_url=url, headers=auth_headers(api_key), timeout=timeout, trust_env=False,
-                             **options)
+    return httpx.AsyncClient(base_url=url, headers=auth_headers(api_key), timeout=timeout, trust_env=False, **options)

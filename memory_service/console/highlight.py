@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 
 @dataclass(frozen=True)
@@ -14,8 +14,10 @@ class Segment:
 
 def segments(text: str, spans_per_fact: Sequence[Sequence[Sequence[int]]]) -> list[Segment]:
     """Cut `text` at every span boundary; empty or out-of-range spans (a fact with no located source) are ignored."""
-    spans = [[(max(0, s), min(len(text), e)) for s, e in fact_spans if min(len(text), e) > max(0, s)]
-             for fact_spans in spans_per_fact]
+    spans = [
+        [(max(0, s), min(len(text), e)) for s, e in fact_spans if min(len(text), e) > max(0, s)]
+        for fact_spans in spans_per_fact
+    ]
     cuts = {0, len(text)}
     for fact_spans in spans:
         for start, end in fact_spans:

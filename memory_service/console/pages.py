@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
-from memory_service.contract.models import MemoryOut
 from memory_service.config import Settings
 from memory_service.console.highlight import Segment, segments
+from memory_service.contract.models import MemoryOut
 
 STATUSES = ("queued", "extracting", "done", "failed")
 PENDING = ("queued", "extracting")
@@ -29,7 +29,7 @@ def parse_time(value: str, what: str) -> float | None:
     except ValueError:
         raise BadFilter(f"{what}: {value!r} is not a date or time (use YYYY-MM-DD or YYYY-MM-DDTHH:MM)") from None
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
     return moment.timestamp()
 
 
@@ -40,8 +40,8 @@ def when(value: float | datetime | str | None) -> str:
     if isinstance(value, str):
         value = datetime.fromisoformat(value)
     if isinstance(value, (int, float)):
-        value = datetime.fromtimestamp(value, tz=timezone.utc)
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        value = datetime.fromtimestamp(value, tz=UTC)
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def local_time(iso: str) -> str:
@@ -69,24 +69,37 @@ class MemoryPage:
     attempt_rows: list[tuple[str, Any]] = field(default_factory=list)
 
 
-TIMING_LABELS = {"prompt_n": "prompt tokens", "cache_n": "cached prompt tokens", "predicted_n": "predicted tokens",
-                 "prompt_ms": "prompt time (ms)", "predicted_ms": "generation time (ms)"}
+TIMING_LABELS = {
+    "prompt_n": "prompt tokens",
+    "cache_n": "cached prompt tokens",
+    "predicted_n": "predicted tokens",
+    "prompt_ms": "prompt time (ms)",
+    "predicted_ms": "generation time (ms)",
+}
 
 
 def memory_page(memory: MemoryOut, replaced_texts: dict[str, str]) -> MemoryPage:
     """Facts numbered in one sequence: active ones first, then the superseded history, all marked in the text."""
     active = [f for f in memory.facts if f.superseded_by is None]
     old = [f for f in memory.facts if f.superseded_by is not None]
-    rows = [FactRow(n, f.text, f.spans, f.superseded_by, replaced_texts.get(f.superseded_by or ""))
-            for n, f in enumerate(active + old, 1)]
+    rows = [
+        FactRow(n, f.text, f.spans, f.superseded_by, replaced_texts.get(f.superseded_by or ""))
+        for n, f in enumerate(active + old, 1)
+    ]
     timings = memory.timings or {}
     timing_rows = [(label, timings[key]) for key, label in TIMING_LABELS.items() if key in timings]
     attempt = timings.get("attempt") or {}
-    attempt_rows = [(key.replace("_", " "), attempt[key]) for key in ("elapsed_s", "calls", "overrun_s", "server")
-                    if key in attempt]
-    return MemoryPage(memory=memory, facts=rows[:len(active)], history=rows[len(active):],
-                      segments=segments(memory.text, [r.spans for r in rows]),
-                      timing_rows=timing_rows, attempt_rows=attempt_rows)
+    attempt_rows = [
+        (key.replace("_", " "), attempt[key]) for key in ("elapsed_s", "calls", "overrun_s", "server") if key in attempt
+    ]
+    return MemoryPage(
+        memory=memory,
+        facts=rows[: len(active)],
+        history=rows[len(active) :],
+        segments=segments(memory.text, [r.spans for r in rows]),
+        timing_rows=timing_rows,
+        attempt_rows=attempt_rows,
+    )
 
 
 @dataclass
@@ -107,8 +120,12 @@ def speed(snapshot: dict[str, Any], settings: Settings) -> Speed:
     needed = settings.max_output_tokens / settings.extract_budget_s
     gen = snapshot.get("generation_tokens_per_s")
     return Speed(
-        prompt_tps=snapshot.get("prompt_tokens_per_s"), generation_tps=gen,
-        seconds_per_job=snapshot.get("seconds_per_job"), source=str(snapshot.get("source", "")),
-        budget_s=settings.extract_budget_s, max_output_tokens=settings.max_output_tokens,
-        needed_generation_tps=math.ceil(needed * 10) / 10, fits=None if gen is None else gen >= needed,
+        prompt_tps=snapshot.get("prompt_tokens_per_s"),
+        generation_tps=gen,
+        seconds_per_job=snapshot.get("seconds_per_job"),
+        source=str(snapshot.get("source", "")),
+        budget_s=settings.extract_budget_s,
+        max_output_tokens=settings.max_output_tokens,
+        needed_generation_tps=math.ceil(needed * 10) / 10,
+        fits=None if gen is None else gen >= needed,
     )

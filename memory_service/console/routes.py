@@ -21,15 +21,29 @@ from jinja2 import Environment, FileSystemLoader
 from memory_service.api import cursor as cursors
 from memory_service.api.auth import caller_of_key, open_access
 from memory_service.api.routes.memories import memory_out
+from memory_service.console import pages
+from memory_service.console.session import (
+    COOKIE,
+    COOKIE_PATH,
+    CsrfRejected,
+    LoginRequired,
+    Session,
+    checked_form,
+    cookie_secure,
+    login_token,
+    new_secret,
+    read_form,
+    require_session,
+    resolve,
+    safe_next,
+    same_origin,
+)
+from memory_service.contract.limit_rules import InvalidInput, LimitNotFound
 from memory_service.recall.search import RecallQuery
 from memory_service.storage.catalog import ListFilter, facets, list_memories, status_counts
-from memory_service.storage.keys import role_allows
 from memory_service.storage.database import UNAVAILABLE
-from memory_service.contract.limit_rules import InvalidInput, LimitNotFound
+from memory_service.storage.keys import role_allows
 from memory_service.storage.limits import LimitStore, LimitView
-from memory_service.console import pages
-from memory_service.console.session import (COOKIE, COOKIE_PATH, CsrfRejected, LoginRequired, Session, checked_form, cookie_secure,
-                      login_token, new_secret, read_form, require_session, resolve, safe_next, same_origin)
 
 if TYPE_CHECKING:
     from memory_service.services import Services
@@ -42,7 +56,7 @@ REFRESH_S = 2
 # the pages load only what the service itself serves, and nothing may frame them
 HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; form-action 'self'; "
-                               "frame-ancestors 'none'; base-uri 'none'",
+    "frame-ancestors 'none'; base-uri 'none'",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
@@ -56,13 +70,15 @@ router = APIRouter(prefix="/ui", include_in_schema=False)
 SessionDep = Annotated[Session, Depends(require_session)]
 
 
-def render(request: Request, name: str, session: Session | None, status_code: int = 200,
-           **context: Any) -> HTMLResponse:
-    return templates.TemplateResponse(request, name, {"session": session, **context}, status_code=status_code,
-                                      headers=HEADERS)
+def render(
+    request: Request, name: str, session: Session | None, status_code: int = 200, **context: Any
+) -> HTMLResponse:
+    return templates.TemplateResponse(
+        request, name, {"session": session, **context}, status_code=status_code, headers=HEADERS
+    )
 
 
-def services_of(request: Request) -> "Services":
+def services_of(request: Request) -> Services:
     return request.app.state.services
 
 
@@ -96,11 +112,11 @@ async def login(request: Request) -> Response:
         return see_other(target)
     key = form.get("key", "").strip()
     if not key or caller_of_key(services, key) is None:
-        return render(request, "login.html", None, 401, next=target, csrf=login_token(request),
-                      error="Unknown API key.")
+        return render(
+            request, "login.html", None, 401, next=target, csrf=login_token(request), error="Unknown API key."
+        )
     response = see_other(target)
-    response.set_cookie(COOKIE, key, path=COOKIE_PATH, httponly=True, samesite="strict",
-                        secure=cookie_secure(request))
+    response.set_cookie(COOKIE, key, path=COOKIE_PATH, httponly=True, samesite="strict", secure=cookie_secure(request))
     return response
 
 
@@ -116,8 +132,17 @@ async def logout(request: Request, session: SessionDep) -> Response:
 
 
 @router.get("/memories")
-async def memories(request: Request, session: SessionDep, agent_id: str = "", status: str = "", tag: str = "",
-                   since: str = "", until: str = "", q: str = "", cursor: str = "") -> Response:
+async def memories(
+    request: Request,
+    session: SessionDep,
+    agent_id: str = "",
+    status: str = "",
+    tag: str = "",
+    since: str = "",
+    until: str = "",
+    q: str = "",
+    cursor: str = "",
+) -> Response:
     """The list, newest first with filters; with `q`, recall's ranked hits and their scores instead."""
     services = services_of(request)
     filters = {"agent_id": agent_id.strip(), "status": status, "tag": tag.strip(), "since": since, "until": until}
@@ -137,18 +162,34 @@ async def memories(request: Request, session: SessionDep, agent_id: str = "", st
     team = session.team
     context["facets"] = await asyncio.to_thread(facets, services.journal, team, 50)
     if q.strip():
-        query = RecallQuery(team=team, query=q, k=SEARCH_K, agent_id=filters["agent_id"] or None,
-                            tags=(filters["tag"],) if filters["tag"] else (), since=lo, until=hi)
+        query = RecallQuery(
+            team=team,
+            query=q,
+            k=SEARCH_K,
+            agent_id=filters["agent_id"] or None,
+            tags=(filters["tag"],) if filters["tag"] else (),
+            since=lo,
+            until=hi,
+        )
         hits = await asyncio.to_thread(services.recall, query)
         return render(request, "memories.html", session, items=[], hits=hits, **context)
-    flt = ListFilter(agent_id=filters["agent_id"] or None, status=status or None, tag=filters["tag"] or None,
-                     since=lo, until=hi)
+    flt = ListFilter(
+        agent_id=filters["agent_id"] or None, status=status or None, tag=filters["tag"] or None, since=lo, until=hi
+    )
     items, nxt = await asyncio.to_thread(list_memories, services.journal, team, flt, limit=PAGE_SIZE, after=after)
     kept = {k: v for k, v in filters.items() if v}
     next_url = f"/ui/memories?{urlencode({**kept, 'cursor': cursors.encode(nxt)})}" if nxt else None
     pending = any(i.memory.status in pages.PENDING for i in items)
-    return render(request, "memories.html", session, items=items, hits=None, next_url=next_url,
-                  refresh=REFRESH_S if pending else None, **context)
+    return render(
+        request,
+        "memories.html",
+        session,
+        items=items,
+        hits=None,
+        next_url=next_url,
+        refresh=REFRESH_S if pending else None,
+        **context,
+    )
 
 
 @router.get("/memories/{memory_id}")
@@ -160,8 +201,9 @@ async def memory(request: Request, memory_id: str, session: SessionDep) -> Respo
     replaced_ids = [f.superseded_by for f in out.facts if f.superseded_by]
     replaced = await asyncio.to_thread(services.journal.facts_by_ids, session.team, replaced_ids)
     page = pages.memory_page(out, {i: f.text for i, f in replaced.items()})
-    return render(request, "memory.html", session, page=page, m=out,
-                  refresh=REFRESH_S if out.status in pages.PENDING else None)
+    return render(
+        request, "memory.html", session, page=page, m=out, refresh=REFRESH_S if out.status in pages.PENDING else None
+    )
 
 
 @router.post("/memories/{memory_id}/retry")
@@ -169,11 +211,17 @@ async def retry(request: Request, memory_id: str, session: SessionDep) -> Respon
     """Queue a failed job again, due now; only the team's own failed jobs can be retried."""
     form = await checked_form(request, session)
     if not role_allows(session.role, "write"):
-        return render(request, "missing.html", session, 403,
-                      what=f"This key has role '{session.role}'; retrying a job needs role 'write' or above.")
+        return render(
+            request,
+            "missing.html",
+            session,
+            403,
+            what=f"This key has role '{session.role}'; retrying a job needs role 'write' or above.",
+        )
     services = services_of(request)
-    queued = await asyncio.to_thread(services.journal.retry, session.team, memory_id,
-                                     budget_s=services.settings.extract_budget_s)
+    queued = await asyncio.to_thread(
+        services.journal.retry, session.team, memory_id, budget_s=services.settings.extract_budget_s
+    )
     if not queued:
         return render(request, "missing.html", session, 404, what=f"No failed job {memory_id!r} in this team.")
     services.saved()
@@ -191,13 +239,24 @@ async def jobs(request: Request, session: SessionDep) -> Response:
     backlog = await asyncio.to_thread(journal.backlog)
     lists = {}
     for status in ("extracting", "queued", "failed"):
-        lists[status], _ = await asyncio.to_thread(list_memories, journal, team, ListFilter(status=status),
-                                                   limit=JOBS_SHOWN)
+        lists[status], _ = await asyncio.to_thread(
+            list_memories, journal, team, ListFilter(status=status), limit=JOBS_SHOWN
+        )
     estimate, basis = services.estimate(*backlog)
     speed = pages.speed(services.model.throughput.snapshot(), services.settings)
-    return render(request, "jobs.html", session, counts=counts, backlog=backlog, lists=lists, estimate=estimate,
-                  basis=basis, speed=speed, model_ready=services.model.ready,
-                  refresh=REFRESH_S if counts["queued"] + counts["extracting"] else None)
+    return render(
+        request,
+        "jobs.html",
+        session,
+        counts=counts,
+        backlog=backlog,
+        lists=lists,
+        estimate=estimate,
+        basis=basis,
+        speed=speed,
+        model_ready=services.model.ready,
+        refresh=REFRESH_S if counts["queued"] + counts["extracting"] else None,
+    )
 
 
 @router.get("/limits")
@@ -228,8 +287,9 @@ async def handled(request: Request, session: SessionDep, key: str = "", agent_id
     if not key:
         return render(request, "handled.html", session, **context)
     try:  # the store checks the key and the agent id by the API's own rules
-        context["record"] = await asyncio.to_thread(services_of(request).limits.get_handled, session.team, key,
-                                                    agent_id or None)
+        context["record"] = await asyncio.to_thread(
+            services_of(request).limits.get_handled, session.team, key, agent_id or None
+        )
     except InvalidInput as exc:
         return render(request, "handled.html", session, 422, error=str(exc), **context)
     return render(request, "handled.html", session, **context)
@@ -249,9 +309,14 @@ def mount(app: FastAPI) -> None:
         return see_other("/ui/login?" + urlencode({"next": safe_next(exc.next_path)}))
 
     async def refused(request: Request, exc: Exception) -> Response:
-        return render(request, "missing.html", None, 403,
-                      what="Refused: the form did not come from this console (missing or stale CSRF token). "
-                           "Reload the page and try again.")
+        return render(
+            request,
+            "missing.html",
+            None,
+            403,
+            what="Refused: the form did not come from this console (missing or stale CSRF token). "
+            "Reload the page and try again.",
+        )
 
     app.add_exception_handler(LoginRequired, to_login)
     app.add_exception_handler(CsrfRejected, refused)

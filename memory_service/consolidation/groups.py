@@ -21,7 +21,8 @@ _LEADING = re.compile(r"^((?:[A-Z][\w\-]*)(?:\s+[A-Z][\w\-]*){0,2})(?:'s|’s)?\
 _NOT_SUBJECTS = frozenset(
     "a an the this that these those it its he she they we i you his her their our my your there here "
     "when while after before if on in at for to from with by as and but or so then also both each every "
-    "some many most one two three yesterday today tomorrow last next".split())
+    "some many most one two three yesterday today tomorrow last next".split()
+)
 
 
 def subject_of(text: str) -> str | None:
@@ -79,7 +80,7 @@ def group_facts(team: str, facts: list[SourceFact]) -> list[Group]:
         if len(members) < MIN_FACTS:
             continue
         members.sort(key=lambda f: (f.created_at, f.id))
-        parts = [members[i:i + GROUP_MAX_FACTS] for i in range(0, len(members), GROUP_MAX_FACTS)]
+        parts = [members[i : i + GROUP_MAX_FACTS] for i in range(0, len(members), GROUP_MAX_FACTS)]
         if len(parts) > 1 and len(parts[-1]) < MIN_FACTS:
             last = parts.pop()
             parts[-1] = parts[-1] + last

@@ -12,8 +12,8 @@ import re
 from datetime import date
 from typing import Any
 
-from memory_service.storage.consolidation import SourceFact
 from memory_service.contract.text import STOPWORDS, normalize
+from memory_service.storage.consolidation import SourceFact
 
 PROMPT_VERSION = "consolidate-v1"
 MAX_POINT_CHARS = 160
@@ -24,7 +24,7 @@ SYSTEM_PROMPT = (
     'Reply with JSON only: {"facts": ["...", "..."]}.\n'
     "Rules:\n"
     "- One point per distinct thing; merge facts that say the same thing, drop nothing else.\n"
-    "- Leave the subject's name out of each point; start with the verb (\"attends a support group\").\n"
+    '- Leave the subject\'s name out of each point; start with the verb ("attends a support group").\n'
     "- Keep every date, number and name exactly as written; keep the day in brackets, as (7 May 2023).\n"
     "- Use only the words of the facts. Never add anything."
 )
@@ -33,8 +33,13 @@ SYSTEM_PROMPT = (
 def schema(max_points: int) -> dict[str, Any]:
     return {
         "type": "object",
-        "properties": {"facts": {"type": "array", "maxItems": max_points,
-                                 "items": {"type": "string", "minLength": 3, "maxLength": MAX_POINT_CHARS}}},
+        "properties": {
+            "facts": {
+                "type": "array",
+                "maxItems": max_points,
+                "items": {"type": "string", "minLength": 3, "maxLength": MAX_POINT_CHARS},
+            }
+        },
         "required": ["facts"],
         "additionalProperties": False,
     }
@@ -52,8 +57,10 @@ def _day(fact: SourceFact) -> str:
 
 def build_messages(subject: str, facts: list[SourceFact]) -> list[dict[str, str]]:
     lines = "\n".join(f"{fact.text}{_day(fact)}" for fact in facts)
-    return [{"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": f"Subject: {subject}\nFacts:\n{lines}"}]
+    return [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": f"Subject: {subject}\nFacts:\n{lines}"},
+    ]
 
 
 def _stems(text: str) -> set[str]:
@@ -63,7 +70,7 @@ def _stems(text: str) -> set[str]:
 def _without_subject(subject: str, text: str) -> str:
     text = re.sub(r"^\s*[-*•]\s*", "", text).strip().rstrip(".;")
     if text.lower().startswith(subject.lower()):
-        text = re.sub(r"^(?:'s|’s)?[\s,:]*", "", text[len(subject):])
+        text = re.sub(r"^(?:'s|’s)?[\s,:]*", "", text[len(subject) :])
     return text.strip()
 
 
@@ -95,8 +102,11 @@ def complete(subject: str, points: list[str], facts: list[SourceFact]) -> list[s
     """The model's points, plus any fact they left out (most of its words in none of them): merging may
     shorten the line, never lose what a source said."""
     said = _stems(" ".join(points))
-    missing = [f for f in facts if (words := _stems(_without_subject(subject, f.text)))
-               and len(words & said) < 0.5 * len(words)]
+    missing = [
+        f
+        for f in facts
+        if (words := _stems(_without_subject(subject, f.text))) and len(words & said) < 0.5 * len(words)
+    ]
     return points + [p for p in from_facts(subject, missing) if p.lower() not in {q.lower() for q in points}]
 
 

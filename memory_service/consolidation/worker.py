@@ -18,14 +18,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from memory_service.config import Settings
-from memory_service.extraction.errors import ExtractionError, LlmUnavailable
-from memory_service.pipeline.passages import item_metadata
-from memory_service.llm.pool import ModelPool
-from memory_service.storage.consolidation import DONE, FAILED, INTERRUPTED, YIELDED, ConsolidationStore, Item
-from memory_service.embedding.embedder import Embedder
-from memory_service.storage.vectors import VectorItem, VectorStore
 from memory_service.consolidation import summary
 from memory_service.consolidation.groups import GROUP_MAX_FACTS, Group, group_facts
+from memory_service.embedding.embedder import Embedder
+from memory_service.extraction.errors import ExtractionError, LlmUnavailable
+from memory_service.llm.pool import ModelPool
+from memory_service.pipeline.passages import item_metadata
+from memory_service.storage.consolidation import DONE, FAILED, INTERRUPTED, YIELDED, ConsolidationStore, Item
+from memory_service.storage.vectors import VectorItem, VectorStore
 
 log = logging.getLogger("memory_service.consolidation")
 
@@ -140,8 +140,9 @@ class Consolidator:
             extra = [i for i in have if i not in wanted]
             if extra:
                 extra_items = self.store.items_by_ids(team, extra)
-                removed += self.store.drop(team, [i for i, item in extra_items.items()
-                                                  if (item.agent_id, item.subject.lower()) in grouped])
+                removed += self.store.drop(
+                    team, [i for i, item in extra_items.items() if (item.agent_id, item.subject.lower()) in grouped]
+                )
         if removed:
             self._finish_purges()
         due.sort(key=lambda g: g.newest, reverse=True)
@@ -149,10 +150,14 @@ class Consolidator:
 
     async def _points(self, client, group: Group) -> list[str]:  # type: ignore[no-untyped-def]
         """The model's points for a group, completed from the facts; cancelled at once when a save arrives."""
-        call = asyncio.create_task(client.complete_json(
-            summary.build_messages(group.subject, group.facts), schema=summary.schema(GROUP_MAX_FACTS + 2),
-            max_tokens=min(MAX_POINT_TOKENS, self.settings.max_output_tokens),
-            timeout_s=self.settings.extract_budget_s))  # streamed: a cancel frees the slot at once
+        call = asyncio.create_task(
+            client.complete_json(
+                summary.build_messages(group.subject, group.facts),
+                schema=summary.schema(GROUP_MAX_FACTS + 2),
+                max_tokens=min(MAX_POINT_TOKENS, self.settings.max_output_tokens),
+                timeout_s=self.settings.extract_budget_s,
+            )
+        )  # streamed: a cancel frees the slot at once
         try:
             while not call.done():
                 await asyncio.wait({call}, timeout=YIELD_POLL_S)
@@ -185,8 +190,13 @@ class Consolidator:
 
     def status(self) -> dict:
         """What /v1/stats shows: on or off, running now, items, and the latest runs."""
-        return {"enabled": True, "running": self.running, "items": self.store.count(),
-                "runs": self.store.runs(5), "last_error": self.last_error}
+        return {
+            "enabled": True,
+            "running": self.running,
+            "items": self.store.count(),
+            "runs": self.store.runs(5),
+            "last_error": self.last_error,
+        }
 
 
 def index_items(store: ConsolidationStore, embedder: Embedder, vectors: VectorStore, items: list[Item]) -> None:
@@ -196,7 +206,8 @@ def index_items(store: ConsolidationStore, embedder: Embedder, vectors: VectorSt
     for item, vec in zip(items, embeddings):
         meta = item_metadata(item.memory_id, item.agent_id, None, item.created_at, item.tags)
         by_team.setdefault(item.team, []).append(
-            VectorItem(id=item.id, text=item.text, embedding=np.asarray(vec), metadata={**meta, "kind": "consolidated"}))
+            VectorItem(id=item.id, text=item.text, embedding=np.asarray(vec), metadata={**meta, "kind": "consolidated"})
+        )
     for team, batch in by_team.items():
         vectors.upsert(team, batch)
     store.mark_indexed([item.id for item in items])
@@ -208,9 +219,17 @@ def _item(group: Group, text: str) -> Item:
     tags = set(group.facts[0].tags).intersection(*(f.tags for f in group.facts[1:]))
     occurred = [f.occurred_at for f in group.facts if f.occurred_at is not None]
     return Item(
-        id=group.id, team=group.team, agent_id=group.agent_id, subject=group.subject, part=group.part, text=text,
-        tags=sorted(tags), memory_id=newest.memory_ids[-1], created_at=newest.created_at,
-        occurred_at=max(occurred) if occurred else None, digest=group.digest,
+        id=group.id,
+        team=group.team,
+        agent_id=group.agent_id,
+        subject=group.subject,
+        part=group.part,
+        text=text,
+        tags=sorted(tags),
+        memory_id=newest.memory_ids[-1],
+        created_at=newest.created_at,
+        occurred_at=max(occurred) if occurred else None,
+        digest=group.digest,
         sources=[(f.id, m) for f in group.facts for m in f.memory_ids],
     )
 

@@ -50,8 +50,6 @@ class HandledRequest(BaseModel):
     )
 
 
-
-
 class ConsumeAnswer(BaseModel):
     allowed: bool
     used: int = Field(description="Units used today in this counter, after this request")

@@ -7,8 +7,18 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from memory_service.contract.types import (AgentId, ExportId, FreeText, IdempotencyKey, JobStatus, JsonFloat, JsonInt, Metadata, RunId,
-                    Tags)
+from memory_service.contract.types import (
+    AgentId,
+    ExportId,
+    FreeText,
+    IdempotencyKey,
+    JobStatus,
+    JsonFloat,
+    JsonInt,
+    Metadata,
+    RunId,
+    Tags,
+)
 
 
 class Strict(BaseModel):
@@ -23,29 +33,42 @@ class FieldError(BaseModel):
 class ErrorOut(BaseModel):
     """Every error body, whatever the route: a code for programs, a message for people."""
 
-    error: str = Field(description="bad_request, unauthorized, forbidden, not_found, method_not_allowed, conflict, "
-                                   "request_timeout, too_large, invalid_request, limit_reached, unavailable or "
-                                   "internal.", examples=["invalid_request"])
+    error: str = Field(
+        description="bad_request, unauthorized, forbidden, not_found, method_not_allowed, conflict, "
+        "request_timeout, too_large, invalid_request, limit_reached, unavailable or "
+        "internal.",
+        examples=["invalid_request"],
+    )
     detail: str = Field(description="What was wrong and what is allowed.")
-    errors: list[FieldError] | None = Field(default=None, description="On a refused request body or parameter: "
-                                                                      "each field and its problem.")
+    errors: list[FieldError] | None = Field(
+        default=None, description="On a refused request body or parameter: each field and its problem."
+    )
 
 
 class RememberRequest(Strict):
-    text: FreeText = Field(min_length=1, description="What the agent did, read or was told, without NUL "
-                                                     "characters. Limit: MEMORY_MAX_TEXT_BYTES (64 KiB).")
+    text: FreeText = Field(
+        min_length=1,
+        description="What the agent did, read or was told, without NUL "
+        "characters. Limit: MEMORY_MAX_TEXT_BYTES (64 KiB).",
+    )
     agent_id: AgentId
     run_id: RunId | None = None
     tags: Tags = Field(default_factory=list)
     metadata: Metadata = Field(default_factory=dict)
     idempotency_key: IdempotencyKey | None = Field(
-        default=None, description="A repeat with the same key (per team) returns the first save, with header "
-                                  "`Idempotent-Replayed: true`.")
+        default=None,
+        description="A repeat with the same key (per team) returns the first save, with header "
+        "`Idempotent-Replayed: true`.",
+    )
     occurred_at: datetime | None = Field(
-        default=None, description="When what the text tells happened (ISO-8601; with an offset it counts in that "
-                                  "offset, without one in MEMORY_TIMEZONE). Relative dates in its facts "
-                                  "('yesterday') count from that day. Default: the save time.")
-    wait_s: JsonFloat = Field(default=0, ge=0, le=120, description="Wait up to this long for extraction to finish before answering.")
+        default=None,
+        description="When what the text tells happened (ISO-8601; with an offset it counts in that "
+        "offset, without one in MEMORY_TIMEZONE). Relative dates in its facts "
+        "('yesterday') count from that day. Default: the save time.",
+    )
+    wait_s: JsonFloat = Field(
+        default=0, ge=0, le=120, description="Wait up to this long for extraction to finish before answering."
+    )
 
     @field_validator("text")
     @classmethod
@@ -62,9 +85,11 @@ class RememberResponse(BaseModel):
     queue_depth: int
     estimated_extraction_s: float | None = Field(
         description="Seconds until this save's facts are extracted: the work queued ahead of it (and its own) at the "
-                    "model's speed. Null when no speed is known yet (see estimate_basis).")
+        "model's speed. Null when no speed is known yet (see estimate_basis)."
+    )
     estimate_basis: str | None = Field(
-        default=None, description="What the estimate rests on: 'measured', 'bootstrap smoke test', or 'unknown'.")
+        default=None, description="What the estimate rests on: 'measured', 'bootstrap smoke test', or 'unknown'."
+    )
 
 
 class FactOut(BaseModel):
@@ -101,7 +126,8 @@ class MemoryOut(MemoryHead):
     extraction: dict[str, Any] | None
     raw_reply: str | None = Field(description="The model's raw reply, kept when parsing failed.")
     progress: dict[str, int] | None = Field(
-        default=None, description="While a long text is part-way: chunks done and characters done of the total.")
+        default=None, description="While a long text is part-way: chunks done and characters done of the total."
+    )
 
 
 class RecallRequest(Strict):
@@ -110,16 +136,22 @@ class RecallRequest(Strict):
     scope: Literal["team", "agent"] = "team"
     k: JsonInt = Field(default=10, ge=1, le=100)
     kinds: list[Literal["fact", "passage", "consolidated"]] = Field(
-        default_factory=lambda: ["fact", "passage"], min_length=1,
+        default_factory=lambda: ["fact", "passage"],
+        min_length=1,
         description="consolidated (asked for explicitly): one line per subject summing up its facts "
-                    "(MEMORY_CONSOLIDATE), with all their sources.")
+        "(MEMORY_CONSOLIDATE), with all their sources.",
+    )
     tags: Tags = Field(default_factory=list, description="Items must carry all of these.")
     since: datetime | None = None
     until: datetime | None = None
     time_field: Literal["created_at", "occurred_at"] = Field(
-        default="created_at", description="What since/until compare: when the text was saved, or when what it "
-                                          "tells happened (its `occurred_at`; a text saved without one: its save time).")
-    min_score: JsonFloat | None = Field(default=None, ge=-1, le=1, description="Minimum cosine similarity of an item to the query.")
+        default="created_at",
+        description="What since/until compare: when the text was saved, or when what it "
+        "tells happened (its `occurred_at`; a text saved without one: its save time).",
+    )
+    min_score: JsonFloat | None = Field(
+        default=None, ge=-1, le=1, description="Minimum cosine similarity of an item to the query."
+    )
 
     @field_validator("query")
     @classmethod
@@ -160,7 +192,8 @@ class TeamOut(BaseModel):
     team: str
     role: Literal["read", "write", "admin"] = Field(
         description="What this key may do. read: recall, get, list, check; write: also remember, consume, mark "
-                    "handled, import; admin: also forget, define limits, manage keys.")
+        "handled, import; admin: also forget, define limits, manage keys."
+    )
     memories: int = Field(description="Saved texts in the team's memory (forgotten ones excluded).")
     agents: list[AgentCount] = Field(description="The agent ids with most memories, busiest first (max 50).")
     tags: list[TagCount] = Field(description="The most used tags, most used first (max 50).")
@@ -274,9 +307,12 @@ class ConsolidationOut(BaseModel):
     enabled: bool
     running: bool = Field(description="A consolidation model call or write is in progress now.")
     items: int = Field(description="Consolidated items stored (all teams).")
-    runs: list[dict[str, Any]] = Field(default_factory=list, description="The latest passes, newest first: "
-                                       "started_at, ended_at, outcome (running, done, yielded, interrupted, "
-                                       "failed), groups_due, written, removed.")
+    runs: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="The latest passes, newest first: "
+        "started_at, ended_at, outcome (running, done, yielded, interrupted, "
+        "failed), groups_due, written, removed.",
+    )
     last_error: str | None = None
 
 

@@ -9,12 +9,25 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import (AfterValidator, BeforeValidator, Field, ValidationError, ValidatorFunctionWrapHandler,
-                      WrapValidator)
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+)
 
 from memory_service.contract.ids import ID_PATTERN, ID_RULE, MAX_ID_LEN
-from memory_service.contract.limit_rules import (MAX_HANDLED_KEY_LEN, MAX_IDEMPOTENCY_KEY_LEN, MAX_NAME_LEN, NAME_PATTERN, NAME_RULE,
-                                   check_name, check_timezone)
+from memory_service.contract.limit_rules import (
+    MAX_HANDLED_KEY_LEN,
+    MAX_IDEMPOTENCY_KEY_LEN,
+    MAX_NAME_LEN,
+    NAME_PATTERN,
+    NAME_RULE,
+    check_name,
+    check_timezone,
+)
 
 # A saved text's extraction status: the journal stores these strings and the API shows them.
 QUEUED, EXTRACTING, DONE, FAILED = "queued", "extracting", "done", "failed"
@@ -38,11 +51,13 @@ class JobStatus(StrEnum):
 
 def _rule(rule: str) -> WrapValidator:
     """Any failure of the inner checks (type, length, pattern) becomes one message: the rule in words."""
+
     def validate(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
         try:
             return handler(value)
         except ValidationError:
             raise ValueError(f"must be {rule}") from None
+
     return WrapValidator(validate)
 
 
@@ -77,8 +92,11 @@ def check_metadata(value: dict[str, Any]) -> dict[str, Any]:
         node, depth = stack.pop()
         if depth > MAX_METADATA_DEPTH:
             raise ValueError(f"nested more than {MAX_METADATA_DEPTH} levels deep; flatten it")
-        children = (list(node.keys()) + list(node.values())) if isinstance(node, dict) else (
-            node if isinstance(node, list) else [])
+        children = (
+            (list(node.keys()) + list(node.values()))
+            if isinstance(node, dict)
+            else (node if isinstance(node, list) else [])
+        )
         for child in children:
             if isinstance(child, str):
                 if "\x00" in child:
@@ -93,40 +111,87 @@ LABEL_RULE = "at most 200 characters, no control characters"
 IDEMPOTENCY_RULE = f"1-{MAX_IDEMPOTENCY_KEY_LEN} characters, no control characters"
 HANDLED_KEY_RULE = f"1-{MAX_HANDLED_KEY_LEN} characters, any text but NUL"
 
-AgentId = Annotated[str, Field(min_length=1, max_length=MAX_ID_LEN, pattern=ID_PATTERN,
-                               description=f"The agent: {ID_RULE}"), _rule(ID_RULE)]
-RunId = Annotated[str, Field(min_length=1, max_length=MAX_ID_LEN, pattern=ID_PATTERN,
-                             description=f"The run: {ID_RULE}"), _rule(ID_RULE)]
-Tag = Annotated[str, Field(min_length=1, max_length=MAX_TAG_LEN, pattern=NO_CONTROL_CHARS,
-                           description=f"{TAG_RULE}; trimmed"),
-                _rule(TAG_RULE), AfterValidator(_tag)]
-Tags = Annotated[list[Tag], Field(max_length=MAX_TAGS, description=f"At most {MAX_TAGS}; repeats dropped"),
-                 AfterValidator(lambda tags: list(dict.fromkeys(tags)))]
-IdempotencyKey = Annotated[str, Field(min_length=1, max_length=MAX_IDEMPOTENCY_KEY_LEN, pattern=NO_CONTROL_CHARS,
-                                      description=IDEMPOTENCY_RULE), _rule(IDEMPOTENCY_RULE)]
-LimitName = Annotated[str, Field(max_length=MAX_NAME_LEN, pattern=NAME_PATTERN, description=f"Limit name: {NAME_RULE}"),
-                      _rule(NAME_RULE), AfterValidator(check_name)]
-Timezone = Annotated[str, Field(min_length=1, max_length=64, examples=["Europe/Madrid"],
-                                description="IANA timezone name"), AfterValidator(_tz)]
-HandledKey = Annotated[str, Field(min_length=1, max_length=MAX_HANDLED_KEY_LEN, pattern=NO_NUL,
-                                  description=f"Opaque key (URL, message id): {HANDLED_KEY_RULE}"),
-                       _rule(HANDLED_KEY_RULE)]
+AgentId = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_ID_LEN, pattern=ID_PATTERN, description=f"The agent: {ID_RULE}"),
+    _rule(ID_RULE),
+]
+RunId = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_ID_LEN, pattern=ID_PATTERN, description=f"The run: {ID_RULE}"),
+    _rule(ID_RULE),
+]
+Tag = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_TAG_LEN, pattern=NO_CONTROL_CHARS, description=f"{TAG_RULE}; trimmed"),
+    _rule(TAG_RULE),
+    AfterValidator(_tag),
+]
+Tags = Annotated[
+    list[Tag],
+    Field(max_length=MAX_TAGS, description=f"At most {MAX_TAGS}; repeats dropped"),
+    AfterValidator(lambda tags: list(dict.fromkeys(tags))),
+]
+IdempotencyKey = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_IDEMPOTENCY_KEY_LEN, pattern=NO_CONTROL_CHARS, description=IDEMPOTENCY_RULE),
+    _rule(IDEMPOTENCY_RULE),
+]
+LimitName = Annotated[
+    str,
+    Field(max_length=MAX_NAME_LEN, pattern=NAME_PATTERN, description=f"Limit name: {NAME_RULE}"),
+    _rule(NAME_RULE),
+    AfterValidator(check_name),
+]
+Timezone = Annotated[
+    str,
+    Field(min_length=1, max_length=64, examples=["Europe/Madrid"], description="IANA timezone name"),
+    AfterValidator(_tz),
+]
+HandledKey = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_HANDLED_KEY_LEN,
+        pattern=NO_NUL,
+        description=f"Opaque key (URL, message id): {HANDLED_KEY_RULE}",
+    ),
+    _rule(HANDLED_KEY_RULE),
+]
 
 # Free text (a memory, a query, a fact): anything but NUL, which is never meaningful in text and whose
 # handling SQLite leaves undefined (its functions may cut a string there). The pattern documents the rule;
 # the validator words it.
 FreeText = Annotated[str, Field(json_schema_extra={"pattern": "^[^\\x00]*$"}), AfterValidator(_no_nul)]
-Label = Annotated[str, Field(max_length=200, pattern=r"^[^\x00-\x1f\x7f]*$",
-                             description=f"A note for people, e.g. 'mailer on host-3': {LABEL_RULE}"),
-                  _rule(LABEL_RULE)]
+Label = Annotated[
+    str,
+    Field(
+        max_length=200,
+        pattern=r"^[^\x00-\x1f\x7f]*$",
+        description=f"A note for people, e.g. 'mailer on host-3': {LABEL_RULE}",
+    ),
+    _rule(LABEL_RULE),
+]
 EXPORT_ID_RULE = "1-256 characters, no control characters"
-ExportId = Annotated[str, Field(min_length=1, max_length=256, pattern=NO_CONTROL_CHARS,
-                                description=f"The id in the exporting service: {EXPORT_ID_RULE}"),
-                     _rule(EXPORT_ID_RULE)]
+ExportId = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=256,
+        pattern=NO_CONTROL_CHARS,
+        description=f"The id in the exporting service: {EXPORT_ID_RULE}",
+    ),
+    _rule(EXPORT_ID_RULE),
+]
 # JSON numbers only: no true/false, no "5". An integral float (158.0) is an integer, as JSON Schema says.
 # (constraints of an optional one go in its own Annotated, before the validator, or the schema loses them)
 JsonInt = Annotated[int, Field(strict=True), BeforeValidator(whole_float_as_int)]
 JsonFloat = Annotated[float, Field(strict=True)]
-Metadata = Annotated[dict[str, Any], AfterValidator(check_metadata),
-                     Field(description=f"Kept with the text, returned as given (≤ 8 KiB as JSON, at most "
-                                       f"{MAX_METADATA_DEPTH} levels deep, no NUL characters).")]
+Metadata = Annotated[
+    dict[str, Any],
+    AfterValidator(check_metadata),
+    Field(
+        description=f"Kept with the text, returned as given (≤ 8 KiB as JSON, at most "
+        f"{MAX_METADATA_DEPTH} levels deep, no NUL characters)."
+    ),
+]

@@ -169,12 +169,17 @@ def int8_embedder(threads: int = 1, cache_dir: Path | None = None) -> OnnxEmbedd
             int8_model.derive(source, unchecked, sign)
             cosines = int8_model.probe_cosines(OnnxEmbedder(1, path=unchecked), OnnxEmbedder(1, path=source))
             if min(cosines) < int8_model.MIN_PROBE_COSINE:
-                raise EmbedderError(f"its vectors are at cosine {min(cosines):.4f} of the shipped model's "
-                                    f"(needs >= {int8_model.MIN_PROBE_COSINE})")
+                raise EmbedderError(
+                    f"its vectors are at cosine {min(cosines):.4f} of the shipped model's "
+                    f"(needs >= {int8_model.MIN_PROBE_COSINE})"
+                )
             os.replace(unchecked, target)
         except Exception as exc:
-            log.warning("could not derive the int8 embedding model (%s); embedding with the shipped model "
-                        "(MEMORY_EMBEDDER=onnx) instead", exc)
+            log.warning(
+                "could not derive the int8 embedding model (%s); embedding with the shipped model "
+                "(MEMORY_EMBEDDER=onnx) instead",
+                exc,
+            )
             return OnnxEmbedder(threads, path=source)
         finally:
             with contextlib.suppress(OSError):

@@ -44,8 +44,9 @@ class DerivationError(RuntimeError):
 def weight_sign(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     """`s8` where this CPU multiplies u8 x s8 exactly (the faster kernels), else `u8`."""
     try:
-        flags = next((line.split(":", 1)[1].split() for line in cpuinfo.read_text().splitlines()
-                      if line.startswith("flags")), [])
+        flags = next(
+            (line.split(":", 1)[1].split() for line in cpuinfo.read_text().splitlines() if line.startswith("flags")), []
+        )
     except OSError:
         flags = []
     return "s8" if _EXACT_U8S8_FLAGS & set(flags) else "u8"
@@ -78,17 +79,27 @@ def derive(source: Path, target: Path, sign: str) -> None:
         graph = onnx.load(str(folded)).graph
         weights = {init.name: list(init.dims) for init in graph.initializer}
         # the down-projections: a constant weight with more rows than columns (intermediate -> hidden)
-        keep_float = [node.name for node in graph.node if node.op_type == "MatMul" and len(node.input) == 2
-                      and len(weights.get(node.input[1], [])) == 2
-                      and weights[node.input[1]][0] > weights[node.input[1]][1]]
+        keep_float = [
+            node.name
+            for node in graph.node
+            if node.op_type == "MatMul"
+            and len(node.input) == 2
+            and len(weights.get(node.input[1], [])) == 2
+            and weights[node.input[1]][0] > weights[node.input[1]][1]
+        ]
         if not keep_float:
             raise DerivationError(f"{source}: no feed-forward down-projection found; not the expected MiniLM graph")
         out = Path(tmp) / "q8.onnx"
         logging.disable(logging.INFO)  # the quantizer logs a line per tensor on the root logger
         try:
-            quantize_dynamic(str(folded), str(out), op_types_to_quantize=["MatMul"], per_channel=True,
-                             weight_type=QuantType.QInt8 if sign == "s8" else QuantType.QUInt8,
-                             nodes_to_exclude=keep_float)
+            quantize_dynamic(
+                str(folded),
+                str(out),
+                op_types_to_quantize=["MatMul"],
+                per_channel=True,
+                weight_type=QuantType.QInt8 if sign == "s8" else QuantType.QUInt8,
+                nodes_to_exclude=keep_float,
+            )
         finally:
             logging.disable(logging.NOTSET)
         os.replace(out, target)

@@ -56,8 +56,10 @@ def run_eval(args: argparse.Namespace) -> int:
         elif personaext.is_personaext(path):
             jobs.append(("personaext", path, personaext.load(path, args.limit or personaext.DEFAULT_LIMIT)))
         else:
-            print(f"{path}: neither LoCoMo (.json list of conversations) nor PersonaExt (.jsonl triplets)",
-                  file=sys.stderr)
+            print(
+                f"{path}: neither LoCoMo (.json list of conversations) nor PersonaExt (.jsonl triplets)",
+                file=sys.stderr,
+            )
             return 2
 
     # own service: a key (= a team) per LoCoMo conversation and one for PersonaExt; else the given key for all
@@ -73,14 +75,18 @@ def run_eval(args: argparse.Namespace) -> int:
     try:
         if not url:
             tmp = tempfile.TemporaryDirectory(prefix="memory-eval-")
-            team_keys = {key: f"{scope.split(':', 1)[0]}-{label}-{n}"
-                         for n, ((scope, label), key) in enumerate(keys.items()) if key}
+            team_keys = {
+                key: f"{scope.split(':', 1)[0]}-{label}-{n}"
+                for n, ((scope, label), key) in enumerate(keys.items())
+                if key
+            }
             _progress(f"starting a service (model {model}) in a temp data dir")
             env = dict(settings)
             if getattr(args, "consolidate", False):
                 env["MEMORY_CONSOLIDATE"] = "1"
-            service = common.ServiceRunner(Path(tmp.name) / "data", api_keys=team_keys, llm_url=llm_url,
-                                           model=model, env=env).start()
+            service = common.ServiceRunner(
+                Path(tmp.name) / "data", api_keys=team_keys, llm_url=llm_url, model=model, env=env
+            ).start()
             service.wait_model_ready()
             url = service.url
         ready = _ready(url)
@@ -89,23 +95,31 @@ def run_eval(args: argparse.Namespace) -> int:
             job_started = time.monotonic()
             scope = f"{kind}:{path}"
             if kind == "locomo":
-                _progress(f"LoCoMo {path.name}: {len(data)} conversation(s), "
-                          f"{sum(len(c.turns) for c in data)} turns, {sum(len(c.questions) for c in data)} questions")
-                result = locomo.run(data, url=url, keys={c.sample_id: keys[(scope, c.sample_id)] for c in data},
-                                         isolation="agent" if args.url else "team")
+                _progress(
+                    f"LoCoMo {path.name}: {len(data)} conversation(s), "
+                    f"{sum(len(c.turns) for c in data)} turns, {sum(len(c.questions) for c in data)} questions"
+                )
+                result = locomo.run(
+                    data,
+                    url=url,
+                    keys={c.sample_id: keys[(scope, c.sample_id)] for c in data},
+                    isolation="agent" if args.url else "team",
+                )
             else:
                 _progress(f"PersonaExt {path.name}: {len(data)} utterance(s)")
                 result = personaext.run(data, url=url, key=keys[(scope, "all")])
-            result.update({
-                "data": str(path),
-                "limit": args.limit,
-                "model": (ready.get("model_server") or {}).get("model"),
-                "llama_build": (ready.get("model_server") or {}).get("build"),
-                "service": "self-started (temp data dir)" if service else "external (--url)",
-                "service_settings": settings if service else None,
-                "wall_time_s": round(time.monotonic() - job_started, 1),
-                "machine": common.machine_info(),
-            })
+            result.update(
+                {
+                    "data": str(path),
+                    "limit": args.limit,
+                    "model": (ready.get("model_server") or {}).get("model"),
+                    "llama_build": (ready.get("model_server") or {}).get("build"),
+                    "service": "self-started (temp data dir)" if service else "external (--url)",
+                    "service_settings": settings if service else None,
+                    "wall_time_s": round(time.monotonic() - job_started, 1),
+                    "machine": common.machine_info(),
+                }
+            )
             stem = f"{kind}-{path.stem}"
             common.write_json(out / f"{stem}.json", result)
             common.save_plot(locomo.plot if kind == "locomo" else personaext.plot, result, out / f"{stem}.png")
@@ -133,10 +147,14 @@ def _ready(url: str) -> dict[str, Any]:
 
 def _headline(kind: str, result: dict[str, Any]) -> dict[str, Any]:
     if kind == "locomo":
-        return {name: {m: r["overall"].get(m) for m in ("recall@5", "recall@10", "recall@20", "mrr")}
-                for name, r in result["results"].items()} | {"goal": result["goal"]}
-    return {k: result["metrics"].get(k) for k in ("tail_found_in_stored_facts", "facts_per_utterance_mean",
-                                                  "stored_over_proposed")}
+        return {
+            name: {m: r["overall"].get(m) for m in ("recall@5", "recall@10", "recall@20", "mrr")}
+            for name, r in result["results"].items()
+        } | {"goal": result["goal"]}
+    return {
+        k: result["metrics"].get(k)
+        for k in ("tail_found_in_stored_facts", "facts_per_utterance_mean", "stored_over_proposed")
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

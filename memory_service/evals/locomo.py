@@ -21,10 +21,11 @@ import re
 import statistics
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import httpx
 
@@ -37,11 +38,22 @@ CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 
 SKIP_CATEGORIES = {5}
 # name -> `kinds` sent to /v1/recall (None: the product default, fields left out)
 # "all" adds consolidated items (MEMORY_CONSOLIDATE) to the default facts and passages: what they add
-CONFIGS: dict[str, list[str] | None] = {"passages": ["passage"], "facts": ["fact"], "consolidated": ["consolidated"],
-                                        "default": None, "all": ["fact", "passage", "consolidated"]}
+CONFIGS: dict[str, list[str] | None] = {
+    "passages": ["passage"],
+    "facts": ["fact"],
+    "consolidated": ["consolidated"],
+    "default": None,
+    "all": ["fact", "passage", "consolidated"],
+}
 # for comparison only: README of the data set, raw-turn MiniLM exact cosine, all 5 conversations (760 questions)
-PUBLISHED_BASELINE = {"recall@10": 0.493, "recall@10_date_prefixed": 0.522, "recall@5": 0.401,
-                      "recall@20": 0.603, "mrr": 0.314, "questions": 760}
+PUBLISHED_BASELINE = {
+    "recall@10": 0.493,
+    "recall@10_date_prefixed": 0.522,
+    "recall@5": 0.401,
+    "recall@20": 0.603,
+    "mrr": 0.314,
+    "questions": 760,
+}
 
 _EVIDENCE = re.compile(r"D\s*:?\s*(\d+)\s*:\s*(\d+)")
 _AGENT_OK = re.compile(r"[^A-Za-z0-9._:@/-]")
@@ -128,9 +140,16 @@ def parse_conversation(sample: dict[str, Any]) -> Conversation:
         for raw in conv[f"session_{n}"]:
             caption = raw.get("blip_caption")
             ids = normalize_evidence([raw["dia_id"]])
-            turns.append(Turn(dia_id=ids[0] if ids else str(raw["dia_id"]), session=n, date=date,
-                              speaker=str(raw.get("speaker", "")), text=str(raw.get("text", "")),
-                              caption=str(caption) if caption else None))
+            turns.append(
+                Turn(
+                    dia_id=ids[0] if ids else str(raw["dia_id"]),
+                    session=n,
+                    date=date,
+                    speaker=str(raw.get("speaker", "")),
+                    text=str(raw.get("text", "")),
+                    caption=str(caption) if caption else None,
+                )
+            )
     valid = {t.dia_id for t in turns}
     questions: list[Question] = []
     skipped = {"adversarial": 0, "no_valid_evidence": 0}
@@ -218,6 +237,7 @@ def top_diagnostics(items: list[dict[str, Any]], memory_to_dia: dict[str, str], 
 
 def aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Mean of each metric over questions, overall and per category."""
+
     def mean_of(subset: list[dict[str, Any]]) -> dict[str, Any]:
         if not subset:
             return {"n": 0}
@@ -229,8 +249,9 @@ def aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
         per_category[f"{cat}-{CATEGORIES.get(cat, 'other')}"] = mean_of([r for r in rows if r["category"] == cat])
     diag: dict[str, Any] = {}
     if rows and "diag" in rows[0]:
-        diag = {f"top10_{key}_mean": round(statistics.fmean(r["diag"][key] for r in rows), 3)
-                for key in rows[0]["diag"]}
+        diag = {
+            f"top10_{key}_mean": round(statistics.fmean(r["diag"][key] for r in rows), 3) for key in rows[0]["diag"]
+        }
     return {"overall": mean_of(rows), "per_category": per_category, "top10_items": diag}
 
 
@@ -261,7 +282,8 @@ def ingest(client: httpx.Client, conv: Conversation, isolation: str) -> dict[str
     agent = agent_id_for(conv.sample_id)
     for n, turn in enumerate(conv.turns, start=1):
         body = {
-            "text": turn_text(turn), "agent_id": agent,
+            "text": turn_text(turn),
+            "agent_id": agent,
             # one chat session is one run: extraction sees the turns just before in the same session
             "run_id": f"{conv.sample_id}-s{turn.session}",
             "metadata": {"dia_id": turn.dia_id, "sample_id": conv.sample_id, "session": turn.session},
@@ -299,16 +321,21 @@ def extraction_stats(client: httpx.Client, memory_ids: list[str]) -> dict[str, A
         deferrals += int(body.get("deferrals") or 0)
         attempts += int(body.get("attempts") or 0)
     return {
-        "memories": len(memory_ids), "status": statuses,
+        "memories": len(memory_ids),
+        "status": statuses,
         "facts_per_turn_mean": round(statistics.fmean(facts), 3) if facts else None,
         "turns_with_no_fact": sum(1 for f in facts if f == 0),
-        "proposed": proposed, "stored_new": stored,
+        "proposed": proposed,
+        "stored_new": stored,
         "predicted_tokens_median": statistics.median(predicted) if predicted else None,
         # llama.cpp's own prompt + generation time of each save's extraction (model seconds per save)
         "model_s_per_save_mean": round(statistics.fmean(model_s), 3) if model_s else None,
         "model_s_total": round(sum(model_s), 1),
         "cache_ratio_median": statistics.median(cache) if cache else None,
-        "model_calls": calls, "skipped_small_talk": skipped, "deferrals": deferrals, "attempts": attempts,
+        "model_calls": calls,
+        "skipped_small_talk": skipped,
+        "deferrals": deferrals,
+        "attempts": attempts,
     }
 
 
@@ -319,9 +346,13 @@ def configs_for(consolidation: dict[str, Any]) -> dict[str, list[str] | None]:
     return {name: kinds for name, kinds in CONFIGS.items() if name not in ("consolidated", "all")}
 
 
-def ask(client: httpx.Client, conv: Conversation, memory_to_dia: dict[str, str], isolation: str,
-        configs: dict[str, list[str] | None] = CONFIGS,
-        ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[float]]]:
+def ask(
+    client: httpx.Client,
+    conv: Conversation,
+    memory_to_dia: dict[str, str],
+    isolation: str,
+    configs: dict[str, list[str] | None] = CONFIGS,
+) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[float]]]:
     rows: dict[str, list[dict[str, Any]]] = {name: [] for name in configs}
     latencies: dict[str, list[float]] = {name: [] for name in configs}
     for question in conv.questions:
@@ -335,11 +366,17 @@ def ask(client: httpx.Client, conv: Conversation, memory_to_dia: dict[str, str],
             items = _post(client, "/v1/recall", body)["items"]
             latencies[name].append(time.perf_counter() - started)
             ranked = ranked_dia_ids(items, memory_to_dia)
-            rows[name].append({
-                "sample_id": conv.sample_id, "q": question.index, "category": question.category,
-                "evidence": question.evidence, "top": ranked[:10], "scores": score_question(ranked, question.evidence),
-                "diag": top_diagnostics(items, memory_to_dia),
-            })
+            rows[name].append(
+                {
+                    "sample_id": conv.sample_id,
+                    "q": question.index,
+                    "category": question.category,
+                    "evidence": question.evidence,
+                    "top": ranked[:10],
+                    "scores": score_question(ranked, question.evidence),
+                    "diag": top_diagnostics(items, memory_to_dia),
+                }
+            )
     return rows, latencies
 
 
@@ -359,9 +396,16 @@ def embedding_baseline(conversations: list[Conversation]) -> list[dict[str, Any]
         for question, qv in zip(conv.questions, question_vectors):
             order = np.argsort(-(turn_vectors @ qv))[:K]
             ranked = [dia_ids[i] for i in order]
-            rows.append({"sample_id": conv.sample_id, "q": question.index, "category": question.category,
-                         "evidence": question.evidence, "top": ranked[:10],
-                         "scores": score_question(ranked, question.evidence)})
+            rows.append(
+                {
+                    "sample_id": conv.sample_id,
+                    "q": question.index,
+                    "category": question.category,
+                    "evidence": question.evidence,
+                    "top": ranked[:10],
+                    "scores": score_question(ranked, question.evidence),
+                }
+            )
     return rows
 
 
@@ -377,7 +421,12 @@ def wait_consolidated(client: httpx.Client, timeout_s: float, settle_s: float = 
         if not last.get("enabled"):
             return last
         runs = last.get("runs") or []
-        now = (last.get("items"), len(runs), runs[0].get("id") if runs else None, runs[0].get("outcome") if runs else None)
+        now = (
+            last.get("items"),
+            len(runs),
+            runs[0].get("id") if runs else None,
+            runs[0].get("outcome") if runs else None,
+        )
         busy = last.get("running") or (runs and runs[0].get("outcome") == "running")
         if busy or now != seen:
             seen, stable_since = now, time.monotonic()
@@ -397,10 +446,7 @@ def run(
 ) -> dict[str, Any]:
     """The whole eval against a running service; `keys` maps sample_id -> API key."""
     started = time.monotonic()
-    clients = {
-        c.sample_id: service_client(url, keys.get(c.sample_id), timeout=180.0)
-        for c in conversations
-    }
+    clients = {c.sample_id: service_client(url, keys.get(c.sample_id), timeout=180.0) for c in conversations}
     try:
         maps: dict[str, dict[str, str]] = {}
         for conv in conversations:
@@ -410,13 +456,15 @@ def run(
         _log(f"saved {total_turns} turns in {ingest_s:.1f}s; waiting for extraction")
         from memory_service.bench.common import wait_queue_empty
 
-        ready = wait_queue_empty(url, extraction_timeout_s or max(600.0, total_turns * 30.0),
-                                 progress="locomo extraction", total=total_turns)
+        ready = wait_queue_empty(
+            url, extraction_timeout_s or max(600.0, total_turns * 30.0), progress="locomo extraction", total=total_turns
+        )
         extraction_s = time.monotonic() - started - ingest_s
         _log(f"extraction finished in {extraction_s:.0f}s")
         idle_started = time.monotonic()
-        consolidation = wait_consolidated(clients[conversations[0].sample_id],
-                                          extraction_timeout_s or max(600.0, total_turns * 10.0))
+        consolidation = wait_consolidated(
+            clients[conversations[0].sample_id], extraction_timeout_s or max(600.0, total_turns * 10.0)
+        )
         consolidation_s = time.monotonic() - idle_started  # the model's time at idle (includes the settle wait)
         _log(f"consolidation: {consolidation}; asking questions")
         configs = configs_for(consolidation)
@@ -431,20 +479,28 @@ def run(
             for name in configs:
                 all_rows[name] += rows[name]
                 all_lat[name] += latencies[name]
-            per_conv.append({
-                "sample_id": conv.sample_id, "turns": len(conv.turns), "questions": len(conv.questions),
-                "skipped_questions": conv.skipped, "extraction": stats,
-                "recall@10": {name: aggregate(rows[name])["overall"].get("recall@10") for name in configs},
-            })
-            _log(f"{conv.sample_id}: {len(conv.questions)} questions, recall@10 "
-                 + ", ".join(f"{n} {per_conv[-1]['recall@10'][n]}" for n in configs))
+            per_conv.append(
+                {
+                    "sample_id": conv.sample_id,
+                    "turns": len(conv.turns),
+                    "questions": len(conv.questions),
+                    "skipped_questions": conv.skipped,
+                    "extraction": stats,
+                    "recall@10": {name: aggregate(rows[name])["overall"].get("recall@10") for name in configs},
+                }
+            )
+            _log(
+                f"{conv.sample_id}: {len(conv.questions)} questions, recall@10 "
+                + ", ".join(f"{n} {per_conv[-1]['recall@10'][n]}" for n in configs)
+            )
         questions_s = time.monotonic() - q_started
     finally:
         for client in clients.values():
             client.close()
 
-    results = {name: {**aggregate(all_rows[name]), "recall_latency": latency_summary(all_lat[name])}
-               for name in configs}
+    results = {
+        name: {**aggregate(all_rows[name]), "recall_latency": latency_summary(all_lat[name])} for name in configs
+    }
     _log("computing the embedding baseline (raw turns, MiniLM, exact cosine) in-process")
     results["embedding_baseline"] = aggregate(embedding_baseline(conversations))
     default_r10 = results["default"]["overall"].get("recall@10")
@@ -458,28 +514,39 @@ def run(
         "results": results,
         "goal": {
             "default_beats_embedding_baseline_recall@10": {
-                "default": default_r10, "embedding_baseline_same_run": baseline_r10,
+                "default": default_r10,
+                "embedding_baseline_same_run": baseline_r10,
                 "met": None if default_r10 is None or baseline_r10 is None else default_r10 > baseline_r10,
             },
             "default_beats_service_passage_search_recall@10": {
-                "default": default_r10, "passages_only_same_run": passage_r10,
+                "default": default_r10,
+                "passages_only_same_run": passage_r10,
                 "met": None if default_r10 is None or passage_r10 is None else default_r10 > passage_r10,
             },
             "default_vs_published_raw_turn_baseline_recall@10": {
-                "default": default_r10, "published": PUBLISHED_BASELINE["recall@10"],
+                "default": default_r10,
+                "published": PUBLISHED_BASELINE["recall@10"],
                 "met": None if default_r10 is None else default_r10 > PUBLISHED_BASELINE["recall@10"],
                 "note": "published figure is over all 5 conversations (760 questions): comparable only without --limit",
             },
         },
         "published_baseline": PUBLISHED_BASELINE,
-        "settings": {"k": K, "configs": {n: (k or "default (fact+passage)") for n, k in configs.items()},
-                     "isolation": isolation, "skip_categories": sorted(SKIP_CATEGORIES),
-                     "text_format": "[<session date>] <speaker>: <text> (shared a photo: <blip_caption>)"},
+        "settings": {
+            "k": K,
+            "configs": {n: (k or "default (fact+passage)") for n, k in configs.items()},
+            "isolation": isolation,
+            "skip_categories": sorted(SKIP_CATEGORIES),
+            "text_format": "[<session date>] <speaker>: <text> (shared a photo: <blip_caption>)",
+        },
         "ready_after_extraction": {k: ready.get(k) for k in ("model_server", "jobs", "throughput", "extract_budget_s")},
         "consolidation": consolidation,
-        "timing_s": {"ingest": round(ingest_s, 1), "extraction_wait": round(extraction_s, 1),
-                     "consolidation_wait_at_idle": round(consolidation_s, 1) if consolidation.get("enabled") else None,
-                     "questions": round(questions_s, 1), "total": round(time.monotonic() - started, 1)},
+        "timing_s": {
+            "ingest": round(ingest_s, 1),
+            "extraction_wait": round(extraction_s, 1),
+            "consolidation_wait_at_idle": round(consolidation_s, 1) if consolidation.get("enabled") else None,
+            "questions": round(questions_s, 1),
+            "total": round(time.monotonic() - started, 1),
+        },
         "sample_rows": {name: all_rows[name][:5] for name in configs},
     }
 
@@ -501,11 +568,11 @@ def plot(result: dict[str, Any], path: Path) -> None:
     cats = list(result["results"]["default"]["per_category"])
     for i, name in enumerate(names):
         per = result["results"][name]["per_category"]
-        right.bar([c + i * width for c in range(len(cats))], [per[c].get("recall@10", 0) for c in cats], width,
-                  label=name)
+        right.bar(
+            [c + i * width for c in range(len(cats))], [per[c].get("recall@10", 0) for c in cats], width, label=name
+        )
     right.set_xticks([c + width for c in range(len(cats))], cats, fontsize=8)
     right.set_ylim(0, 1)
     right.set_title("recall@10 per category")
     right.legend(fontsize=8)
     write_figure(fig, path)
-

@@ -19,11 +19,20 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     parser.add_argument("--limit", type=int, default=None, help="only the first N conversations / utterances")
     parser.add_argument("--model", default="default", help="model of the self-started service")
     parser.add_argument("--llm-url", default=None, help="self-started service: reuse this llama-server")
-    parser.add_argument("--set", action="append", default=[], metavar="MEMORY_NAME=VALUE", dest="settings",
-                        help="self-started service: this setting too (repeatable), e.g. MEMORY_EXTRACT_COMPLETE=0 "
-                             "to measure without it")
-    parser.add_argument("--consolidate", action="store_true",
-                        help="self-started service: MEMORY_CONSOLIDATE=1, and wait for consolidation before asking")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="MEMORY_NAME=VALUE",
+        dest="settings",
+        help="self-started service: this setting too (repeatable), e.g. MEMORY_EXTRACT_COMPLETE=0 "
+        "to measure without it",
+    )
+    parser.add_argument(
+        "--consolidate",
+        action="store_true",
+        help="self-started service: MEMORY_CONSOLIDATE=1, and wait for consolidation before asking",
+    )
     return parser
 
 

@@ -112,8 +112,9 @@ def _log(message: str) -> None:
 def _save_and_wait(client: httpx.Client, utt: Utterance) -> tuple[dict[str, Any], float]:
     key = "personaext:" + hashlib.sha256(f"{utt.index}:{utt.text}".encode()).hexdigest()[:24]
     started = time.perf_counter()
-    response = client.post("/v1/remember", json={"text": utt.text, "agent_id": AGENT_ID, "wait_s": WAIT_S,
-                                                 "idempotency_key": key})
+    response = client.post(
+        "/v1/remember", json={"text": utt.text, "agent_id": AGENT_ID, "wait_s": WAIT_S, "idempotency_key": key}
+    )
     if response.status_code >= 400:
         raise RuntimeError(f"/v1/remember answered {response.status_code}: {response.text[:300]}")
     memory_id = response.json()["id"]
@@ -138,29 +139,47 @@ def run(utterances: list[Utterance], *, url: str, key: str | None) -> dict[str, 
             # holds its tail phrase by construction, so the model's extraction is also scored without them
             added = set((report.get("completed") or {}).get("added_facts") or [])
             model_facts = [f for f in facts if f not in added]
-            rows.append({
-                "index": utt.index, "text": utt.text, "label": utt.label, "tail": utt.tail,
-                "status": body.get("status"), "facts": facts, "rejected": rejected,
-                "reject_reasons": [r.get("reason", "") for r in body.get("rejected_facts") or []],
-                "proposed": int(report.get("proposed") or 0), "stored": int(report.get("stored") or 0),
-                "merged": int(report.get("merged") or 0),
-                "predicted_n": (body.get("timings") or {}).get("predicted_n"), "wall_s": round(wall, 3),
-                "tail_in_facts": bool(utt.tail) and any(phrase_in(utt.tail, f) for f in facts),
-                "tail_in_facts_lenient": bool(utt.tail) and any(phrase_in_lenient(utt.tail, f) for f in facts),
-                "tail_in_model_facts": bool(utt.tail) and any(phrase_in(utt.tail, f) for f in model_facts),
-                "added": len(facts) - len(model_facts),
-                "tail_in_proposed": bool(utt.tail) and any(phrase_in(utt.tail, f) for f in facts + rejected),
-                "skipped": report.get("skipped"), "calls": len(report.get("calls") or []),
-                "echoes": sum(1 for f in facts if token_jaccard(f, utt.text) >= ECHO_JACCARD),
-                "multi_clause": bool(MULTI_CLAUSE.search(utt.text.strip())),
-            })
+            rows.append(
+                {
+                    "index": utt.index,
+                    "text": utt.text,
+                    "label": utt.label,
+                    "tail": utt.tail,
+                    "status": body.get("status"),
+                    "facts": facts,
+                    "rejected": rejected,
+                    "reject_reasons": [r.get("reason", "") for r in body.get("rejected_facts") or []],
+                    "proposed": int(report.get("proposed") or 0),
+                    "stored": int(report.get("stored") or 0),
+                    "merged": int(report.get("merged") or 0),
+                    "predicted_n": (body.get("timings") or {}).get("predicted_n"),
+                    "wall_s": round(wall, 3),
+                    "tail_in_facts": bool(utt.tail) and any(phrase_in(utt.tail, f) for f in facts),
+                    "tail_in_facts_lenient": bool(utt.tail) and any(phrase_in_lenient(utt.tail, f) for f in facts),
+                    "tail_in_model_facts": bool(utt.tail) and any(phrase_in(utt.tail, f) for f in model_facts),
+                    "added": len(facts) - len(model_facts),
+                    "tail_in_proposed": bool(utt.tail) and any(phrase_in(utt.tail, f) for f in facts + rejected),
+                    "skipped": report.get("skipped"),
+                    "calls": len(report.get("calls") or []),
+                    "echoes": sum(1 for f in facts if token_jaccard(f, utt.text) >= ECHO_JACCARD),
+                    "multi_clause": bool(MULTI_CLAUSE.search(utt.text.strip())),
+                }
+            )
             if n % 10 == 0 or n == len(utterances):
                 found = sum(r["tail_in_facts"] for r in rows)
-                _log(f"{n}/{len(utterances)} utterances, tail found {found}/{n}, "
-                     f"{time.monotonic() - started:.0f}s")
-    return {"dataset": "personaext", **summarize(rows), "rows": rows, "timing_s": {"total": round(time.monotonic() - started, 1)},
-            "settings": {"wait_s": WAIT_S, "match": "gold tail phrase, normalised, whole phrase in one fact",
-                         "agent_id": AGENT_ID, "one team for all utterances (dedup across them applies)": True}}
+                _log(f"{n}/{len(utterances)} utterances, tail found {found}/{n}, {time.monotonic() - started:.0f}s")
+    return {
+        "dataset": "personaext",
+        **summarize(rows),
+        "rows": rows,
+        "timing_s": {"total": round(time.monotonic() - started, 1)},
+        "settings": {
+            "wait_s": WAIT_S,
+            "match": "gold tail phrase, normalised, whole phrase in one fact",
+            "agent_id": AGENT_ID,
+            "one team for all utterances (dedup across them applies)": True,
+        },
+    }
 
 
 ECHO_JACCARD = 0.8
@@ -202,21 +221,29 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "tail_found_in_stored_facts_lenient": share(gold, "tail_in_facts_lenient"),
         "tail_found_in_proposed_facts": share(gold, "tail_in_proposed"),
         # the model's own facts only, without the sentences the service added in code (MEMORY_EXTRACT_COMPLETE)
-        "tail_found_in_model_facts": share(gold, "tail_in_model_facts") if all("tail_in_model_facts" in r for r in gold)
+        "tail_found_in_model_facts": share(gold, "tail_in_model_facts")
+        if all("tail_in_model_facts" in r for r in gold)
         else None,
         "facts_added_in_code_per_utterance_mean": round(statistics.fmean(r.get("added", 0) for r in rows), 3)
-        if rows else None,
+        if rows
+        else None,
         "facts_per_utterance_mean": round(statistics.fmean(len(r["facts"]) for r in rows), 3) if rows else None,
         "facts_per_utterance_median": statistics.median(len(r["facts"]) for r in rows) if rows else None,
         "utterances_with_no_fact": sum(1 for r in rows if not r["facts"]),
         "proposed_per_utterance_mean": round(proposed / len(rows), 3) if rows else None,
         "stored_over_proposed": round(stored / proposed, 4) if proposed else None,
         "kept_over_proposed": round(kept / proposed, 4) if proposed else None,
-        "reject_reasons": dict(Counter(re.sub(r"\d+%?", "N", reason.split(":")[0].split("(")[0]).strip()
-                                       for r in rows for reason in r["reject_reasons"])),
+        "reject_reasons": dict(
+            Counter(
+                re.sub(r"\d+%?", "N", reason.split(":")[0].split("(")[0]).strip()
+                for r in rows
+                for reason in r["reject_reasons"]
+            )
+        ),
         "no_gold_utterances": len(no_gold),
-        "facts_from_no_gold_utterances": (sum(len(r["facts"]) for r in no_gold) if no_gold
-                                          else "n/a: every line of this file has a gold triplet"),
+        "facts_from_no_gold_utterances": (
+            sum(len(r["facts"]) for r in no_gold) if no_gold else "n/a: every line of this file has a gold triplet"
+        ),
         "status": dict(Counter(r["status"] for r in rows)),
         "wall_s_p50": percentile(walls, 50),
         "wall_s_p95": percentile(walls, 95),
@@ -228,8 +255,11 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "model_calls": sum(r.get("calls", 0) for r in rows),
         "model_calls_skipped_small_talk": sum(1 for r in rows if r.get("skipped")),
     }
-    misses = [{"text": r["text"], "tail": r["tail"], "facts": r["facts"], "rejected": r["rejected"]}
-              for r in gold if not r["tail_in_facts"]][:15]
+    misses = [
+        {"text": r["text"], "tail": r["tail"], "facts": r["facts"], "rejected": r["rejected"]}
+        for r in gold
+        if not r["tail_in_facts"]
+    ][:15]
     hits = [{"text": r["text"], "tail": r["tail"], "facts": r["facts"]} for r in gold if r["tail_in_facts"]][:5]
     return {"metrics": metrics, "per_label": per_label, "examples": {"missed": misses, "found": hits}}
 
@@ -238,8 +268,13 @@ def plot(result: dict[str, Any], path: Path) -> None:
     plt = pyplot()
     m = result["metrics"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
-    names = ["tail_found_in_stored_facts", "tail_found_in_stored_facts_lenient", "tail_found_in_proposed_facts",
-             "stored_over_proposed", "kept_over_proposed"]
+    names = [
+        "tail_found_in_stored_facts",
+        "tail_found_in_stored_facts_lenient",
+        "tail_found_in_proposed_facts",
+        "stored_over_proposed",
+        "kept_over_proposed",
+    ]
     left.barh([n.replace("_", " ") for n in names], [m.get(n) or 0 for n in names])
     left.set_xlim(0, 1)
     left.set_title(f"PersonaExt extraction ({m['utterances']} utterances)")
@@ -248,4 +283,3 @@ def plot(result: dict[str, Any], path: Path) -> None:
     right.set_xlim(0, 1)
     right.set_title("tail found in stored facts, per relation")
     write_figure(fig, path)
-

@@ -52,18 +52,24 @@ class LlamaClient:
     async def _request(self, method: str, path: str, *, timeout: float | None = None, **kwargs: Any) -> Any:
         try:
             response = await self._http.request(
-                method, path, timeout=httpx.Timeout(timeout) if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+                method,
+                path,
+                timeout=httpx.Timeout(timeout) if timeout is not None else httpx.USE_CLIENT_DEFAULT,
                 **kwargs,
             )
         except httpx.TimeoutException as exc:
-            raise LlmTimeout(f"llama-server did not answer {path} within {timeout or 30:.1f}s (request cancelled)") from exc
+            raise LlmTimeout(
+                f"llama-server did not answer {path} within {timeout or 30:.1f}s (request cancelled)"
+            ) from exc
         except httpx.HTTPError as exc:
             raise LlmUnavailable(f"llama-server at {self.base_url} unreachable on {path}: {exc!r}") from exc
         _raise_for_status(response, path)
         try:
             return response.json()
         except ValueError as exc:
-            raise LlmUnavailable(f"llama-server sent a non-JSON body on {path}", raw_reply=response.text[:2000]) from exc
+            raise LlmUnavailable(
+                f"llama-server sent a non-JSON body on {path}", raw_reply=response.text[:2000]
+            ) from exc
 
     async def _streamed_chat(self, body: dict[str, Any], timeout: float) -> dict[str, Any]:
         """A chat completion read as server-sent events, assembled into the shape of a non-streamed reply.
@@ -78,8 +84,9 @@ class LlamaClient:
         finish_reason = ""
         timings: dict[str, Any] = {}
         try:
-            async with self._http.stream("POST", path, json={**body, "stream": True},
-                                         timeout=httpx.Timeout(timeout)) as response:
+            async with self._http.stream(
+                "POST", path, json={**body, "stream": True}, timeout=httpx.Timeout(timeout)
+            ) as response:
                 if response.status_code >= 400:
                     await response.aread()
                     _raise_for_status(response, path)
@@ -94,7 +101,9 @@ class LlamaClient:
                     except ValueError as exc:
                         raise BadReply("llama-server sent a malformed stream chunk", raw_reply=payload[:2000]) from exc
                     if not isinstance(chunk, dict):
-                        raise BadReply("llama-server sent a stream chunk that is not an object", raw_reply=payload[:2000])
+                        raise BadReply(
+                            "llama-server sent a stream chunk that is not an object", raw_reply=payload[:2000]
+                        )
                     if "error" in chunk:
                         raise LlmUnavailable(f"llama-server failed during the reply: {chunk['error']}")
                     for choice in chunk.get("choices") or []:
@@ -108,11 +117,19 @@ class LlamaClient:
         except httpx.HTTPError as exc:
             raise LlmUnavailable(f"llama-server at {self.base_url} broke off the reply on {path}: {exc!r}") from exc
         if not finish_reason:
-            raise LlmUnavailable(f"llama-server at {self.base_url} ended the reply on {path} before it finished",
-                                 raw_reply="".join(content)[:2000])
-        return {"choices": [{"finish_reason": finish_reason,
-                             "message": {"content": "".join(content), "reasoning_content": "".join(reasoning)}}],
-                "timings": timings}
+            raise LlmUnavailable(
+                f"llama-server at {self.base_url} ended the reply on {path} before it finished",
+                raw_reply="".join(content)[:2000],
+            )
+        return {
+            "choices": [
+                {
+                    "finish_reason": finish_reason,
+                    "message": {"content": "".join(content), "reasoning_content": "".join(reasoning)},
+                }
+            ],
+            "timings": timings,
+        }
 
     async def health(self, timeout: float = 2.0) -> bool:
         try:
@@ -126,9 +143,12 @@ class LlamaClient:
         settings = data.get("default_generation_settings") or {}
         n_ctx = settings.get("n_ctx") or data.get("n_ctx") or 0
         return ServerProps(
-            n_ctx=int(n_ctx), slots=int(data.get("total_slots") or 1),
-            chat_template=data.get("chat_template") or "", build_info=str(data.get("build_info") or ""),
-            model_path=str(data.get("model_path") or ""), raw=data,
+            n_ctx=int(n_ctx),
+            slots=int(data.get("total_slots") or 1),
+            chat_template=data.get("chat_template") or "",
+            build_info=str(data.get("build_info") or ""),
+            model_path=str(data.get("model_path") or ""),
+            raw=data,
         )
 
     async def count_tokens(self, text: str, timeout: float = 10.0) -> int:
@@ -160,7 +180,10 @@ class LlamaClient:
             "max_tokens": max_tokens,
             "cache_prompt": True,
             "chat_template_kwargs": {"enable_thinking": False},
-            "response_format": {"type": "json_schema", "json_schema": {"name": "facts", "strict": True, "schema": schema}},
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "facts", "strict": True, "schema": schema},
+            },
         }
         timeout_s = max(timeout_s, 0.05)
         # httpx timeouts are per read; a server that trickles bytes could outlive them. The job's

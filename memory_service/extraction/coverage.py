@@ -43,11 +43,17 @@ LABELS = frozenset(
 )
 # First-person forms and their third-person replacements ("{}" is the speaker's name).
 _FIRST_PERSON = [
-    (re.compile(r"\bI[’']m\b"), "{} is"), (re.compile(r"\bI[’']ve\b"), "{} has"),
-    (re.compile(r"\bI[’']d\b"), "{} would"), (re.compile(r"\bI[’']ll\b"), "{} will"),
-    (re.compile(r"\bI am\b"), "{} is"), (re.compile(r"\bI was\b"), "{} was"),
-    (re.compile(r"\bI\b"), "{}"), (re.compile(r"\b[Mm]yself\b"), "{}"),
-    (re.compile(r"\b[Mm]y\b"), "{}'s"), (re.compile(r"\b[Mm]ine\b"), "{}'s"), (re.compile(r"\bme\b"), "{}"),
+    (re.compile(r"\bI[’']m\b"), "{} is"),
+    (re.compile(r"\bI[’']ve\b"), "{} has"),
+    (re.compile(r"\bI[’']d\b"), "{} would"),
+    (re.compile(r"\bI[’']ll\b"), "{} will"),
+    (re.compile(r"\bI am\b"), "{} is"),
+    (re.compile(r"\bI was\b"), "{} was"),
+    (re.compile(r"\bI\b"), "{}"),
+    (re.compile(r"\b[Mm]yself\b"), "{}"),
+    (re.compile(r"\b[Mm]y\b"), "{}'s"),
+    (re.compile(r"\b[Mm]ine\b"), "{}'s"),
+    (re.compile(r"\bme\b"), "{}"),
 ]
 MIN_SENTENCE_WORDS = 3  # content words a sentence needs to count as a statement
 COVERED_SHARE = 0.5  # a sentence whose content words are at least this much in the kept facts is covered
@@ -56,9 +62,11 @@ MAX_ADDED = 8  # sentences added per text at most: a long report is the model's 
 MAX_QUESTION_CHARS = 160  # the question an answer keeps, cut at its end (its last words are the question)
 MAX_ANSWER_CHARS = 200
 _SECOND_PERSON = [
-    (re.compile(r"\byou[’']re\b", re.IGNORECASE), "{} is"), (re.compile(r"\byou[’']ve\b", re.IGNORECASE), "{} has"),
+    (re.compile(r"\byou[’']re\b", re.IGNORECASE), "{} is"),
+    (re.compile(r"\byou[’']ve\b", re.IGNORECASE), "{} has"),
     (re.compile(r"\b(?:are|were|have|do|did) you\b", re.IGNORECASE), None),
-    (re.compile(r"\byour(?:s)?\b", re.IGNORECASE), "{}'s"), (re.compile(r"\byou\b", re.IGNORECASE), "{}"),
+    (re.compile(r"\byour(?:s)?\b", re.IGNORECASE), "{}'s"),
+    (re.compile(r"\byou\b", re.IGNORECASE), "{}"),
 ]
 
 
@@ -116,8 +124,8 @@ def asked_in(memory_id: str, text: str) -> Asked | None:
     """The question an earlier save ends on (its last sentence, if that is a question), or None."""
     speaker = speaker_of(text)
     last = None
-    for last in _sentences(text, speaker.body_start if speaker else 0):
-        pass
+    for sentence_at in _sentences(text, speaker.body_start if speaker else 0):
+        last = sentence_at
     if last is None or not last[1].endswith("?"):
         return None
     begin, sentence = last
@@ -143,8 +151,11 @@ def answer_to(asked: Asked, text: str) -> GroundedFact | None:
     question = to_listener(asked.question, speaker.name)
     question = question[0].lower() + question[1:]
     said = in_third_person(answer, speaker.name)
-    return GroundedFact(f"{speaker.name}, asked {question} said: {said}", [(begin, begin + len(answer))],
-                        [(asked.memory_id, asked.start, asked.end)])
+    return GroundedFact(
+        f"{speaker.name}, asked {question} said: {said}",
+        [(begin, begin + len(answer))],
+        [(asked.memory_id, asked.start, asked.end)],
+    )
 
 
 def _answer_span(text: str, speaker: Speaker, asker: str | None) -> tuple[int, int] | None:

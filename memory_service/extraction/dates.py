@@ -14,14 +14,29 @@ from __future__ import annotations
 
 import calendar
 import re
+from collections.abc import Callable
 from dataclasses import replace
-from datetime import date, datetime, timedelta, timezone
-from typing import Callable, TypeVar
+from datetime import UTC, date, datetime, timedelta
+from typing import TypeVar
 from zoneinfo import ZoneInfo
 
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
-NUMBER_WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
-                "eight": 8, "nine": 9, "ten": 10, "a couple of": 2, "a few": 3}
+NUMBER_WORDS = {
+    "a": 1,
+    "an": 1,
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "a couple of": 2,
+    "a few": 3,
+}
 _COUNT = r"(\d{1,3}|a|an|one|two|three|four|five|six|seven|eight|nine|ten|a couple of|a few)"
 _UNIT = r"(day|week|month|year)s?"
 _DAY_NAME = "(" + "|".join(WEEKDAYS) + ")"
@@ -33,7 +48,7 @@ def occurred(when: datetime | None, saved_at: float, zone: str) -> tuple[float |
     if when is None:
         return None, datetime.fromtimestamp(saved_at, ZoneInfo(zone)).date().isoformat()
     local = when if when.tzinfo is not None else when.replace(tzinfo=ZoneInfo(zone))
-    return local.astimezone(timezone.utc).timestamp(), local.date().isoformat()
+    return local.astimezone(UTC).timestamp(), local.date().isoformat()
 
 
 def day(d: date) -> str:
@@ -95,17 +110,26 @@ _RULES: list[Rule] = [
     (re.compile(r"\b(yesterday|last night)\b", re.I), lambda m, t: day(t - timedelta(days=1))),
     (re.compile(r"\btomorrow\b", re.I), lambda m, t: day(t + timedelta(days=1))),
     (re.compile(r"\b(today|tonight|this (morning|afternoon|evening))\b", re.I), lambda m, t: day(t)),
-    (re.compile(rf"\b{_COUNT} {_UNIT} ago\b", re.I),
-     lambda m, t: _vague(m.group(1)) + _shift(t, -_count(m.group(1)), m.group(2))),
-    (re.compile(rf"\bin {_COUNT} {_UNIT}\b", re.I),
-     lambda m, t: _vague(m.group(1)) + _shift(t, _count(m.group(1)), m.group(2))),
-    (re.compile(rf"\b(last|next|this) {_DAY_NAME}\b", re.I),
-     lambda m, t: _weekday(t, m.group(1).lower(), m.group(2))),
-    (re.compile(r"\b(last|next|this) weekend\b", re.I),
-     lambda m, t: "the weekend of " + day(_monday(t) + timedelta(days=5 + 7 * {"last": -1, "next": 1, "this": 0}[
-         m.group(1).lower()]))),
-    (re.compile(r"\b(last|next|this) (week|month|year)\b", re.I),
-     lambda m, t: _shift(t, {"last": -1, "next": 1, "this": 0}[m.group(1).lower()], m.group(2))),
+    (
+        re.compile(rf"\b{_COUNT} {_UNIT} ago\b", re.I),
+        lambda m, t: _vague(m.group(1)) + _shift(t, -_count(m.group(1)), m.group(2)),
+    ),
+    (
+        re.compile(rf"\bin {_COUNT} {_UNIT}\b", re.I),
+        lambda m, t: _vague(m.group(1)) + _shift(t, _count(m.group(1)), m.group(2)),
+    ),
+    (re.compile(rf"\b(last|next|this) {_DAY_NAME}\b", re.I), lambda m, t: _weekday(t, m.group(1).lower(), m.group(2))),
+    (
+        re.compile(r"\b(last|next|this) weekend\b", re.I),
+        lambda m, t: (
+            "the weekend of "
+            + day(_monday(t) + timedelta(days=5 + 7 * {"last": -1, "next": 1, "this": 0}[m.group(1).lower()]))
+        ),
+    ),
+    (
+        re.compile(r"\b(last|next|this) (week|month|year)\b", re.I),
+        lambda m, t: _shift(t, {"last": -1, "next": 1, "this": 0}[m.group(1).lower()], m.group(2)),
+    ),
 ]
 
 
@@ -117,7 +141,7 @@ def resolve(text: str, today: date) -> str:
             if any(start < match.end() and match.start() < end for start, end, _ in found):
                 continue  # already covered by a longer expression ("the day before yesterday")
             found.append((match.start(), match.end(), meaning(match, today)))
-    for start, end, absolute in sorted(found, reverse=True):
+    for _start, end, absolute in sorted(found, reverse=True):
         if text[end:].lstrip().startswith(f"({absolute})"):
             continue  # resolved before (a retry): never twice
         text = f"{text[:end]} ({absolute}){text[end:]}"

@@ -10,11 +10,19 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from memory_service.extraction.client import LlamaClient, ServerProps
-from memory_service.extraction.errors import BadReply, ContextOverflow, ExtractionError, LlmTimeout, TooSlow, TruncatedReply
+from memory_service.extraction.errors import (
+    BadReply,
+    ContextOverflow,
+    ExtractionError,
+    LlmTimeout,
+    TooSlow,
+    TruncatedReply,
+)
 from memory_service.extraction.grounding import GroundedFact, RejectedFact, ground, normalize, split_echoes
 from memory_service.extraction.parsing import parse_facts
 from memory_service.extraction.prompt import PROMPT_VERSION, SYSTEM_PROMPT, build_messages, facts_schema
@@ -42,7 +50,7 @@ class Progress:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> "Progress":
+    def from_dict(cls, data: dict[str, Any] | None) -> Progress:
         if not data:
             return cls()
         known = {f.name for f in fields(cls)}
@@ -130,23 +138,29 @@ class Extractor:
         system_tokens = await self.system_tokens()
         by_context = text_budget(self.props.n_ctx, system_tokens, self.max_output_tokens)
         uncached = 0 if self.throughput.system_cached() else system_tokens
-        by_time = time_fit_tokens(budget_s, uncached, self.throughput.prompt_tps(),
-                                  self.throughput.generation_tps(), self.max_output_tokens)
+        by_time = time_fit_tokens(
+            budget_s, uncached, self.throughput.prompt_tps(), self.throughput.generation_tps(), self.max_output_tokens
+        )
         if by_time is None:
             return by_context, by_context, None
         return max(MIN_CHUNK_TOKENS, min(by_context, by_time)), by_context, by_time
 
-    async def _context_that_fits(self, context: list[Earlier] | None, chunks: list[Any],
-                                 budget: int) -> list[Earlier]:
+    async def _context_that_fits(self, context: list[Earlier] | None, chunks: list[Any], budget: int) -> list[Earlier]:
         """The context, if the text is one chunk and both fit one call's token budget; else none."""
         if not context or len(chunks) != 1:
             return []
         tokens = await self.client.count_tokens("\n".join(f"{e.text}\n{e.answer}" for e in context))
         return context if chunks[0].tokens + tokens <= budget else []
 
-    async def extract(self, text: str, *, budget_s: float, progress: Progress | None = None,
-                      on_chunk: Callable[[Progress], Awaitable[None]] | None = None,
-                      context: list[Earlier] | None = None) -> ExtractionResult:
+    async def extract(
+        self,
+        text: str,
+        *,
+        budget_s: float,
+        progress: Progress | None = None,
+        on_chunk: Callable[[Progress], Awaitable[None]] | None = None,
+        context: list[Earlier] | None = None,
+    ) -> ExtractionResult:
         """Extract facts from `text`, chunk by chunk; every model call gets its own `budget_s` window.
 
         Chunks are sized so that each call fits the context and, at the measured speed, the budget.
@@ -190,8 +204,12 @@ class Extractor:
             uncached = 0 if self.throughput.system_cached() else system_tokens
             cap = max(MIN_OUTPUT_TOKENS, self.output_cap(budget_s, chunk.tokens + uncached))
             call: dict[str, Any] = {
-                "chunk": progress.chunks, "start": base + chunk.start, "end": base + chunk.start + len(chunk.text),
-                "tokens": chunk.tokens, "max_tokens": cap, "timeout_s": round(budget_s, 3),
+                "chunk": progress.chunks,
+                "start": base + chunk.start,
+                "end": base + chunk.start + len(chunk.text),
+                "tokens": chunk.tokens,
+                "max_tokens": cap,
+                "timeout_s": round(budget_s, 3),
                 "deadline_at": round(started + budget_s, 3),
             }
             if shown:
@@ -199,21 +217,30 @@ class Extractor:
             progress.calls.append(call)
             try:
                 completion = await self.client.complete_json(
-                    build_messages(chunk.text, history_of(shown)), schema=schema, max_tokens=cap,
+                    build_messages(chunk.text, history_of(shown)),
+                    schema=schema,
+                    max_tokens=cap,
                     timeout_s=budget_s,  # streamed: a call cut off at its deadline frees the slot at once
                 )
             except ExtractionError as exc:
                 call["error"] = type(exc).__name__
                 exc.timings, exc.report = exc.timings or dict(progress.totals), report()
                 if isinstance(exc, LlmTimeout) and chunk.tokens > 2 * MIN_CHUNK_TOKENS:
-                    raise TooSlow(f"chunk of {chunk.tokens} tokens did not finish within {budget_s:g}s: the "
-                                  "machine is slower than measured", cause=exc, chunk_tokens=chunk.tokens) from exc
+                    raise TooSlow(
+                        f"chunk of {chunk.tokens} tokens did not finish within {budget_s:g}s: the "
+                        "machine is slower than measured",
+                        cause=exc,
+                        chunk_tokens=chunk.tokens,
+                    ) from exc
                 if isinstance(exc, LlmTimeout):
                     # the smallest piece this text splits into still does not fit: say what would fix it
                     raise LlmTimeout(
                         f"{exc}; this {chunk.tokens}-token piece is as small as the text splits, so the model is too "
                         f"slow for MEMORY_EXTRACT_BUDGET_S={budget_s:g}: raise it, or use a faster model or build "
-                        "(memory-service doctor measures both)", timings=exc.timings, report=exc.report) from exc
+                        "(memory-service doctor measures both)",
+                        timings=exc.timings,
+                        report=exc.report,
+                    ) from exc
                 raise
             self.throughput.observe(completion.timings, system_tokens=system_tokens)
             if self.on_timings is not None:
@@ -221,8 +248,10 @@ class Extractor:
             for key in TOTAL_KEYS:
                 progress.totals[key] = progress.totals.get(key, 0) + float(completion.timings.get(key) or 0)
             call.update(
-                prompt_n=completion.timings.get("prompt_n"), cache_n=completion.timings.get("cache_n"),
-                predicted_n=completion.timings.get("predicted_n"), finish_reason=completion.finish_reason,
+                prompt_n=completion.timings.get("prompt_n"),
+                cache_n=completion.timings.get("cache_n"),
+                predicted_n=completion.timings.get("predicted_n"),
+                finish_reason=completion.finish_reason,
                 reasoning_chars=completion.reasoning_chars,
             )
             progress.raws.append(completion.content)
@@ -234,8 +263,11 @@ class Extractor:
                     exc.timings, exc.report = dict(progress.totals), report()
                     if cap < self.max_output_tokens and chunk.tokens > 2 * MIN_CHUNK_TOKENS:
                         # the cap was lowered to fit the time: a smaller chunk needs a smaller answer
-                        raise TooSlow(f"the answer did not fit the {cap}-token cap that {budget_s:g}s allows",
-                                      cause=exc, chunk_tokens=chunk.tokens) from exc
+                        raise TooSlow(
+                            f"the answer did not fit the {cap}-token cap that {budget_s:g}s allows",
+                            cause=exc,
+                            chunk_tokens=chunk.tokens,
+                        ) from exc
                     raise
                 # cut at the cap: keep the items the grammar had finished, and say so on the job
                 facts = exc.facts
@@ -246,21 +278,29 @@ class Extractor:
                 raise
             facts, split = split_echoes(facts, chunk.text)
             progress.split_echoes += split
-            result = ground(facts, chunk.text, offset=base + chunk.start,
-                            context=[(e.memory_id, e.text, e.offset) for e in shown])
+            result = ground(
+                facts, chunk.text, offset=base + chunk.start, context=[(e.memory_id, e.text, e.offset) for e in shown]
+            )
             call.update(facts=len(result.kept), rejected=len(result.rejected))
             for fact in result.kept:
                 norm = normalize(fact.text)
                 if norm not in seen:  # the overlap between chunks yields the same fact twice
                     seen.add(norm)
-                    progress.facts.append({"text": fact.text, "spans": [list(s) for s in fact.spans],
-                                           "context": [list(c) for c in fact.context]})
+                    progress.facts.append(
+                        {
+                            "text": fact.text,
+                            "spans": [list(s) for s in fact.spans],
+                            "context": [list(c) for c in fact.context],
+                        }
+                    )
             progress.rejected.extend({"text": r.text, "reason": r.reason, "code": r.code} for r in result.rejected)
             progress.chunks += 1
             progress.offset = base + chunks[index + 1].start if index + 1 < len(chunks) else len(text)
             if on_chunk is not None and index + 1 < len(chunks):
                 await on_chunk(progress)
-        kept = [GroundedFact(f["text"], [tuple(s) for s in f["spans"]], [tuple(c) for c in f.get("context", [])])
-                for f in progress.facts]
+        kept = [
+            GroundedFact(f["text"], [tuple(s) for s in f["spans"]], [tuple(c) for c in f.get("context", [])])
+            for f in progress.facts
+        ]
         rejected = [RejectedFact(r["text"], r["reason"], r.get("code", "other")) for r in progress.rejected]
         return ExtractionResult(kept, rejected, progress.raws, dict(progress.totals), report())

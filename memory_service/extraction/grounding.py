@@ -22,8 +22,10 @@ _ADDRESS = re.compile(r"\S+@\S+|https?://\S+|www\.\S+|@\w+")
 # Where one fact may hold several claims: "; ", a sentence end, ", but ", ", while ", ", whereas ", and
 # ", and" / ", so" when a new subject follows ("I love dogs, and coffee is ...", ", so I ...").
 _SUBJECT = r"(?:(?i:i|we|you|he|she|they|it)|[A-Z][\w'’-]+)\b"
-_CLAUSE = re.compile(r"\s*;\s+|(?<=[.!?])\s+|,\s+(?:but|while|whereas)\s+"
-                     rf"|,\s+(?:and|so)\s+(?={_SUBJECT})")
+_CLAUSE = re.compile(
+    r"\s*;\s+|(?<=[.!?])\s+|,\s+(?:but|while|whereas)\s+"
+    rf"|,\s+(?:and|so)\s+(?={_SUBJECT})"
+)
 ECHO_JACCARD = 0.8
 
 SMALL_TALK = frozenset(
@@ -60,9 +62,7 @@ def _is_number(token: str) -> bool:
 def shape(norm_text: str) -> str:
     """The fact with its value numbers masked: one shape with different values states a changed value."""
     tokens = norm_text.split()
-    return " ".join(
-        "#" if _is_number(t) and not (i and tokens[i - 1] in ID_WORDS) else t for i, t in enumerate(tokens)
-    )
+    return " ".join("#" if _is_number(t) and not (i and tokens[i - 1] in ID_WORDS) else t for i, t in enumerate(tokens))
 
 
 def identifiers(norm_text: str) -> list[str]:
@@ -157,25 +157,34 @@ def check_fact(fact: str, index: SourceIndex) -> GroundedFact | RejectedFact:
     if not words or all(w in SMALL_TALK for w in words):
         return RejectedFact(fact, "small talk: nothing durable to remember", "small_talk")
     if vague(fact):
-        return RejectedFact(fact, "ends on a bare pronoun (it, that, this, them) and says little else: "
-                                  "nothing on its own", "vague")
+        return RejectedFact(
+            fact, "ends on a bare pronoun (it, that, this, them) and says little else: nothing on its own", "vague"
+        )
     missing_numbers = [n for n in numbers(fact) if n not in index.numbers]
     if missing_numbers:
         return RejectedFact(fact, f"numbers not in the source: {', '.join(missing_numbers)}", "numbers")
-    names = [re.sub(r"'s\b", "", normalize(m)) for m in _NAME.findall(_ADDRESS.sub(" ", fact))]  # "Speaker's" names the speaker
+    names = [
+        re.sub(r"'s\b", "", normalize(m)) for m in _NAME.findall(_ADDRESS.sub(" ", fact))
+    ]  # "Speaker's" names the speaker
     # The first word is capitalised anyway, but facts start with their subject: an invented one there
     # ("Zorblax approved the plan") is the costliest mistake, and a wrongly rejected fact still leaves
     # the passage recallable. Only ordinary sentence openers are let through unseen.
-    missing_names = [n for n in names if n and n not in STOPWORDS and n not in OPENERS
-                     and not all(index.has_name(p) for p in n.split())]
+    missing_names = [
+        n
+        for n in names
+        if n and n not in STOPWORDS and n not in OPENERS and not all(index.has_name(p) for p in n.split())
+    ]
     if missing_names:
         return RejectedFact(fact, f"names not in the source: {', '.join(missing_names)}", "names")
     present = [w for w in words if index.has(w)]
     coverage = len(present) / len(words)
     if coverage < MIN_CONTENT_COVERAGE:
         absent = [w for w in words if not index.has(w)]
-        return RejectedFact(fact, f"only {coverage:.0%} of its key words are in the source "
-                                  f"(missing: {', '.join(absent[:6])})", "coverage")
+        return RejectedFact(
+            fact,
+            f"only {coverage:.0%} of its key words are in the source (missing: {', '.join(absent[:6])})",
+            "coverage",
+        )
     return GroundedFact(fact, _spans(words, numbers(fact), index))
 
 
@@ -186,8 +195,11 @@ def _spans(words: list[str], nums: list[str], index: SourceIndex) -> list[tuple[
     covered: set[str] = set()
     while len(chosen) < 3:
         best = max(
-            ((len((wanted - covered) & sent_words), -start, start, end) for start, end, sent_words in index.sentences
-             if (start, end) not in chosen),
+            (
+                (len((wanted - covered) & sent_words), -start, start, end)
+                for start, end, sent_words in index.sentences
+                if (start, end) not in chosen
+            ),
             default=None,
         )
         if best is None or best[0] == 0:
@@ -238,8 +250,9 @@ def split_echoes(facts: list[str], source: str) -> tuple[list[str], int]:
     return out, split
 
 
-def ground(facts: list[str], source: str, offset: int = 0,
-           context: list[tuple[str, str, int]] | None = None) -> GroundingResult:
+def ground(
+    facts: list[str], source: str, offset: int = 0, context: list[tuple[str, str, int]] | None = None
+) -> GroundingResult:
     """Keep the facts grounded in `source`; with `context` (earlier saves: (memory id, the part shown, its
     offset in that save)), names, numbers and words may also come from it, but each fact must still rest
     on the source itself."""
@@ -260,8 +273,9 @@ def ground(facts: list[str], source: str, offset: int = 0,
     return result
 
 
-def _with_context(fact: str, index: SourceIndex, reach: SourceIndex,
-                  earlier: list[tuple[str, SourceIndex]]) -> GroundedFact | RejectedFact:
+def _with_context(
+    fact: str, index: SourceIndex, reach: SourceIndex, earlier: list[tuple[str, SourceIndex]]
+) -> GroundedFact | RejectedFact:
     """A fact grounded in text + context: spans in the text, and the earlier saves it borrowed from."""
     words, nums = content_words(normalize(fact)), numbers(fact)
     own = [w for w in words if index.has(w)] + [n for n in nums if n in index.numbers]
@@ -273,8 +287,12 @@ def _with_context(fact: str, index: SourceIndex, reach: SourceIndex,
         coverage = sum(1 for w in words if reach.has(w)) / len(words)
         if coverage < BORROWING_MIN_COVERAGE:
             absent = [w for w in words if not reach.has(w)]
-            return RejectedFact(fact, f"borrows from the context, and only {coverage:.0%} of its key words are in "
-                                      f"the text or context (missing: {', '.join(absent[:6])})", "coverage")
+            return RejectedFact(
+                fact,
+                f"borrows from the context, and only {coverage:.0%} of its key words are in "
+                f"the text or context (missing: {', '.join(absent[:6])})",
+                "coverage",
+            )
     sources = []
     for memory_id, other in earlier:
         mine = [w for w in borrowed if other.has(w)]

@@ -26,10 +26,10 @@ def strip_thinking(content: str) -> str:
     text = _CLOSED_THINK.sub("", content)
     lowered = text.lower()
     if "</think>" in lowered:  # a close tag with no opening (the template opened it)
-        text = text[lowered.rindex("</think>") + len("</think>"):]
+        text = text[lowered.rindex("</think>") + len("</think>") :]
         lowered = text.lower()
     if lowered.lstrip().startswith("<think>"):  # unclosed: the answer, if any, is its last JSON object
-        tail = text[lowered.index("<think>") + len("<think>"):]
+        tail = text[lowered.index("<think>") + len("<think>") :]
         start = tail.rfind('{"facts"')
         if start < 0:
             start = tail.rfind("{")
@@ -53,8 +53,11 @@ def parse_facts(content: str, finish_reason: str, reasoning: str = "") -> list[s
                 "that honours it",
                 raw_reply=(content + "\n" if content else "") + "[reasoning_content]\n" + reasoning[:4000],
             )
-        reason = "the output cap was reached while the model was still thinking" if finish_reason == "length" \
+        reason = (
+            "the output cap was reached while the model was still thinking"
+            if finish_reason == "length"
             else "the model's reply held no JSON"
+        )
         raise BadReply(f"empty reply: {reason}", raw_reply=content)
     try:
         data = json.loads(text)
@@ -64,13 +67,16 @@ def parse_facts(content: str, finish_reason: str, reasoning: str = "") -> list[s
             raise TruncatedReply(
                 f"reply cut at the output cap (finish_reason=length): JSON incomplete, "
                 f"{len(complete)} complete fact(s) before the cut",
-                facts=complete, raw_reply=content,
+                facts=complete,
+                raw_reply=content,
             ) from exc
         raise BadReply(f"reply is not JSON: {exc.msg} at char {exc.pos}", raw_reply=content) from exc
     try:
         parsed = ExtractedFacts.model_validate(data)
     except ValidationError as exc:
-        raise BadReply(f"reply JSON does not match the facts schema: {exc.errors()[0]['msg']}", raw_reply=content) from exc
+        raise BadReply(
+            f"reply JSON does not match the facts schema: {exc.errors()[0]['msg']}", raw_reply=content
+        ) from exc
     return [fact.strip() for fact in parsed.facts if fact and fact.strip()]
 
 

@@ -23,7 +23,7 @@ SYSTEM_PROMPT = (
     "speaker).\n"
     "- Copy numbers, names, dates, emails and URLs exactly as written.\n"
     "- State only what the text says. Never guess or add anything.\n"
-    "- Skip greetings, thanks, jokes and small talk. If nothing is worth keeping, reply {\"facts\": []}."
+    '- Skip greetings, thanks, jokes and small talk. If nothing is worth keeping, reply {"facts": []}.'
 )
 # Added only when earlier saves are shown: without context the prompt stays the one the evals measured.
 CONTEXT_RULE = (

@@ -8,8 +8,8 @@ straddles a boundary is still seen whole in one chunk.
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Awaitable, Callable
 
 TEMPLATE_MARGIN_TOKENS = 64  # chat-template tokens around the messages
 _BOUNDARY = re.compile(r"[.!?\n]\s+|\s+")
@@ -95,8 +95,9 @@ def call_seconds(text_tokens: int, uncached_tokens: int, prompt_tps: float, gen_
     return (text_tokens + uncached_tokens) / prompt_tps + expected_output_tokens(text_tokens, max_output) / gen_tps
 
 
-def time_fit_tokens(budget_s: float, uncached_tokens: int, prompt_tps: float | None, gen_tps: float | None,
-                    max_output: int) -> int | None:
+def time_fit_tokens(
+    budget_s: float, uncached_tokens: int, prompt_tps: float | None, gen_tps: float | None, max_output: int
+) -> int | None:
     """The most text tokens one call can take and still finish well within `budget_s`; None when unmeasured."""
     if not prompt_tps or not gen_tps:
         return None
@@ -114,8 +115,9 @@ def time_fit_tokens(budget_s: float, uncached_tokens: int, prompt_tps: float | N
 CHARS_PER_TOKEN = 3.5  # English text with a BPE tokenizer; only for estimates, never for sizing a prompt
 
 
-def backlog_seconds(jobs: int, chars: int, prompt_tps: float | None, gen_tps: float | None,
-                    uncached_tokens: int, max_output: int) -> float | None:
+def backlog_seconds(
+    jobs: int, chars: int, prompt_tps: float | None, gen_tps: float | None, uncached_tokens: int, max_output: int
+) -> float | None:
     """How long `jobs` saves holding `chars` characters take to extract, one after the other; None if unmeasured."""
     if not prompt_tps or not gen_tps or jobs <= 0:
         return None

@@ -31,8 +31,12 @@ async def check_thinking(client: LlamaClient) -> dict[str, Any]:
     ignores the kwarg, and the model will think on every extraction.
     """
     result: dict[str, Any] = {
-        "verdict": WARN, "why": "", "fix": "", "thinking_off_verified": False,
-        "template_has_thinking": None, "reacts_to_kwarg": None,
+        "verdict": WARN,
+        "why": "",
+        "fix": "",
+        "thinking_off_verified": False,
+        "template_has_thinking": None,
+        "reacts_to_kwarg": None,
     }
     try:
         props = await client.props()
@@ -48,32 +52,38 @@ async def check_thinking(client: LlamaClient) -> dict[str, Any]:
     has_markup = any("<think>" in text for text in (props.chat_template, default, on, off))
     reacts = off != default or off != on
     result.update(
-        template_has_thinking=has_markup, reacts_to_kwarg=reacts,
-        prompt_tail_default=_tail(default, off), prompt_tail_off=_tail(off, default),
+        template_has_thinking=has_markup,
+        reacts_to_kwarg=reacts,
+        prompt_tail_default=_tail(default, off),
+        prompt_tail_off=_tail(off, default),
     )
     if reacts and off.rstrip().lower().endswith("<think>"):
         result.update(
-            verdict=FAIL, why="with enable_thinking=false the template still opens a think block",
+            verdict=FAIL,
+            why="with enable_thinking=false the template still opens a think block",
             fix="start llama-server with a chat template that closes the think block when thinking is off "
-                "(--chat-template-file, MEMORY_CHAT_TEMPLATE_FILE)",
+            "(--chat-template-file, MEMORY_CHAT_TEMPLATE_FILE)",
         )
     elif reacts:
         base = default if off != default else on
         result.update(
-            verdict=OK, thinking_off_verified=True,
+            verdict=OK,
+            thinking_off_verified=True,
             why=f"template honours enable_thinking=false: the prompt ends {json.dumps(off[-24:])} instead of "
-                f"{json.dumps(base[-24:])}",
+            f"{json.dumps(base[-24:])}",
         )
     elif has_markup:
         result.update(
-            verdict=FAIL, why="template ignores enable_thinking: it has <think> markup but renders the same prompt "
-                              "with enable_thinking=false, so the model will think on every extraction",
+            verdict=FAIL,
+            why="template ignores enable_thinking: it has <think> markup but renders the same prompt "
+            "with enable_thinking=false, so the model will think on every extraction",
             fix="start llama-server with the model's official chat template (--chat-template-file, env "
-                "MEMORY_CHAT_TEMPLATE_FILE) or use a non-thinking model (--model default)",
+            "MEMORY_CHAT_TEMPLATE_FILE) or use a non-thinking model (--model default)",
         )
     else:
         result.update(
-            verdict=OK, thinking_off_verified=True,
+            verdict=OK,
+            thinking_off_verified=True,
             why="template has no thinking mode (no <think> markup; enable_thinking changes nothing, as expected)",
         )
     return result

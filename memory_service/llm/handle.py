@@ -9,8 +9,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from memory_service.config import Settings
 from memory_service.extraction.client import LlamaClient, ServerProps
@@ -68,14 +69,19 @@ class ModelHandle:
             log.info("llama-server ready: n_ctx=%d slots=%d build=%s", props.n_ctx, props.slots, props.build_info)
         self.props = props
         same = self.extractor is not None and (self.extractor.props.n_ctx, self.extractor.props.model_path) == (
-            props.n_ctx, props.model_path)
+            props.n_ctx,
+            props.model_path,
+        )
         if same and self.extractor is not None:
             self.extractor.props = props  # same server setup: keep the counted system-prompt tokens
         else:
             self.extractor = Extractor(
-                client=self.client, props=props, throughput=self.throughput,
+                client=self.client,
+                props=props,
+                throughput=self.throughput,
                 max_output_tokens=min(self.settings.max_output_tokens, max(64, props.n_ctx // 4)),
-                max_facts=self.settings.max_facts, max_fact_chars=self.settings.max_fact_chars,
+                max_facts=self.settings.max_facts,
+                max_fact_chars=self.settings.max_fact_chars,
                 on_timings=self.on_timings,
             )
         self.last_error = None
@@ -93,8 +99,9 @@ class ModelHandle:
         """Seconds to extract `jobs` saves of `chars` characters at the model's speed, and what that rests on."""
         throughput = self.throughput
         system = 0 if throughput.system_cached() or self.extractor is None else self.extractor.counted_system_tokens
-        seconds = backlog_seconds(max(jobs, 1), chars, throughput.prompt_tps(), throughput.generation_tps(), system,
-                                  max_output)
+        seconds = backlog_seconds(
+            max(jobs, 1), chars, throughput.prompt_tps(), throughput.generation_tps(), system, max_output
+        )
         if seconds is None:
             return None, "unknown: the model's speed has not been measured yet"
         slots = self.props.slots if self.props else 1
@@ -114,7 +121,7 @@ class ModelHandle:
                 break
             try:
                 await asyncio.wait_for(self._ready.wait(), delay)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             delay = min(delay * 2, 10.0)
         assert self.extractor is not None

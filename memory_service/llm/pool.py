@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from memory_service.config import Settings
 from memory_service.extraction.client import LlamaClient
@@ -23,7 +24,7 @@ class ModelPool:
     handles: list[ModelHandle]
 
     @classmethod
-    def open(cls, settings: Settings, *, speed_prior: tuple[float, float] | None = None) -> "ModelPool":
+    def open(cls, settings: Settings, *, speed_prior: tuple[float, float] | None = None) -> ModelPool:
         """One handle per URL, in the order given; the first is the primary while it is up."""
         return cls([ModelHandle(settings, LlamaClient(url), speed_prior=speed_prior) for url in settings.llm_urls])
 
@@ -47,8 +48,7 @@ class ModelPool:
 
     async def probe(self, max_age_s: float | None = None) -> None:
         """Probe every server at once (a down one costs at most its health timeout, not the sum of them)."""
-        due = [h for h in self.handles
-               if max_age_s is None or not h.ready or time.time() - h.last_check > max_age_s]
+        due = [h for h in self.handles if max_age_s is None or not h.ready or time.time() - h.last_check > max_age_s]
         await asyncio.gather(*(h.probe() for h in due))
 
     def servers(self) -> dict[str, bool]:

@@ -9,18 +9,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Literal
-
-from typing import Any
+from typing import Any, Literal
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.tools import Tool
 from mcp_types import ToolAnnotations
 
-from memory_service.contract.models import TeamOut
 from memory_service.client import AsyncMemoryClient, MemoryServiceError
-from memory_service.storage.keys import role_allows
+from memory_service.contract.models import TeamOut
 from memory_service.mcp_server.tools import TOOLS, Toolbox
+from memory_service.storage.keys import role_allows
 
 log = logging.getLogger("memory_service.mcp")
 
@@ -50,8 +48,7 @@ async def probe(memory: AsyncMemoryClient, url: str) -> Probe:
         return Probe(await memory.team())
     except MemoryServiceError as exc:
         if exc.status == 401:
-            return Probe(None, f"the memory service at {url} refused the API key ({exc.message}); "
-                               "check MEMORY_API_KEY")
+            return Probe(None, f"the memory service at {url} refused the API key ({exc.message}); check MEMORY_API_KEY")
         if exc.status == 0:
             return Probe(None, f"the memory service at {url} is unreachable ({exc.message})")
         return Probe(None, f"the memory service at {url} answered {exc.status}: {exc.message}")
@@ -70,18 +67,24 @@ def visible_tools(found: Probe, read_only: bool) -> tuple[str, ...]:
 WHEN_TO_CALL: tuple[tuple[tuple[str, str], ...], ...] = (
     (("recall", "before you act, to skip what is already done or known."),),
     (("remember", "after a step worth keeping."),),
-    (("consume_limit", "just before an action with a daily limit."),
-     ("check_limit", "to see what is left of a daily limit.")),
-    (("mark_handled", "before handling an item others may handle too."),
-     ("was_handled", "to see whether an item is already handled.")),
+    (
+        ("consume_limit", "just before an action with a daily limit."),
+        ("check_limit", "to see what is left of a daily limit."),
+    ),
+    (
+        ("mark_handled", "before handling an item others may handle too."),
+        ("was_handled", "to see whether an item is already handled."),
+    ),
 )
 
 
 def instructions(found: Probe, visible: tuple[str, ...]) -> str:
     """Short server instructions that name only tools the client can see."""
     if found.team is None:
-        return (f"No tools are available: {found.problem}. Start the memory service (memory-service serve), "
-                "then restart this MCP server.")
+        return (
+            f"No tools are available: {found.problem}. Start the memory service (memory-service serve), "
+            "then restart this MCP server."
+        )
     team = found.team
     parts = [f"Shared memory of team {team.team!r} ({team.memories} saved texts)."]
     for choices in WHEN_TO_CALL:
@@ -121,24 +124,35 @@ def build_server(toolbox: Toolbox, found: Probe, *, read_only: bool = False) -> 
     tools = []
     for spec in TOOLS:
         if spec.name in visible:
-            hints = ToolAnnotations(read_only_hint=True) if not spec.writes else ToolAnnotations(
-                read_only_hint=False, destructive_hint=spec.name == "forget")
-            tool = Tool.from_function(functions[spec.name], name=spec.name, description=spec.description,
-                                      annotations=hints, structured_output=False)
+            hints = (
+                ToolAnnotations(read_only_hint=True)
+                if not spec.writes
+                else ToolAnnotations(read_only_hint=False, destructive_hint=spec.name == "forget")
+            )
+            tool = Tool.from_function(
+                functions[spec.name],
+                name=spec.name,
+                description=spec.description,
+                annotations=hints,
+                structured_output=False,
+            )
             tools.append(tool.model_copy(update={"parameters": compact_schema(tool.parameters)}))
     return MCPServer(NAME, instructions=instructions(found, visible), tools=tools)
 
 
-async def serve(config: McpConfig, transport: Literal["stdio", "http"], *, host: str = "127.0.0.1",
-                port: int = 8701) -> None:
+async def serve(
+    config: McpConfig, transport: Literal["stdio", "http"], *, host: str = "127.0.0.1", port: int = 8701
+) -> None:
     """Probe once, then serve until the harness closes stdio (or the HTTP server is stopped)."""
-    async with AsyncMemoryClient(config.url, api_key=config.api_key, timeout_s=CALL_TIMEOUT_S,
-                                 retry_budget_s=PROBE_BUDGET_S) as memory:
+    async with AsyncMemoryClient(
+        config.url, api_key=config.api_key, timeout_s=CALL_TIMEOUT_S, retry_budget_s=PROBE_BUDGET_S
+    ) as memory:
         found = await probe(memory, config.url)
         if found.problem:
             log.warning("MCP server starts with no tools: %s", found.problem)
-        server = build_server(Toolbox(memory, url=config.url, agent_id=config.agent_id), found,
-                              read_only=config.read_only)
+        server = build_server(
+            Toolbox(memory, url=config.url, agent_id=config.agent_id), found, read_only=config.read_only
+        )
         if transport == "stdio":
             await server.run_stdio_async()
         else:

@@ -12,8 +12,9 @@ Each tool is an async function of a `Toolbox`, which holds the service client an
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, Awaitable, Callable
+from typing import Annotated, Any
 
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
@@ -41,15 +42,23 @@ class ToolSpec:
 
 TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec("remember", "Save something worth knowing later: what you did, learned or were told.", needs="write"),
-    ToolSpec("recall", "Search the team's memory before you act, to find what was already done or known.",
-             needs="read"),
+    ToolSpec(
+        "recall", "Search the team's memory before you act, to find what was already done or known.", needs="read"
+    ),
     ToolSpec("get_memory", "Show one saved text with its status and the facts taken from it.", needs="read"),
     ToolSpec("forget", "Delete one saved text and the facts that came only from it.", needs="admin"),
-    ToolSpec("consume_limit", "Use units of a daily limit just before a limited action; if it says DENIED, "
-                              "do not do the action today.", needs="write"),
+    ToolSpec(
+        "consume_limit",
+        "Use units of a daily limit just before a limited action; if it says DENIED, do not do the action today.",
+        needs="write",
+    ),
     ToolSpec("check_limit", "See how much of a daily limit is left today, without using any.", needs="read"),
-    ToolSpec("mark_handled", "Record that an item (a URL, a message id) is handled, so no agent handles it "
-                             "twice; it tells you if it was handled before.", needs="write"),
+    ToolSpec(
+        "mark_handled",
+        "Record that an item (a URL, a message id) is handled, so no agent handles it "
+        "twice; it tells you if it was handled before.",
+        needs="write",
+    ),
     ToolSpec("was_handled", "Check whether an item was already handled, without marking it.", needs="read"),
 )
 TOOL_NAMES = tuple(spec.name for spec in TOOLS)
@@ -79,11 +88,15 @@ class Toolbox:
 
     def _explain(self, exc: MemoryServiceError) -> str:
         if exc.status == 0:
-            return (f"The memory service at {self.url} is not answering ({exc.message}). Try again in a minute; "
-                    "if it keeps failing, tell the user that the memory service is down.")
+            return (
+                f"The memory service at {self.url} is not answering ({exc.message}). Try again in a minute; "
+                "if it keeps failing, tell the user that the memory service is down."
+            )
         if exc.status == 401:
-            return (f"The memory service refused this server's API key: {exc.message}. "
-                    "Tell the user to check MEMORY_API_KEY.")
+            return (
+                f"The memory service refused this server's API key: {exc.message}. "
+                "Tell the user to check MEMORY_API_KEY."
+            )
         if exc.status == 403:
             return f"This server's key may not do that: {exc.message}. Do not retry; tell the user if it matters."
         if exc.status in (422, 400, 413):
@@ -99,8 +112,9 @@ class Toolbox:
         call, memory = self._call, self.memory
 
         async def remember(
-            text: Annotated[str, Field(description="What to keep, in plain words, e.g. 'Sent the weekly "
-                                                   "digest to 40 users.'")],
+            text: Annotated[
+                str, Field(description="What to keep, in plain words, e.g. 'Sent the weekly digest to 40 users.'")
+            ],
             tags: Annotated[list[str] | None, Field(description="Optional labels, e.g. ['digest'].")] = None,
         ) -> str:
             saved = await call(memory.remember(text, agent_id=self.agent_id, tags=tags or []))
@@ -109,8 +123,7 @@ class Toolbox:
             return f"Saved as {saved.id}. Facts are being extracted in the background; recall finds the text now."
 
         async def recall(
-            query: Annotated[str, Field(description="What you want to know, e.g. 'was the digest sent this "
-                                                    "week?'")],
+            query: Annotated[str, Field(description="What you want to know, e.g. 'was the digest sent this week?'")],
             agent_id: Annotated[str | None, Field(description="Only memories of this agent, e.g. 'mailer'.")] = None,
             tags: Annotated[list[str] | None, Field(description="Only memories with all these tags.")] = None,
             k: Annotated[int, Field(ge=1, le=20, description="How many results, 1-20.")] = 5,
@@ -119,8 +132,10 @@ class Toolbox:
             if found.items:
                 lines = [f"{len(found.items)} result(s) for {query!r}, best first:"]
                 for n, item in enumerate(found.items, 1):
-                    lines.append(f"{n}. [{item.kind}] {item.text} (agent {item.agent_id}, "
-                                 f"{_when(item.created_at)}, memory_id {item.memory_id})")
+                    lines.append(
+                        f"{n}. [{item.kind}] {item.text} (agent {item.agent_id}, "
+                        f"{_when(item.created_at)}, memory_id {item.memory_id})"
+                    )
                 return "\n".join(lines)
             return await self._empty_recall(query, agent_id, tags)
 
@@ -132,8 +147,11 @@ class Toolbox:
                     raise ToolFailed(self._unknown_memory(memory_id, visible)) from None
                 raise ToolFailed(self._explain(exc)) from None
             facts = [f"- {f.text}" for f in saved.facts if f.superseded_by is None]
-            lines = [f"memory_id {saved.id} by agent {saved.agent_id}, saved {_when(saved.created_at)}, "
-                     f"status {saved.status}.", f"Text: {saved.text}"]
+            lines = [
+                f"memory_id {saved.id} by agent {saved.agent_id}, saved {_when(saved.created_at)}, "
+                f"status {saved.status}.",
+                f"Text: {saved.text}",
+            ]
             if saved.tags:
                 lines.append("Tags: " + ", ".join(saved.tags))
             if facts:
@@ -157,19 +175,24 @@ class Toolbox:
             name: LimitName,
             amount: Annotated[int, Field(ge=1, description="Units to use, e.g. 1 per email sent.")] = 1,
         ) -> str:
-            answer = await self._limit_call(memory.limits.consume(name, agent_id=self.agent_id, amount=amount),
-                                            name)
+            answer = await self._limit_call(memory.limits.consume(name, agent_id=self.agent_id, amount=amount), name)
             if not answer.allowed:
-                return (f"DENIED: limit {name!r} is used up for today ({answer.used} of {answer.limit}). "
-                        f"Do not do the action; the limit resets at {answer.resets_at}.")
-            return (f"ALLOWED: used {amount} of {name!r}; {answer.remaining} of {answer.limit} left today "
-                    f"(resets at {answer.resets_at}).")
+                return (
+                    f"DENIED: limit {name!r} is used up for today ({answer.used} of {answer.limit}). "
+                    f"Do not do the action; the limit resets at {answer.resets_at}."
+                )
+            return (
+                f"ALLOWED: used {amount} of {name!r}; {answer.remaining} of {answer.limit} left today "
+                f"(resets at {answer.resets_at})."
+            )
 
         async def check_limit(name: LimitName) -> str:
             view = await self._limit_call(memory.limits.get(name, agent_id=self.agent_id), name)
             left = "unknown" if view.remaining is None else str(view.remaining)
-            return (f"Limit {name!r}: {view.used} of {view.daily_limit} used today, {left} left "
-                    f"(resets at {view.resets_at}).")
+            return (
+                f"Limit {name!r}: {view.used} of {view.daily_limit} used today, {left} left "
+                f"(resets at {view.resets_at})."
+            )
 
         async def mark_handled(key: ItemKey) -> str:
             record = await call(memory.handled.mark(key))
@@ -183,9 +206,16 @@ class Toolbox:
                 return f"{key!r} was not handled yet."
             return f"{key!r} was already handled (first at {record.first_seen_at}). Skip it."
 
-        tools = {"remember": remember, "recall": recall, "get_memory": get_memory, "forget": forget,
-                 "consume_limit": consume_limit, "check_limit": check_limit, "mark_handled": mark_handled,
-                 "was_handled": was_handled}
+        tools = {
+            "remember": remember,
+            "recall": recall,
+            "get_memory": get_memory,
+            "forget": forget,
+            "consume_limit": consume_limit,
+            "check_limit": check_limit,
+            "mark_handled": mark_handled,
+            "was_handled": was_handled,
+        }
         assert tuple(tools) == TOOL_NAMES
         return tools
 
@@ -206,8 +236,10 @@ class Toolbox:
         except MemoryServiceError as exc:
             raise ToolFailed(self._explain(exc)) from None
         if not names:
-            raise ToolFailed(f"No limit named {name!r}: this team has no daily limits yet, so nothing is counted. "
-                             "Ask the user whether one should be set up.")
+            raise ToolFailed(
+                f"No limit named {name!r}: this team has no daily limits yet, so nothing is counted. "
+                "Ask the user whether one should be set up."
+            )
         raise ToolFailed(f"No limit named {name!r}. Limits in this team: {', '.join(names)}.")
 
     async def _empty_recall(self, query: str, agent_id: str | None, tags: list[str] | None) -> str:

@@ -27,7 +27,7 @@ import os
 import shutil
 import sqlite3
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -58,8 +58,9 @@ def backup(data_dir: Path, dest: Path) -> dict[str, Any]:
     data_dir = data_dir.absolute()
     dest = dest.absolute()
     if not (data_dir / JOURNAL).is_file():
-        raise BackupError(f"no {JOURNAL} in {data_dir}: is it a memory-service data dir? "
-                          "(--data-dir, env MEMORY_DATA_DIR)")
+        raise BackupError(
+            f"no {JOURNAL} in {data_dir}: is it a memory-service data dir? (--data-dir, env MEMORY_DATA_DIR)"
+        )
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise BackupError(f"{dest} already exists and is not empty: back up into a new directory")
     if dest == data_dir or data_dir in dest.parents:
@@ -74,19 +75,26 @@ def backup(data_dir: Path, dest: Path) -> dict[str, Any]:
         quiescent = False
     try:
         staging.mkdir()
-        files = {name: _snapshot(data_dir / name, staging / name) for name in DATABASES
-                 if (data_dir / name).is_file()}
+        files = {name: _snapshot(data_dir / name, staging / name) for name in DATABASES if (data_dir / name).is_file()}
         vectors: dict[str, Any] = {"mode": "rebuild"}
         if quiescent and (data_dir / VECTORS).is_dir():
             shutil.copytree(data_dir / VECTORS, staging / VECTORS)
-            vectors = {"mode": "copied", "files": {
-                f"{VECTORS}/{path.relative_to(staging / VECTORS).as_posix()}": _describe(path)
-                for path in sorted((staging / VECTORS).rglob("*")) if path.is_file()}}
+            vectors = {
+                "mode": "copied",
+                "files": {
+                    f"{VECTORS}/{path.relative_to(staging / VECTORS).as_posix()}": _describe(path)
+                    for path in sorted((staging / VECTORS).rglob("*"))
+                    if path.is_file()
+                },
+            }
         manifest = {
-            "format": FORMAT, "format_version": FORMAT_VERSION,
-            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "source_data_dir": str(data_dir), "package_version": _package_version(),
-            "files": files, "vectors": vectors,
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "source_data_dir": str(data_dir),
+            "package_version": _package_version(),
+            "files": files,
+            "vectors": vectors,
         }
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         _sync_tree(staging)
@@ -99,9 +107,15 @@ def backup(data_dir: Path, dest: Path) -> dict[str, Any]:
     finally:
         lock.release()
     journal_rows = files[JOURNAL]["rows"]
-    return {"backup": str(dest), "data_dir": str(data_dir), "created_at": manifest["created_at"],
-            "memories": journal_rows.get("memories", 0), "facts": journal_rows.get("facts", 0),
-            "databases": sorted(files), "vectors": "copied" if vectors["mode"] == "copied" else "rebuilt on restore"}
+    return {
+        "backup": str(dest),
+        "data_dir": str(data_dir),
+        "created_at": manifest["created_at"],
+        "memories": journal_rows.get("memories", 0),
+        "facts": journal_rows.get("facts", 0),
+        "databases": sorted(files),
+        "vectors": "copied" if vectors["mode"] == "copied" else "rebuilt on restore",
+    }
 
 
 def _snapshot(source: Path, target: Path) -> dict[str, Any]:
@@ -153,8 +167,10 @@ def verify(src: Path) -> dict[str, Any]:
         raise BackupError(f"{src}/{MANIFEST} is not a memory-service backup manifest")
     version = manifest.get("format_version")
     if not isinstance(version, int) or version > FORMAT_VERSION:
-        raise BackupError(f"{src} was written in backup format {version!r}; this version reads up to "
-                          f"{FORMAT_VERSION}: upgrade memory-service to restore it")
+        raise BackupError(
+            f"{src} was written in backup format {version!r}; this version reads up to "
+            f"{FORMAT_VERSION}: upgrade memory-service to restore it"
+        )
     files = manifest.get("files")
     if not isinstance(files, dict) or JOURNAL not in files:
         raise BackupError(f"{src}/{MANIFEST} lists no {JOURNAL}: the backup is damaged")
@@ -194,8 +210,10 @@ def restore(src: Path, settings: Settings, *, force: bool = False, rebuild_vecto
     data_dir = settings.data_dir.absolute()
     manifest = verify(src)
     if settings.chroma_url:
-        raise BackupError("restore rebuilds the vector store under the data dir, but MEMORY_CHROMA_URL points at a "
-                          "Chroma server: unset it to restore into the embedded store")
+        raise BackupError(
+            "restore rebuilds the vector store under the data dir, but MEMORY_CHROMA_URL points at a "
+            "Chroma server: unset it to restore into the embedded store"
+        )
     if data_dir.exists() and not data_dir.is_dir():
         raise BackupError(f"{data_dir} is not a directory")
     lock = DataDirLock(data_dir)
@@ -207,8 +225,10 @@ def restore(src: Path, settings: Settings, *, force: bool = False, rebuild_vecto
     occupied = data_dir.is_dir() and any(p.name != LOCK_NAME for p in data_dir.iterdir())
     if occupied and not force:
         lock.release()
-        raise BackupError(f"{data_dir} already holds data: pass --force to restore over it (the current data "
-                          "is moved aside, not deleted)")
+        raise BackupError(
+            f"{data_dir} already holds data: pass --force to restore over it (the current data "
+            "is moved aside, not deleted)"
+        )
     data_dir.parent.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     staging = data_dir.parent / f".{data_dir.name}.restoring-{stamp}-{os.getpid()}"
@@ -226,8 +246,9 @@ def restore(src: Path, settings: Settings, *, force: bool = False, rebuild_vecto
             finally:
                 conn.close()
             if problem:
-                raise BackupError(f"{src / name} fails SQLite's check ({problem}): the backup is damaged; "
-                                  "nothing was restored")
+                raise BackupError(
+                    f"{src / name} fails SQLite's check ({problem}): the backup is damaged; nothing was restored"
+                )
         copied = manifest.get("vectors", {}).get("mode") == "copied" and not rebuild_vectors
         if copied:
             shutil.copytree(src / VECTORS, staging / VECTORS)
@@ -256,8 +277,11 @@ def restore(src: Path, settings: Settings, *, force: bool = False, rebuild_vecto
         lock.release()
     journal_rows = manifest["files"][JOURNAL].get("rows", {})
     summary: dict[str, Any] = {
-        "restored": str(data_dir), "from": str(src), "backup_created_at": manifest.get("created_at"),
-        "memories": journal_rows.get("memories"), "facts": journal_rows.get("facts"),
+        "restored": str(data_dir),
+        "from": str(src),
+        "backup_created_at": manifest.get("created_at"),
+        "memories": journal_rows.get("memories"),
+        "facts": journal_rows.get("facts"),
         "vectors": "copied" if copied else "rebuilt",
         "previous_data": str(kept_aside) if kept_aside else None,
     }
@@ -266,10 +290,10 @@ def restore(src: Path, settings: Settings, *, force: bool = False, rebuild_vecto
     return summary
 
 
-def _rebuild_vectors(staging: Path, settings: Settings) -> "Reindexed":
+def _rebuild_vectors(staging: Path, settings: Settings) -> Reindexed:
     """Embed the restored journal into a new vector store beside it (the model loads only here)."""
-    from memory_service.ops.reindex import reindex
     from memory_service.embedding.embedder import load_embedder
+    from memory_service.ops.reindex import reindex
     from memory_service.storage.journal import Journal
     from memory_service.storage.vectors import VectorStore
 

@@ -30,7 +30,6 @@ from memory_service.extraction.thinking import FAIL, OK, WARN, check_thinking
 from memory_service.extraction.throughput import Throughput
 from memory_service.llm.runtime.proven import REBUILD_HINT
 
-
 # "A typical save": what the budget verdict is about (an agent note of ~300 tokens, ~150 output tokens).
 TYPICAL_TEXT_TOKENS = 300
 TYPICAL_OUTPUT_TOKENS = 150
@@ -90,21 +89,29 @@ async def probe_extraction(extractor: Extractor, text: str, budget_s: float) -> 
                 extractor.throughput.slow_down(exc.chunk_tokens + await extractor.system_tokens(), budget_s)
     except ExtractionError as exc:
         return {
-            "valid": False, "error": f"{type(exc).__name__}: {exc}", "latency_s": round(time.monotonic() - started, 3),
-            "raw_reply": (exc.raw_reply or "")[:600], "timings": exc.timings or {},
+            "valid": False,
+            "error": f"{type(exc).__name__}: {exc}",
+            "latency_s": round(time.monotonic() - started, 3),
+            "raw_reply": (exc.raw_reply or "")[:600],
+            "timings": exc.timings or {},
             "calls": (exc.report or {}).get("calls", []),
         }
     calls = result.report.get("calls", [])
     raw = "\n".join(result.raw_replies)
     return {
-        "valid": True, "latency_s": round(time.monotonic() - started, 3),
-        "facts": [f.text for f in result.facts], "rejected": result.report.get("rejected", []),
-        "prompt_n": int(result.timings.get("prompt_n") or 0), "cache_n": int(result.timings.get("cache_n") or 0),
+        "valid": True,
+        "latency_s": round(time.monotonic() - started, 3),
+        "facts": [f.text for f in result.facts],
+        "rejected": result.report.get("rejected", []),
+        "prompt_n": int(result.timings.get("prompt_n") or 0),
+        "cache_n": int(result.timings.get("cache_n") or 0),
         "predicted_n": int(result.timings.get("predicted_n") or 0),
         "finish_reason": ",".join(str(c.get("finish_reason")) for c in calls),
         "reasoning_chars": sum(int(c.get("reasoning_chars") or 0) for c in calls),
         "think_chars": sum(len(m.group(1).strip()) for m in _THINK_BLOCK.finditer(raw)),
-        "timings": result.timings, "calls": calls, "splits": splits,
+        "timings": result.timings,
+        "calls": calls,
+        "splits": splits,
     }
 
 
@@ -113,8 +120,10 @@ def _probe_check(probe: dict[str, Any], budget_s: float) -> Check:
         error = probe["error"]
         fix = "see the raw reply; run with a model that follows a JSON schema (--model default)"
         if error.startswith("LlmTimeout"):
-            fix = (f"the model could not answer within MEMORY_EXTRACT_BUDGET_S={budget_s:g}s: use a smaller model, "
-                   "more threads (MEMORY_LLAMA_THREADS), or a larger budget")
+            fix = (
+                f"the model could not answer within MEMORY_EXTRACT_BUDGET_S={budget_s:g}s: use a smaller model, "
+                "more threads (MEMORY_LLAMA_THREADS), or a larger budget"
+            )
         elif "thinking" in error or (probe.get("raw_reply") or "").lstrip().startswith("<think>"):
             fix = "thinking is on: the reply is a think block, not facts; see the thinking check"
         elif error.startswith("LlmUnavailable"):
@@ -123,20 +132,33 @@ def _probe_check(probe: dict[str, Any], budget_s: float) -> Check:
         return Check("probe extraction", FAIL, f"{error}{raw}", fix)
     summary = (
         f"valid JSON, {len(probe['facts'])} fact(s) kept, {len(probe['rejected'])} rejected, "
-        f"{probe['latency_s']:.2f}s" + (f" (split smaller after {probe['splits']} timeout(s))" if probe.get("splits")
-                                         else "") + ", "
+        f"{probe['latency_s']:.2f}s"
+        + (f" (split smaller after {probe['splits']} timeout(s))" if probe.get("splits") else "")
+        + ", "
         f"prompt {probe['prompt_n']} tok, output {probe['predicted_n']} tok, finish={probe['finish_reason']}, "
         f"reasoning {probe['reasoning_chars'] + probe['think_chars']} chars"
     )
     if probe["reasoning_chars"] or probe["think_chars"]:
-        return Check("probe extraction", FAIL, f"the model still thinks with thinking off: {summary}",
-                     "use a template or model that honours enable_thinking=false (see the thinking check)")
+        return Check(
+            "probe extraction",
+            FAIL,
+            f"the model still thinks with thinking off: {summary}",
+            "use a template or model that honours enable_thinking=false (see the thinking check)",
+        )
     if "length" in probe["finish_reason"]:
-        return Check("probe extraction", WARN, f"output cap reached: {summary}",
-                     "raise MEMORY_MAX_OUTPUT_TOKENS or lower MEMORY_MAX_FACTS")
+        return Check(
+            "probe extraction",
+            WARN,
+            f"output cap reached: {summary}",
+            "raise MEMORY_MAX_OUTPUT_TOKENS or lower MEMORY_MAX_FACTS",
+        )
     if not probe["facts"]:
-        return Check("probe extraction", WARN, f"no grounded facts from a text full of them: {summary}",
-                     "the model is too weak for extraction; try --model default or large")
+        return Check(
+            "probe extraction",
+            WARN,
+            f"no grounded facts from a text full of them: {summary}",
+            "the model is too weak for extraction; try --model default or large",
+        )
     return Check("probe extraction", OK, summary)
 
 
@@ -160,31 +182,57 @@ async def diagnose(client: LlamaClient, settings: Settings) -> dict[str, Any]:
         except ExtractionError as exc:
             checks.append(Check("server", FAIL, f"/props failed: {exc}", "use llama-server b4000 or newer"))
     else:
-        checks.append(Check("server", FAIL, f"llama-server at {client.base_url} is not reachable or not healthy",
-                            "start it (memory-service serve starts one) or fix --llm-url / MEMORY_LLM_URL"))
+        checks.append(
+            Check(
+                "server",
+                FAIL,
+                f"llama-server at {client.base_url} is not reachable or not healthy",
+                "start it (memory-service serve starts one) or fix --llm-url / MEMORY_LLM_URL",
+            )
+        )
     if props is None:
         return _finish(report)
 
     extractor = Extractor(
-        client=client, props=props, throughput=Throughput(),
+        client=client,
+        props=props,
+        throughput=Throughput(),
         max_output_tokens=min(settings.max_output_tokens, max(64, props.n_ctx // 4)),
-        max_facts=settings.max_facts, max_fact_chars=settings.max_fact_chars,
+        max_facts=settings.max_facts,
+        max_fact_chars=settings.max_fact_chars,
     )
     system_tokens = await extractor.system_tokens()
     room = text_budget(props.n_ctx, system_tokens, extractor.max_output_tokens)
     report["server"] = {
-        "build": props.build_info, "model": props.model_path.rsplit("/", 1)[-1], "n_ctx": props.n_ctx,
-        "slots": props.slots, "system_prompt_tokens": system_tokens, "text_tokens_per_chunk": room,
+        "build": props.build_info,
+        "model": props.model_path.rsplit("/", 1)[-1],
+        "n_ctx": props.n_ctx,
+        "slots": props.slots,
+        "system_prompt_tokens": system_tokens,
+        "text_tokens_per_chunk": room,
     }
-    server_line = (f"build {props.build_info or '?'}, model {report['server']['model'] or '?'}, n_ctx {props.n_ctx} "
-                   f"per slot, {props.slots} slot(s), {room} text tokens per chunk")
+    server_line = (
+        f"build {props.build_info or '?'}, model {report['server']['model'] or '?'}, n_ctx {props.n_ctx} "
+        f"per slot, {props.slots} slot(s), {room} text tokens per chunk"
+    )
     if room < 256:
-        checks.append(Check("server", FAIL, f"context too small: {server_line}",
-                            "start llama-server with a larger -c (MEMORY_LLAMA_CTX), "
-                            "or lower MEMORY_MAX_OUTPUT_TOKENS"))
+        checks.append(
+            Check(
+                "server",
+                FAIL,
+                f"context too small: {server_line}",
+                "start llama-server with a larger -c (MEMORY_LLAMA_CTX), or lower MEMORY_MAX_OUTPUT_TOKENS",
+            )
+        )
     elif props.slots > 1:
-        checks.append(Check("server", WARN, f"{server_line}: --parallel splits the context and, on few cores, "
-                            "does not raise throughput", "one slot and the service's own queue is the better default"))
+        checks.append(
+            Check(
+                "server",
+                WARN,
+                f"{server_line}: --parallel splits the context and, on few cores, does not raise throughput",
+                "one slot and the service's own queue is the better default",
+            )
+        )
     else:
         checks.append(Check("server", OK, server_line))
 
@@ -202,48 +250,88 @@ async def diagnose(client: LlamaClient, settings: Settings) -> dict[str, Any]:
         if second["cache_n"] > 0:
             checks.append(Check("prompt cache", OK, line + " (the system prompt is byte-stable)"))
         else:
-            checks.append(Check("prompt cache", WARN, line, "every save pays for the whole system prompt; "
-                                "check that llama-server keeps cache_prompt on (no --no-cache-prompt)"))
+            checks.append(
+                Check(
+                    "prompt cache",
+                    WARN,
+                    line,
+                    "every save pays for the whole system prompt; "
+                    "check that llama-server keeps cache_prompt on (no --no-cache-prompt)",
+                )
+            )
     checks.append(_budget_check(report, probes, props, extractor, system_tokens, room, budget_s))
     return _finish(report)
 
 
-def _budget_check(report: dict[str, Any], probes: list[dict[str, Any]], props: ServerProps, extractor: Extractor,
-                  system_tokens: int, room: int, budget_s: float) -> Check:
+def _budget_check(
+    report: dict[str, Any],
+    probes: list[dict[str, Any]],
+    props: ServerProps,
+    extractor: Extractor,
+    system_tokens: int,
+    room: int,
+    budget_s: float,
+) -> Check:
     prompt_rate, gen_rate = _rates(probes)
     cached = any(p.get("cache_n") for p in probes[1:] if p["valid"])
     throughput: dict[str, Any] = {"prompt_tokens_per_s": prompt_rate, "generation_tokens_per_s": gen_rate}
     report["throughput"] = throughput
     if not prompt_rate or not gen_rate:
-        return Check("budget", FAIL, "could not measure the model's speed: no probe extraction finished",
-                     "fix the failures above first")
+        return Check(
+            "budget",
+            FAIL,
+            "could not measure the model's speed: no probe extraction finished",
+            "fix the failures above first",
+        )
     warm = TYPICAL_TEXT_TOKENS / prompt_rate + TYPICAL_OUTPUT_TOKENS / gen_rate
     cold = warm + system_tokens / prompt_rate
     typical = warm if cached else cold
     full_chunk = (room + (0 if cached else system_tokens)) / prompt_rate + extractor.max_output_tokens / gen_rate
-    throughput.update(typical_save_s=round(typical, 2), typical_save_cold_s=round(cold, 2),
-                      full_chunk_s=round(full_chunk, 2), budget_s=budget_s)
+    throughput.update(
+        typical_save_s=round(typical, 2),
+        typical_save_cold_s=round(cold, 2),
+        full_chunk_s=round(full_chunk, 2),
+        budget_s=budget_s,
+    )
     speeds = f"prompt {prompt_rate:.0f} tok/s, generation {gen_rate:.1f} tok/s"
-    line = (f"a typical save ({TYPICAL_TEXT_TOKENS}-token text + {TYPICAL_OUTPUT_TOKENS} output tokens) needs "
-            f"≈{typical:.1f}s of the {budget_s:g}s budget ({speeds})")
+    line = (
+        f"a typical save ({TYPICAL_TEXT_TOKENS}-token text + {TYPICAL_OUTPUT_TOKENS} output tokens) needs "
+        f"≈{typical:.1f}s of the {budget_s:g}s budget ({speeds})"
+    )
     smallest = MIN_CHUNK_TOKENS / prompt_rate + MIN_OUTPUT_TOKENS / gen_rate
     fit = time_fit_tokens(budget_s, 0, prompt_rate, gen_rate, extractor.max_output_tokens) or 0
     throughput.update(chunk_tokens_that_fit=fit, smallest_call_s=round(smallest, 2))
-    remedies = ("what makes it faster, best first: the fastest build variant this CPU runs (the build line above; "
-                "'native' is fastest, and the bootstrap picks it when the CPU allows), fewer llama.cpp threads "
-                "than cores on a busy box (MEMORY_LLAMA_THREADS), a smaller model, or a larger "
-                f"MEMORY_EXTRACT_BUDGET_S (about {typical * 1.5:.0f} would fit a typical save in one call)")
+    remedies = (
+        "what makes it faster, best first: the fastest build variant this CPU runs (the build line above; "
+        "'native' is fastest, and the bootstrap picks it when the CPU allows), fewer llama.cpp threads "
+        "than cores on a busy box (MEMORY_LLAMA_THREADS), a smaller model, or a larger "
+        f"MEMORY_EXTRACT_BUDGET_S (about {typical * 1.5:.0f} would fit a typical save in one call)"
+    )
     if smallest > budget_s:
-        return Check("budget", FAIL, line + f"; even the smallest piece a text is split into ({MIN_CHUNK_TOKENS} "
-                     f"tokens) needs ≈{smallest:.1f}s, so extraction can't finish", remedies)
+        return Check(
+            "budget",
+            FAIL,
+            line + f"; even the smallest piece a text is split into ({MIN_CHUNK_TOKENS} "
+            f"tokens) needs ≈{smallest:.1f}s, so extraction can't finish",
+            remedies,
+        )
     if typical > TIME_HEADROOM * budget_s:  # then the service splits a typical save
         pieces = max(1, -(-TYPICAL_TEXT_TOKENS // max(fit, MIN_CHUNK_TOKENS)))
-        return Check("budget", WARN, line + f": the service adapts by splitting such a text into {pieces} "
-                     f"call(s) of at most {max(fit, MIN_CHUNK_TOKENS)} text tokens, each within the budget, so saves "
-                     "are extracted later, not lost", remedies)
+        return Check(
+            "budget",
+            WARN,
+            line + f": the service adapts by splitting such a text into {pieces} "
+            f"call(s) of at most {max(fit, MIN_CHUNK_TOKENS)} text tokens, each within the budget, so saves "
+            "are extracted later, not lost",
+            remedies,
+        )
     if full_chunk > budget_s:
-        return Check("budget", OK, line + f"; a text that fills the context ({room} text tokens) needs "
-                     f"≈{full_chunk:.1f}s and is split into calls of at most {fit} text tokens")
+        return Check(
+            "budget",
+            OK,
+            line + f"; a text that fills the context ({room} text tokens) needs "
+            f"≈{full_chunk:.1f}s and is split into calls of at most {fit} text tokens",
+        )
     return Check("budget", OK, line)
 
 
@@ -285,8 +373,9 @@ def format_report(report: dict[str, Any]) -> str:
     lines = [f"memory-service doctor: llama-server at {report['llm_url']}"]
     started = report.get("started_server")
     if started:
-        lines[0] += (f" (started for this check: {started['model']}, {started['threads']} thread(s), "
-                     f"ctx {started['ctx']})")
+        lines[0] += (
+            f" (started for this check: {started['model']}, {started['threads']} thread(s), ctx {started['ctx']})"
+        )
     for check in report["checks"]:
         lines.append(f"{check['verdict']:<5} {check['name']}: {check['why']}")
         if check["fix"] and check["verdict"] != OK:
@@ -313,9 +402,11 @@ def run_doctor(args: argparse.Namespace) -> int:
                 server, started = _start_server(settings, getattr(args, "model", None), Path(tmp))
             except Exception as exc:  # no binary, no model, server died while loading: say so, don't trace
                 log_tail = _log_tail(Path(tmp) / "llama-server.log")
-                print(f"FAIL  server: could not start llama-server: {exc}{log_tail}\n"
-                      f"      what to do: {REBUILD_HINT}, or pass --llm-url of a running llama-server",
-                      file=sys.stderr)
+                print(
+                    f"FAIL  server: could not start llama-server: {exc}{log_tail}\n"
+                    f"      what to do: {REBUILD_HINT}, or pass --llm-url of a running llama-server",
+                    file=sys.stderr,
+                )
                 return 1
             urls = [server.url]
         try:
@@ -339,7 +430,8 @@ def pool_report(reports: list[dict[str, Any]]) -> dict[str, Any]:
     """Several servers: each one's report under `servers`, and the worst result of them."""
     results = [r["result"] for r in reports]
     return {
-        "llm_urls": [r["llm_url"] for r in reports], "servers": reports,
+        "llm_urls": [r["llm_url"] for r in reports],
+        "servers": reports,
         "result": FAIL if FAIL in results else WARN if WARN in results else OK,
         "exit_code": max(int(r["exit_code"]) for r in reports),
     }
@@ -367,8 +459,13 @@ def _start_server(settings: Settings, model: str | None, tmp: Path) -> tuple[Any
     model_path = resolve_model(model or settings.model, settings.cache_dir)
     server = launch(settings, model_path, tmp / "llama-server.log")
     return server, {
-        "url": server.url, "model": model_path.name, "threads": settings.llama_threads, "nice": settings.llama_nice,
-        "ctx": settings.llama_ctx, "chat_template_file": settings.llama_chat_template_file, "binary": str(server.binary),
+        "url": server.url,
+        "model": model_path.name,
+        "threads": settings.llama_threads,
+        "nice": settings.llama_nice,
+        "ctx": settings.llama_ctx,
+        "chat_template_file": settings.llama_chat_template_file,
+        "binary": str(server.binary),
         "variant": build_variant(server.binary, settings.cache_dir),
     }
 
@@ -376,14 +473,22 @@ def _start_server(settings: Settings, model: str | None, tmp: Path) -> tuple[Any
 def _build_check(report: dict[str, Any], started: dict[str, Any] | None) -> dict[str, Any]:
     """Which llama-server build answered, and how fast it measured here (prompt and generation tokens/s)."""
     speed = report.get("throughput") or {}
-    measured = (f"measured prompt {speed.get('prompt_tokens_per_s') or '?'} tok/s, generation "
-                f"{speed.get('generation_tokens_per_s') or '?'} tok/s")
+    measured = (
+        f"measured prompt {speed.get('prompt_tokens_per_s') or '?'} tok/s, generation "
+        f"{speed.get('generation_tokens_per_s') or '?'} tok/s"
+    )
     if started is None:
         return asdict(Check("build", OK, f"a running llama-server (not started by doctor); {measured}"))
     variant = started["variant"]
     if variant.startswith("unverified"):
-        return asdict(Check("build", WARN, f"{started['binary']}: {variant}; {measured}",
-                            "let scripts/bootstrap.sh build and prove one, or make sure this one suits the CPU"))
+        return asdict(
+            Check(
+                "build",
+                WARN,
+                f"{started['binary']}: {variant}; {measured}",
+                "let scripts/bootstrap.sh build and prove one, or make sure this one suits the CPU",
+            )
+        )
     return asdict(Check("build", OK, f"variant '{variant}' (proven on this CPU), {measured}"))
 
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from memory_service.embedding.embedder import Embedder
 from memory_service.pipeline.passages import index_passages, item_metadata
 from memory_service.storage.consolidation import store_for
-from memory_service.embedding.embedder import Embedder
 from memory_service.storage.journal import DELETED, Journal, Memory
 from memory_service.storage.vectors import VectorItem, VectorStore
 
@@ -30,8 +30,9 @@ class Reindexed:
     facts: int
 
 
-def reindex(journal: Journal, embedder: Embedder, vectors: VectorStore, *, team: str | None = None,
-            batch: int = BATCH) -> Reindexed:
+def reindex(
+    journal: Journal, embedder: Embedder, vectors: VectorStore, *, team: str | None = None, batch: int = BATCH
+) -> Reindexed:
     """Embed every live passage and active fact (of `team`, or of all teams) into `vectors`.
 
     The collections are meant to be empty (ids are upserted, so a vector left there is overwritten, but
@@ -43,8 +44,10 @@ def reindex(journal: Journal, embedder: Embedder, vectors: VectorStore, *, team:
     passages = 0
     while True:
         with journal.reading() as conn:
-            rows = conn.execute(f"SELECT * FROM memories WHERE indexed = 0 AND status != ? {scope} "
-                                "ORDER BY rowid LIMIT ?", (DELETED, *params, batch)).fetchall()
+            rows = conn.execute(
+                f"SELECT * FROM memories WHERE indexed = 0 AND status != ? {scope} ORDER BY rowid LIMIT ?",
+                (DELETED, *params, batch),
+            ).fetchall()
         if not rows:
             break
         todo = [Memory.from_row(row) for row in rows]
@@ -56,8 +59,9 @@ def reindex(journal: Journal, embedder: Embedder, vectors: VectorStore, *, team:
     return Reindexed(passages=passages, facts=facts)
 
 
-def _reindex_consolidated(journal: Journal, embedder: Embedder, vectors: VectorStore, team: str | None,
-                          batch: int) -> None:
+def _reindex_consolidated(
+    journal: Journal, embedder: Embedder, vectors: VectorStore, team: str | None, batch: int
+) -> None:
     """Consolidated items too: their rows stay, so their vectors must come back with the rest."""
     from memory_service.consolidation.worker import index_items
 
@@ -67,8 +71,7 @@ def _reindex_consolidated(journal: Journal, embedder: Embedder, vectors: VectorS
         index_items(store, embedder, vectors, todo)
 
 
-def _reindex_facts(journal: Journal, embedder: Embedder, vectors: VectorStore, team: str | None,
-                   batch: int) -> int:
+def _reindex_facts(journal: Journal, embedder: Embedder, vectors: VectorStore, team: str | None, batch: int) -> int:
     scope, params = ("AND f.team = ?", (team,)) if team is not None else ("", ())
     done, after = 0, 0
     while True:
@@ -85,10 +88,12 @@ def _reindex_facts(journal: Journal, embedder: Embedder, vectors: VectorStore, t
         embeddings = embedder.embed([row["text"] for row in rows])
         by_team: dict[str, list[VectorItem]] = {}
         for row, vec in zip(rows, embeddings):
-            meta = item_metadata(row["memory_id"], row["agent_id"], row["run_id"], row["created_at"],
-                                 json.loads(row["tags"]))
+            meta = item_metadata(
+                row["memory_id"], row["agent_id"], row["run_id"], row["created_at"], json.loads(row["tags"])
+            )
             by_team.setdefault(row["team"], []).append(
-                VectorItem(id=row["id"], text=row["text"], embedding=vec, metadata={**meta, "kind": "fact"}))
+                VectorItem(id=row["id"], text=row["text"], embedding=vec, metadata={**meta, "kind": "fact"})
+            )
         for team, items in by_team.items():
             vectors.upsert(team, items)
         done += len(rows)

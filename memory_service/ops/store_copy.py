@@ -37,8 +37,9 @@ def run_migrate(settings: Settings, url: str, *, reindex_vectors: bool = True) -
         raise MigrateError(f"--to {describe(url)!r}: give a postgresql://user@host:port/database URL")
     data_dir = settings.data_dir.absolute()
     if not (data_dir / "journal.sqlite3").is_file():
-        raise MigrateError(f"no journal.sqlite3 in {data_dir}: is it a memory-service data dir? "
-                           "(--data-dir, env MEMORY_DATA_DIR)")
+        raise MigrateError(
+            f"no journal.sqlite3 in {data_dir}: is it a memory-service data dir? (--data-dir, env MEMORY_DATA_DIR)"
+        )
     lock = DataDirLock(data_dir)
     try:
         lock.acquire(exclusive=True, wait=False)
@@ -48,8 +49,9 @@ def run_migrate(settings: Settings, url: str, *, reindex_vectors: bool = True) -
         try:
             database = PostgresDatabase(url)
         except Exception as exc:
-            raise MigrateError(f"PostgreSQL at {describe(url)} is unreachable or refused the connection: {exc}") \
-                from None
+            raise MigrateError(
+                f"PostgreSQL at {describe(url)} is unreachable or refused the connection: {exc}"
+            ) from None
         try:
             copied = copy_stores(data_dir, database)
         finally:
@@ -86,17 +88,24 @@ def copy_stores(data_dir: Path, database: PostgresDatabase) -> dict[str, int]:
         finally:
             source.close()
     with database.transaction() as conn:  # whoever had these is gone: they start again
-        conn.execute("UPDATE memories SET status = 'queued', started_at = NULL, lease_owner = NULL, "
-                     "lease_until = NULL WHERE status = 'extracting'")
+        conn.execute(
+            "UPDATE memories SET status = 'queued', started_at = NULL, lease_owner = NULL, "
+            "lease_until = NULL WHERE status = 'extracting'"
+        )
         conn.execute("UPDATE job_attempts SET ended_at = started_at, outcome = 'migrated' WHERE ended_at IS NULL")
     return copied
 
 
 def _copy_table(source: sqlite3.Connection, database: PostgresDatabase, table: str) -> int:
     with database.reading() as conn:
-        target = {r[0] for r in conn.execute(
-            "SELECT column_name FROM information_schema.columns WHERE table_name = ? AND is_generated = 'NEVER' "
-            "AND column_name != 'rowid'", (table,))}
+        target = {
+            r[0]
+            for r in conn.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = ? AND is_generated = 'NEVER' "
+                "AND column_name != 'rowid'",
+                (table,),
+            )
+        }
     columns = [r[1] for r in source.execute(f"PRAGMA table_info({table})") if r[1] in target]
     names = ", ".join(columns)
     insert = f"INSERT INTO {table} ({names}) VALUES ({', '.join('?' * len(columns))}) ON CONFLICT DO NOTHING"

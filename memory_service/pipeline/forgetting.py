@@ -52,8 +52,15 @@ def _purge_consolidated(store: ConsolidationStore, vectors: VectorStore) -> None
         store.purged(team, ids)
 
 
-def forget(journal: Journal, vectors: VectorStore, team: str, *, memory_ids: list[str] | None = None,
-           agent_id: str | None = None, run_id: str | None = None) -> list[str]:
+def forget(
+    journal: Journal,
+    vectors: VectorStore,
+    team: str,
+    *,
+    memory_ids: list[str] | None = None,
+    agent_id: str | None = None,
+    run_id: str | None = None,
+) -> list[str]:
     """Forget the team's memories matching the selector (text, vectors, keyword entries, sole-source facts)."""
     ids = mark_forgotten(journal, team, memory_ids=memory_ids, agent_id=agent_id, run_id=run_id)
     if ids:

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from memory_service.embedding.embedder import Embedder
 from memory_service.pipeline.passages import base_metadata
 from memory_service.storage.catalog import ImportedFact, import_record
-from memory_service.embedding.embedder import Embedder
 from memory_service.storage.journal import Journal, Memory
 from memory_service.storage.vectors import VectorItem, VectorStore
 
@@ -23,8 +23,16 @@ class ImportTally:
     skipped: int = 0
 
 
-def import_batch(records: list[dict], *, team: str, journal: Journal, embedder: Embedder, vectors: VectorStore,
-                 re_extract: bool, budget_s: float) -> ImportTally:
+def import_batch(
+    records: list[dict],
+    *,
+    team: str,
+    journal: Journal,
+    embedder: Embedder,
+    vectors: VectorStore,
+    re_extract: bool,
+    budget_s: float,
+) -> ImportTally:
     """Store a batch of validated export records; facts kept as they are unless `re_extract`."""
     tally = ImportTally()
     to_embed: list[tuple[Memory, ImportedFact]] = []
@@ -37,9 +45,16 @@ def import_batch(records: list[dict], *, team: str, journal: Journal, embedder: 
             tally.skipped += 1
     if to_embed:
         embeddings = embedder.embed([fact.text for _, fact in to_embed])
-        vectors.upsert(team, [
-            VectorItem(id=fact.id, text=fact.text, embedding=np.asarray(vec),
-                       metadata={**base_metadata(memory), "kind": "fact"})
-            for (memory, fact), vec in zip(to_embed, embeddings)
-        ])
+        vectors.upsert(
+            team,
+            [
+                VectorItem(
+                    id=fact.id,
+                    text=fact.text,
+                    embedding=np.asarray(vec),
+                    metadata={**base_metadata(memory), "kind": "fact"},
+                )
+                for (memory, fact), vec in zip(to_embed, embeddings)
+            ],
+        )
     return tally

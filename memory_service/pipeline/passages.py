@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from memory_service.extraction.grounding import GroundedFact, identifiers, normalize, numbers, shape
 from memory_service.embedding.embedder import Embedder
+from memory_service.extraction.grounding import GroundedFact, identifiers, normalize, numbers, shape
 from memory_service.storage.journal import Fact, FactPlan, Journal, Memory, NewFact
 from memory_service.storage.vectors import VectorItem, VectorStore, tag_key
 
@@ -44,7 +44,7 @@ def window_starts(length: int) -> list[int]:
 
 
 def passage_windows(text: str) -> list[tuple[int, str]]:
-    return [(start, text[start:start + PASSAGE_WINDOW_CHARS]) for start in window_starts(len(text))]
+    return [(start, text[start : start + PASSAGE_WINDOW_CHARS]) for start in window_starts(len(text))]
 
 
 def index_passages(memories: list[Memory], embedder: Embedder, vectors: VectorStore) -> None:
@@ -56,7 +56,9 @@ def index_passages(memories: list[Memory], embedder: Embedder, vectors: VectorSt
         embeddings = embedder.embed([window for _, _, window in rows])
         items = [
             VectorItem(
-                id=f"p:{memory.id}:{start}", text=window, embedding=vec,
+                id=f"p:{memory.id}:{start}",
+                text=window,
+                embedding=vec,
                 metadata={**base_metadata(memory), "kind": "passage", "start": start},
             )
             for (memory, start, window), vec in zip(rows, embeddings)
@@ -146,8 +148,9 @@ def decide_facts(
         plan.new.append(NewFact(new_id, fact.text, norm, fact_shape, fact.spans))
         _borrowed(plan, new_id, fact)
         new_items.append(
-            VectorItem(id=new_id, text=fact.text, embedding=np.asarray(vec),
-                       metadata={**base_metadata(memory), "kind": "fact"})
+            VectorItem(
+                id=new_id, text=fact.text, embedding=np.asarray(vec), metadata={**base_metadata(memory), "kind": "fact"}
+            )
         )
     return plan, new_items
 
@@ -159,5 +162,6 @@ def fact_items(rows: list[tuple[Fact, str | None]], embedder: Embedder) -> dict[
     for (fact, run_id), vec in zip(rows, embeddings):
         meta = item_metadata(fact.memory_id, fact.agent_id, run_id, fact.created_at, fact.tags)
         out.setdefault(fact.team, []).append(
-            VectorItem(id=fact.id, text=fact.text, embedding=np.asarray(vec), metadata={**meta, "kind": "fact"}))
+            VectorItem(id=fact.id, text=fact.text, embedding=np.asarray(vec), metadata={**meta, "kind": "fact"})
+        )
     return out

@@ -18,23 +18,24 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date
-from typing import Any, Callable
+from typing import Any
 
 from memory_service.config import Settings
+from memory_service.embedding.embedder import Embedder
 from memory_service.extraction.coverage import Asked, asked_in, complete, speaker_of
 from memory_service.extraction.dates import occurred, resolve_facts
 from memory_service.extraction.errors import ContextOverflow, ExtractionError, LlmUnavailable, TooSlow
 from memory_service.extraction.extractor import Earlier, Extractor, Progress, earlier_context
 from memory_service.extraction.gate import small_talk_reason
 from memory_service.extraction.prompt import PROMPT_VERSION
+from memory_service.llm.handle import ModelHandle
+from memory_service.metrics import Metrics
 from memory_service.pipeline.forgetting import finish_pending, passage_ids
 from memory_service.pipeline.passages import decide_facts, fact_items, index_passages
-from memory_service.metrics import Metrics
-from memory_service.llm.handle import ModelHandle
-from memory_service.embedding.embedder import Embedder
 from memory_service.storage.journal import DELETED, FAILED, LOST, QUEUED, FactPlan, Journal, Memory
 from memory_service.storage.vectors import VectorItem, VectorStore
 
@@ -72,7 +73,7 @@ async def wait_for(event: asyncio.Event, timeout: float) -> None:
     """Until `event` is set or `timeout` passes; then clear it (one wake-up per notification)."""
     try:
         await asyncio.wait_for(event.wait(), timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         pass
     event.clear()
 
@@ -100,8 +101,13 @@ class ExtractionWorker:
         while True:
             try:
                 extractor = await self.model.wait_ready()
-                job = await asyncio.to_thread(self.journal.claim_next, f"{self.holder}:{worker_no}",
-                                              self.settings.job_lease_s, None, self.settings.max_attempts)
+                job = await asyncio.to_thread(
+                    self.journal.claim_next,
+                    f"{self.holder}:{worker_no}",
+                    self.settings.job_lease_s,
+                    None,
+                    self.settings.max_attempts,
+                )
                 if job is None:
                     await wait_for(self.wake, IDLE_POLL_S)
                     continue
@@ -129,17 +135,34 @@ class ExtractionWorker:
         settings, journal = self.settings, self.journal
         started = time.time()
         attempt: dict[str, Any] = {
-            "queued_at": round(job.next_attempt_at, 3), "started_at": round(started, 3),
-            "queue_wait_s": round(started - job.next_attempt_at, 3), "budget_s": settings.extract_budget_s,
+            "queued_at": round(job.next_attempt_at, 3),
+            "started_at": round(started, 3),
+            "queue_wait_s": round(started - job.next_attempt_at, 3),
+            "budget_s": settings.extract_budget_s,
             "server": self.model.client.base_url,  # which llama-server of the pool took it (for operators)
         }
         skipped = small_talk_reason(job.text) if settings.skip_small_talk else None
         if skipped is not None:
             # nothing to extract: done at once, no model call; the passage stays recallable
-            report = {"skipped": skipped, "prompt_version": PROMPT_VERSION, "chunks": 0, "calls": [],
-                      "proposed": 0, "stored": 0, "merged": 0, "superseded": 0, "rejected": []}
-            await asyncio.to_thread(journal.complete, job, FactPlan(), raw_reply=None,
-                                    timings={"attempt": _finish(attempt, [])}, report=report)
+            report = {
+                "skipped": skipped,
+                "prompt_version": PROMPT_VERSION,
+                "chunks": 0,
+                "calls": [],
+                "proposed": 0,
+                "stored": 0,
+                "merged": 0,
+                "superseded": 0,
+                "rejected": [],
+            }
+            await asyncio.to_thread(
+                journal.complete,
+                job,
+                FactPlan(),
+                raw_reply=None,
+                timings={"attempt": _finish(attempt, [])},
+                report=report,
+            )
             self.metrics.job(job.team, "done")
             self.settled(job.id)
             return
@@ -150,29 +173,43 @@ class ExtractionWorker:
 
         context: list[Earlier] = []
         if settings.extract_context_saves and settings.extract_context_chars:
-            earlier = await asyncio.to_thread(journal.context_for, job, block=settings.extract_context_saves,
-                                              window_s=settings.extract_context_window_s)
+            earlier = await asyncio.to_thread(
+                journal.context_for,
+                job,
+                block=settings.extract_context_saves,
+                window_s=settings.extract_context_window_s,
+            )
             context = earlier_context([(m.id, m.text, m.raw_reply) for m in earlier], settings.extract_context_chars)
         try:
-            result = await extractor.extract(job.text, budget_s=settings.extract_budget_s, progress=progress,
-                                             on_chunk=keep, context=context)
+            result = await extractor.extract(
+                job.text, budget_s=settings.extract_budget_s, progress=progress, on_chunk=keep, context=context
+            )
         except TooSlow as exc:
             # Not an error: the machine is slower than measured. Resume at once with smaller chunks, in
             # the job's place in the queue, without spending an attempt.
-            self.model.throughput.slow_down(exc.chunk_tokens + await extractor.system_tokens(),
-                                            settings.extract_budget_s)
+            self.model.throughput.slow_down(
+                exc.chunk_tokens + await extractor.system_tokens(), settings.extract_budget_s
+            )
             await asyncio.to_thread(journal.save_progress, job.id, progress.to_dict(), job.lease_owner)
             await asyncio.to_thread(
-                journal.defer, job.id, until=job.next_attempt_at, budget_s=settings.extract_budget_s,
-                reason=f"slower than measured, resuming with smaller chunks: {exc}", owner=job.lease_owner,
+                journal.defer,
+                job.id,
+                until=job.next_attempt_at,
+                budget_s=settings.extract_budget_s,
+                reason=f"slower than measured, resuming with smaller chunks: {exc}",
+                owner=job.lease_owner,
             )
             self.metrics.job(job.team, "deferred", time.time() - started)
             return
         except LlmUnavailable as exc:
             if await self.model.went_down(str(exc)):
                 await asyncio.to_thread(
-                    journal.defer, job.id, until=time.time() + 1.0, budget_s=settings.extract_budget_s,
-                    reason=f"model server unreachable, waiting: {exc}", owner=job.lease_owner,
+                    journal.defer,
+                    job.id,
+                    until=time.time() + 1.0,
+                    budget_s=settings.extract_budget_s,
+                    reason=f"model server unreachable, waiting: {exc}",
+                    owner=job.lease_owner,
                 )
                 self.metrics.job(job.team, "deferred", time.time() - started)
                 return
@@ -207,20 +244,32 @@ class ExtractionWorker:
             facts = resolve_facts(facts, _day_of(job, settings.timezone))
             if completed is not None:
                 base["completed"] = {
-                    "speaker": completed.speaker, "first_person_rewritten": completed.rewritten,
-                    "sentences_added": completed.added, "answers_question_of": completed.answered_id,
+                    "speaker": completed.speaker,
+                    "first_person_rewritten": completed.rewritten,
+                    "sentences_added": completed.added,
+                    "answers_question_of": completed.answered_id,
                     "speaker_named": completed.attributed,
                     # which facts code added, not the model (they come after the model's): the evals tell them apart
-                    "added_facts": [f.text for f in facts[len(result.facts):]],
+                    "added_facts": [f.text for f in facts[len(result.facts) :]],
                 }
             if job.deferrals and (job.last_error or "").startswith("slower than measured"):
-                base["slow"] = (f"finished after {job.deferrals} deferral(s): the model was slower than the "
-                                "budget allowed, so the text was split into smaller chunks")
+                base["slow"] = (
+                    f"finished after {job.deferrals} deferral(s): the model was slower than the "
+                    "budget allowed, so the text was split into smaller chunks"
+                )
             elif job.deferrals:  # not slowness: e.g. its llama-server died mid-request and another took it
                 base["deferred"] = f"finished after {job.deferrals} deferral(s); the last: {job.last_error}"
             timings = {**result.timings, "attempt": _finish(attempt, result.report.get("calls", []))}
-            await asyncio.to_thread(self._decide_and_store, job, facts, base, "\n".join(result.raw_replies),
-                                    timings, started, [r.code for r in result.rejected])
+            await asyncio.to_thread(
+                self._decide_and_store,
+                job,
+                facts,
+                base,
+                "\n".join(result.raw_replies),
+                timings,
+                started,
+                [r.code for r in result.rejected],
+            )
             self.settled(job.id)
         except Exception as exc:  # storing failed: the job must not be left 'extracting'
             log.exception("job %s: storing facts failed", job.id)
@@ -232,28 +281,52 @@ class ExtractionWorker:
         earlier = self.journal.context_for(job, block=1, window_s=self.settings.extract_context_window_s)
         return asked_in(earlier[-1].id, earlier[-1].text) if earlier else None
 
-    def _decide_and_store(self, job: Memory, facts: list, base: dict[str, Any], raw_reply: str,
-                          timings: dict[str, Any], started: float, rejected: list[str]) -> None:
+    def _decide_and_store(
+        self,
+        job: Memory,
+        facts: list,
+        base: dict[str, Any],
+        raw_reply: str,
+        timings: dict[str, Any],
+        started: float,
+        rejected: list[str],
+    ) -> None:
         """Decide the job's facts and commit them in one transaction, one decision per team at a time;
         then write their vectors (after the commit: the journal is the truth, Chroma follows it)."""
         with self.journal.deciding(job.team):
-            plan, items = decide_facts(job, facts, journal=self.journal, embedder=self.embedder,
-                                       vectors=self.vectors, near_duplicate=self.settings.dedup_threshold)
-            report = {**base, "stored": len(plan.new), "merged": len(plan.merged),
-                      "superseded": len(plan.superseded) + len(plan.born_superseded)}
+            plan, items = decide_facts(
+                job,
+                facts,
+                journal=self.journal,
+                embedder=self.embedder,
+                vectors=self.vectors,
+                near_duplicate=self.settings.dedup_threshold,
+            )
+            report = {
+                **base,
+                "stored": len(plan.new),
+                "merged": len(plan.merged),
+                "superseded": len(plan.superseded) + len(plan.born_superseded),
+            }
             stored = self.journal.complete(job, plan, raw_reply=raw_reply, timings=timings, report=report)
         if not stored:  # forgotten meanwhile, or the lease was lost: nothing was written
             self.metrics.job(job.team, "forgotten", time.time() - started)
             return
         # counted at the commit, when the job reads `done`
         self.metrics.job(job.team, "done", time.time() - started)
-        self.metrics.facts(job.team, stored=report["stored"], merged=report["merged"],
-                           superseded=report["superseded"], rejected=rejected)
+        self.metrics.facts(
+            job.team,
+            stored=report["stored"],
+            merged=report["merged"],
+            superseded=report["superseded"],
+            rejected=rejected,
+        )
         try:
             write_fact_vectors(self.journal, self.vectors, job.team, items)
         except Exception:  # the facts are stored and keyword-searchable; the indexer writes the vectors later
-            log.warning("job %s: facts stored, writing their vectors failed; the indexer will retry", job.id,
-                        exc_info=True)
+            log.warning(
+                "job %s: facts stored, writing their vectors failed; the indexer will retry", job.id, exc_info=True
+            )
 
     async def _fail(self, job: Memory, exc: ExtractionError, attempt: dict, progress: Progress | None) -> None:
         settings = self.settings
@@ -266,8 +339,14 @@ class ExtractionWorker:
             retry_at = time.time() + min(MAX_RETRY_DELAY_S, settings.retry_base_s * (2 ** (attempts - 1)))
         timings = {**(exc.timings or {}), "attempt": _finish(attempt, (exc.report or {}).get("calls", []))}
         status = await asyncio.to_thread(
-            self.journal.fail_attempt, job.id, error=f"{type(exc).__name__}: {exc}", raw_reply=exc.raw_reply,
-            timings=timings, report=exc.report, retry_at=retry_at, budget_s=settings.extract_budget_s,
+            self.journal.fail_attempt,
+            job.id,
+            error=f"{type(exc).__name__}: {exc}",
+            raw_reply=exc.raw_reply,
+            timings=timings,
+            report=exc.report,
+            retry_at=retry_at,
+            budget_s=settings.extract_budget_s,
             owner=job.lease_owner,
         )
         log.warning("job %s attempt %d failed (%s): %s", job.id, attempts, status, exc)
@@ -290,8 +369,12 @@ def write_fact_vectors(journal: Journal, vectors: VectorStore, team: str, items:
 def _finish(attempt: dict, calls: list[dict[str, Any]]) -> dict:
     """Close an attempt's record: when it ended and how far past the deadline of its last model call."""
     ended = time.time()
-    out = {**attempt, "ended_at": round(ended, 3), "elapsed_s": round(ended - attempt["started_at"], 3),
-           "calls": len(calls)}
+    out = {
+        **attempt,
+        "ended_at": round(ended, 3),
+        "elapsed_s": round(ended - attempt["started_at"], 3),
+        "calls": len(calls),
+    }
     deadlines = [c["deadline_at"] for c in calls if c.get("deadline_at")]
     if deadlines:
         out["deadline_at"] = deadlines[-1]
@@ -312,7 +395,8 @@ class PassageIndexer:
     vectors: VectorStore
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     _embedding: ThreadPoolExecutor = field(
-        default_factory=lambda: ThreadPoolExecutor(1, "passages", initializer=lower_priority))
+        default_factory=lambda: ThreadPoolExecutor(1, "passages", initializer=lower_priority)
+    )
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()

@@ -44,7 +44,7 @@ class ClusteredVectors:
     added: dict[int, np.ndarray] = field(default_factory=dict)  # row -> vector, written since the build
 
     @classmethod
-    def build(cls, rows: np.ndarray, vectors: np.ndarray, seed: int = 0) -> "ClusteredVectors":
+    def build(cls, rows: np.ndarray, vectors: np.ndarray, seed: int = 0) -> ClusteredVectors:
         """Cluster the vectors (unit length) of these directory rows; about a second at 100k here."""
         n = len(rows)
         clusters = max(1, int(math.sqrt(n)))
@@ -61,8 +61,9 @@ class ClusteredVectors:
         return cls._grouped(centroids, rows, vectors)
 
     @classmethod
-    def _grouped(cls, centroids: np.ndarray, rows: np.ndarray, vectors: np.ndarray,
-                 nearest: np.ndarray | None = None) -> "ClusteredVectors":
+    def _grouped(
+        cls, centroids: np.ndarray, rows: np.ndarray, vectors: np.ndarray, nearest: np.ndarray | None = None
+    ) -> ClusteredVectors:
         """Stored grouped by cluster; `nearest` (each vector's cluster) is computed when not given."""
         nearest = _nearest(vectors, centroids) if nearest is None else nearest
         order = np.argsort(nearest, kind="stable")
@@ -82,7 +83,7 @@ class ClusteredVectors:
     def needs_fold(self) -> bool:
         return len(self.added) > max(FOLD_MIN_ROWS, len(self.rows) // 20)
 
-    def folded(self, alive: np.ndarray) -> "ClusteredVectors":
+    def folded(self, alive: np.ndarray) -> ClusteredVectors:
         """The pending writes placed in their nearest clusters, dead rows dropped; centroids kept, so the
         stored vectors keep their clusters and only the pending ones are assigned. At 100k with 5,000 pending,
         best of 11 on a loaded machine: 149 ms, against 512 ms when every vector was assigned again (the rest
@@ -107,10 +108,13 @@ class ClusteredVectors:
         vector = np.asarray(vector, dtype=np.float32)
         clusters = len(self.centroids)
         probe = min(clusters, max(PROBE_MIN, math.ceil(clusters * PROBE_SHARE)) * widen)
-        near = np.argpartition(-scores(self.centroids, vector), probe - 1)[:probe] if probe < clusters \
+        near = (
+            np.argpartition(-scores(self.centroids, vector), probe - 1)[:probe]
+            if probe < clusters
             else np.arange(clusters)
-        parts_rows = [self.rows[self.offsets[c]:self.offsets[c + 1]] for c in near]
-        parts_sims = [scores(self.vectors[self.offsets[c]:self.offsets[c + 1]], vector) for c in near]
+        )
+        parts_rows = [self.rows[self.offsets[c] : self.offsets[c + 1]] for c in near]
+        parts_sims = [scores(self.vectors[self.offsets[c] : self.offsets[c + 1]], vector) for c in near]
         if self.added:
             parts_rows.append(np.fromiter(self.added, dtype=np.int64, count=len(self.added)))
             parts_sims.append(scores(np.stack(list(self.added.values())), vector))
@@ -128,5 +132,6 @@ def _nearest(vectors: np.ndarray, centroids: np.ndarray, batch: int = 8192) -> n
     """The index of each vector's most similar centroid (in batches: a bounded score matrix)."""
     if not len(vectors):
         return np.zeros(0, dtype=np.int64)
-    return np.concatenate([np.argmax(vectors[i:i + batch] @ centroids.T, axis=1)
-                           for i in range(0, len(vectors), batch)])
+    return np.concatenate(
+        [np.argmax(vectors[i : i + batch] @ centroids.T, axis=1) for i in range(0, len(vectors), batch)]
+    )

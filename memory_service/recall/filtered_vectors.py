@@ -37,13 +37,13 @@ from typing import Any
 
 import numpy as np
 
-from memory_service.recall import hubness
-from memory_service.pipeline.passages import window_starts
-from memory_service.storage.consolidation import store_for
 from memory_service.embedding.embedder import DIMENSIONS
+from memory_service.pipeline.passages import window_starts
+from memory_service.recall import hubness
+from memory_service.recall.clusters import ClusteredVectors, scores
+from memory_service.storage.consolidation import store_for
 from memory_service.storage.journal import DELETED, Journal
 from memory_service.storage.vectors import KINDS, VectorItem, VectorStore, kind_of_id, tag_key
-from memory_service.recall.clusters import ClusteredVectors, scores
 
 log = logging.getLogger("memory_service")
 
@@ -75,7 +75,7 @@ class _Matrix:
     added: dict[int, np.ndarray] = field(default_factory=dict)
     dropped: set[int] = field(default_factory=set)
 
-    def current(self) -> "_Matrix":
+    def current(self) -> _Matrix:
         if self.added or self.dropped:
             gone = list(self.dropped | set(self.added))
             keep = ~np.isin(self.rows, gone)
@@ -144,7 +144,7 @@ class _Directory:
     # mask per tag a search has asked for (kept current from then on; the least recently asked go first)
     agent_code: np.ndarray = field(default_factory=lambda: np.zeros(1024, dtype=np.int32))
     codes: dict[str, int] = field(default_factory=dict)
-    tag_masks: "collections.OrderedDict[str, np.ndarray]" = field(default_factory=collections.OrderedDict)
+    tag_masks: collections.OrderedDict[str, np.ndarray] = field(default_factory=collections.OrderedDict)
 
     def add(self, item_id: str, agent: str, tags: tuple[str, ...], created_at: float) -> int:
         self.remove(item_id)
@@ -208,8 +208,9 @@ class _Directory:
 
     def select(self, flt: VectorFilter) -> set[int] | None:
         """Rows that pass the agent and tag filters (None: no such filter, every row); time is separate."""
-        sets = ([self.by_agent.get(flt.agent_id, set())] if flt.agent_id else []) + \
-            [self.by_tag.get(tag, set()) for tag in flt.tags]
+        sets = ([self.by_agent.get(flt.agent_id, set())] if flt.agent_id else []) + [
+            self.by_tag.get(tag, set()) for tag in flt.tags
+        ]
         if not sets:
             return None
         sets.sort(key=len)
@@ -218,7 +219,7 @@ class _Directory:
     def rows(self, base: set[int] | None, flt: VectorFilter) -> np.ndarray:
         """The rows of `base` (or all live rows) inside the filter's time window."""
         if base is None:
-            rows = np.flatnonzero(self.alive[:len(self.ids)])
+            rows = np.flatnonzero(self.alive[: len(self.ids)])
         else:
             rows = np.fromiter(base, dtype=np.int64, count=len(base))
         if flt.since is not None:
@@ -312,8 +313,10 @@ class FilteredVectors:
             return [(h.id, h.similarity) for h in self.vectors.query(team, embedding, k, kind=kind, payload=False)]
         if self.vectors.shared:
             self._plan("where")
-            return [(h.id, h.similarity)
-                    for h in self.vectors.query(team, embedding, k, where=flt.where(), kind=kind, payload=False)]
+            return [
+                (h.id, h.similarity)
+                for h in self.vectors.query(team, embedding, k, where=flt.where(), kind=kind, payload=False)
+            ]
         with self._lock:
             d = self._directory(team, kind)
             base = d.select(flt)
@@ -346,8 +349,9 @@ class FilteredVectors:
                 break
             if (team, kind) in self._clustered:
                 break  # it came up short even on a wider probe: over-fetching would not find more
-            near = [(h.id, h.similarity) for h in self.vectors.query(team, embedding, attempt, kind=kind,
-                                                                      payload=False)]
+            near = [
+                (h.id, h.similarity) for h in self.vectors.query(team, embedding, attempt, kind=kind, payload=False)
+            ]
             with self._lock:
                 passed = [(item_id, similarity) for item_id, similarity in near if d.passes(item_id, base, flt)]
             if len(passed) >= min(need, kept) or attempt >= total:
@@ -358,8 +362,10 @@ class FilteredVectors:
                 self._plan("exact")
                 return self._exact(key, d, base, rows, embedding, k)
         self._plan("where")
-        return [(h.id, h.similarity)
-                for h in self.vectors.query(team, embedding, k, where=flt.where(), kind=kind, payload=False)]
+        return [
+            (h.id, h.similarity)
+            for h in self.vectors.query(team, embedding, k, where=flt.where(), kind=kind, payload=False)
+        ]
 
     def _plan(self, name: str) -> None:
         self.last_plan = name
@@ -381,8 +387,9 @@ class FilteredVectors:
                 return []
             if d.live <= UNFILTERED_EXACT_MAX_ROWS:
                 self._plan("exact")
-                return self._exact((team, kind, None, ()), d, None, d.rows(None, VectorFilter()), embedding, k,
-                                   whole=True)
+                return self._exact(
+                    (team, kind, None, ()), d, None, d.rows(None, VectorFilter()), embedding, k, whole=True
+                )
             found = self._clustered_search(team, kind, d, embedding, k)
             if found is None:
                 self._start_build(team, kind, d)
@@ -390,8 +397,9 @@ class FilteredVectors:
             self._plan("clusters")
             return found
 
-    def _clustered_search(self, team: str, kind: str, d: _Directory, embedding: np.ndarray,
-                          k: int) -> list[tuple[str, float]] | None:
+    def _clustered_search(
+        self, team: str, kind: str, d: _Directory, embedding: np.ndarray, k: int
+    ) -> list[tuple[str, float]] | None:
         """The k nearest through the team's clustered index, its pending writes folded in when due; None
         when it has none. Caller holds the lock."""
         index = self._clustered.get((team, kind))
@@ -401,8 +409,9 @@ class FilteredVectors:
             index = self._clustered[(team, kind)] = index.folded(d.alive)
         return [(d.ids[r], similarity) for r, similarity in index.search(embedding, k, d.alive)]
 
-    def _clustered_filtered(self, team: str, kind: str, d: _Directory, flt: VectorFilter, embedding: np.ndarray,
-                            k: int, kept: int) -> list[tuple[str, float]] | None:
+    def _clustered_filtered(
+        self, team: str, kind: str, d: _Directory, flt: VectorFilter, embedding: np.ndarray, k: int, kept: int
+    ) -> list[tuple[str, float]] | None:
         """The k nearest rows that pass the filter, through the clustered index: every probed cluster is
         scored and the filter applied as a mask before the top k are taken, so no over-fetched list is
         built and checked item by item. None when there is no index, or when even a wider probe finds
@@ -437,8 +446,12 @@ class FilteredVectors:
                 small = d.live <= UNFILTERED_EXACT_MAX_ROWS
                 if small or (team, kind) in self._clustered:  # a large team waits for its clustered index
                     state.running = True
-                    threading.Thread(target=self._compute_hubness, args=(team, kind, d, state, small), daemon=True,
-                                     name=f"vector-hubness-{kind}").start()
+                    threading.Thread(
+                        target=self._compute_hubness,
+                        args=(team, kind, d, state, small),
+                        daemon=True,
+                        name=f"vector-hubness-{kind}",
+                    ).start()
             scores = state.scores
             for i, item_id in enumerate(ids):
                 r = d.row.get(item_id)
@@ -500,16 +513,18 @@ class FilteredVectors:
 
     def _start_build(self, team: str, kind: str, d: _Directory) -> None:
         """Build the team's clustered index on a thread of its own (seconds at 100k), if it fits."""
-        if (team, kind) in self._building or \
-                time.monotonic() - self._build_failed.get((team, kind), -BUILD_RETRY_S) < BUILD_RETRY_S:
+        if (team, kind) in self._building or time.monotonic() - self._build_failed.get(
+            (team, kind), -BUILD_RETRY_S
+        ) < BUILD_RETRY_S:
             return
         used = sum(index.nbytes for index in self._clustered.values())
         if used + d.live * DIMENSIONS * 4 > CLUSTERED_BYTES_MAX:
             return
         rows = d.rows(None, VectorFilter())
         self._building[(team, kind)] = {}
-        threading.Thread(target=self._build, args=(team, kind, d, rows), daemon=True,
-                         name=f"vector-clusters-{kind}").start()
+        threading.Thread(
+            target=self._build, args=(team, kind, d, rows), daemon=True, name=f"vector-clusters-{kind}"
+        ).start()
 
     def _build(self, team: str, kind: str, d: _Directory, rows: np.ndarray) -> None:
         started = time.monotonic()
@@ -526,16 +541,25 @@ class FilteredVectors:
             else:
                 index.added.update(written)
                 self._clustered[(team, kind)] = index
-                log.info("in-process vector index of %d %ss ready in %.1f s", len(index), kind,
-                         time.monotonic() - started)
+                log.info(
+                    "in-process vector index of %d %ss ready in %.1f s", len(index), kind, time.monotonic() - started
+                )
 
     def clustered_indexes(self) -> int:
         """How many team-kinds are searched through a clustered index (for /metrics and benchmarks)."""
         with self._lock:
             return len(self._clustered)
 
-    def _exact(self, key: FilterKey, d: _Directory, base: set[int] | None, rows: np.ndarray | None,
-               embedding: np.ndarray, k: int, whole: bool = False) -> list[tuple[str, float]]:
+    def _exact(
+        self,
+        key: FilterKey,
+        d: _Directory,
+        base: set[int] | None,
+        rows: np.ndarray | None,
+        embedding: np.ndarray,
+        k: int,
+        whole: bool = False,
+    ) -> list[tuple[str, float]]:
         """Cosine by matrix product over the filter's rows (unit vectors); `rows` None means all of `base`.
 
         An agent/tag filter's vectors, and a small team's (`whole`), are cached (kept current by writes and
@@ -610,10 +634,16 @@ def _journal_rows(journal: Journal, team: str, kind: str) -> list[tuple[str, str
         return store_for(journal).vector_rows(team)
     with journal.reading() as conn:
         if kind == "fact":
-            rows = conn.execute("SELECT id, agent_id, tags, created_at FROM facts WHERE team = ? "
-                                "AND superseded_by IS NULL", (team,)).fetchall()
+            rows = conn.execute(
+                "SELECT id, agent_id, tags, created_at FROM facts WHERE team = ? AND superseded_by IS NULL", (team,)
+            ).fetchall()
             return [(r[0], r[1], tuple(sorted(json.loads(r[2]))), float(r[3])) for r in rows]
-        rows = conn.execute("SELECT id, agent_id, tags, created_at, LENGTH(text) FROM memories WHERE team = ? "
-                            "AND status != ?", (team, DELETED)).fetchall()
-    return [(f"p:{r[0]}:{start}", r[1], tuple(sorted(json.loads(r[2]))), float(r[3]))
-            for r in rows for start in window_starts(int(r[4]))]
+        rows = conn.execute(
+            "SELECT id, agent_id, tags, created_at, LENGTH(text) FROM memories WHERE team = ? AND status != ?",
+            (team, DELETED),
+        ).fetchall()
+    return [
+        (f"p:{r[0]}:{start}", r[1], tuple(sorted(json.loads(r[2]))), float(r[3]))
+        for r in rows
+        for start in window_starts(int(r[4]))
+    ]

@@ -33,9 +33,9 @@ def exact(vectors: np.ndarray) -> np.ndarray:
         return out
     k = min(NEIGHBOURS, n - 1)
     for start in range(0, n, BLOCK_ROWS):
-        block = vectors[start:start + BLOCK_ROWS] @ vectors.T
+        block = vectors[start : start + BLOCK_ROWS] @ vectors.T
         block[np.arange(len(block)), np.arange(start, start + len(block))] = -np.inf  # not its own neighbour
-        out[start:start + len(block)] = np.partition(-block, k - 1, axis=1)[:, :k].mean(axis=1) * -1
+        out[start : start + len(block)] = np.partition(-block, k - 1, axis=1)[:, :k].mean(axis=1) * -1
     return out
 
 

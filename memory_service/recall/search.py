@@ -15,23 +15,23 @@ import threading
 import unicodedata
 import weakref
 from collections import OrderedDict
+from collections.abc import Sequence
 from concurrent.futures import Executor, wait
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import partial
-from typing import Sequence
 
 import numpy as np
 
-from memory_service.recall import hubness
-from memory_service.pipeline.passages import PASSAGE_WINDOW_CHARS
 from memory_service.contract.text import STOPWORDS, normalize
 from memory_service.embedding.embedder import Embedder
+from memory_service.pipeline.passages import PASSAGE_WINDOW_CHARS
+from memory_service.recall import hubness
+from memory_service.recall.filtered_vectors import FilteredVectors, VectorFilter
 from memory_service.storage.consolidation import store_for
 from memory_service.storage.journal import Journal
 from memory_service.storage.occurred import occurred_times
 from memory_service.storage.vectors import VectorStore
-from memory_service.recall.filtered_vectors import FilteredVectors, VectorFilter
 
 RRF_K = 60.0
 # A keyword hit weighs 0.5 plus the share of the query's words it contains: an item holding every
@@ -46,7 +46,7 @@ QUERY_CACHE_SIZE = 1024
 HUB_CANDIDATES_FACTOR = 2
 # a window on occurred_at is applied after both legs (they index created_at): they look this much deeper
 OCCURRED_POOL_FACTOR = 4
-_QUERY_CACHE: "weakref.WeakKeyDictionary[Embedder, OrderedDict[str, np.ndarray]]" = weakref.WeakKeyDictionary()
+_QUERY_CACHE: weakref.WeakKeyDictionary[Embedder, OrderedDict[str, np.ndarray]] = weakref.WeakKeyDictionary()
 _QUERY_CACHE_LOCK = threading.Lock()
 
 
@@ -153,8 +153,15 @@ def _passes(row: _Row, q: RecallQuery) -> bool:
     return not ((q.since is not None and when < q.since) or (q.until is not None and when > q.until))
 
 
-def recall(q: RecallQuery, *, journal: Journal, vectors: VectorStore, embedder: Embedder,
-           search: FilteredVectors, legs: Executor | None = None) -> list[Hit]:
+def recall(
+    q: RecallQuery,
+    *,
+    journal: Journal,
+    vectors: VectorStore,
+    embedder: Embedder,
+    search: FilteredVectors,
+    legs: Executor | None = None,
+) -> list[Hit]:
     """Vector and keyword search with the filters inside each, fused by rank; blocking (one thread hop).
 
     With `legs`, the keyword leg runs there, one task per kind, while this thread embeds the query and
@@ -164,8 +171,21 @@ def recall(q: RecallQuery, *, journal: Journal, vectors: VectorStore, embedder: 
     since, until = (None, None) if by_occurred else (q.since, q.until)
     pool = max(q.k * 3, 30) * (OCCURRED_POOL_FACTOR if by_occurred else 1)
     flt = VectorFilter(q.agent_id, q.tags, since, until)
-    keyword_legs = [partial(journal.keyword_search, q.team, q.query, kinds={kind}, limit=pool, agent_id=q.agent_id,
-                            tags=q.tags, since=since, until=until) for kind in KEYWORD_KINDS if kind in q.kinds]
+    keyword_legs = [
+        partial(
+            journal.keyword_search,
+            q.team,
+            q.query,
+            kinds={kind},
+            limit=pool,
+            agent_id=q.agent_id,
+            tags=q.tags,
+            since=since,
+            until=until,
+        )
+        for kind in KEYWORD_KINDS
+        if kind in q.kinds
+    ]
     pending = [legs.submit(leg) for leg in keyword_legs] if legs is not None else []
     try:
         vector = _embed_query(embedder, q.query)
@@ -222,11 +242,17 @@ def recall(q: RecallQuery, *, journal: Journal, vectors: VectorStore, embedder: 
                 text = row.text
                 if kind == "passage":
                     start = _window_start(item_id)
-                    text = text[start:start + PASSAGE_WINDOW_CHARS]
+                    text = text[start : start + PASSAGE_WINDOW_CHARS]
                 hit = hits[key] = Hit(
-                    key=key, kind=kind, text=text, memory_id=row.memory_id,
-                    fact_id=None if kind == "passage" else item_id, agent_id=row.agent_id,
-                    created_at=row.created_at, tags=list(row.tags), similarity=similarity,
+                    key=key,
+                    kind=kind,
+                    text=text,
+                    memory_id=row.memory_id,
+                    fact_id=None if kind == "passage" else item_id,
+                    agent_id=row.agent_id,
+                    created_at=row.created_at,
+                    tags=list(row.tags),
+                    similarity=similarity,
                 )
             elif hit.similarity is not None and hit.similarity >= similarity:
                 continue  # another window of a passage already ranked
@@ -252,9 +278,14 @@ def recall(q: RecallQuery, *, journal: Journal, vectors: VectorStore, embedder: 
             if kh.kind == "passage":
                 text = text[:PASSAGE_WINDOW_CHARS]
             hit = hits[key] = Hit(
-                key=key, kind=kh.kind, text=text, memory_id=row.memory_id,
-                fact_id=kh.item_id if kh.kind == "fact" else None, agent_id=row.agent_id,
-                created_at=row.created_at, tags=list(row.tags),
+                key=key,
+                kind=kh.kind,
+                text=text,
+                memory_id=row.memory_id,
+                fact_id=kh.item_id if kh.kind == "fact" else None,
+                agent_id=row.agent_id,
+                created_at=row.created_at,
+                tags=list(row.tags),
             )
         coverage = sum(weights[t] for t in (held[key] if len(text) <= PASSAGE_WINDOW_CHARS else words.held(text)))
         hit.score += (KEYWORD_BASE_WEIGHT + coverage) / (RRF_K + rank + 1)
@@ -268,7 +299,9 @@ def recall(q: RecallQuery, *, journal: Journal, vectors: VectorStore, embedder: 
         if hit.kind == "consolidated":
             hit.source_memory_ids = items[hit.key].memory_ids
         elif hit.fact_id:
-            hit.source_memory_ids = list(dict.fromkeys(m for m, _, _ in sources.get(hit.fact_id, []))) or [hit.memory_id]
+            hit.source_memory_ids = list(dict.fromkeys(m for m, _, _ in sources.get(hit.fact_id, []))) or [
+                hit.memory_id
+            ]
         else:
             hit.source_memory_ids = [hit.memory_id]
     return ranked
@@ -325,7 +358,7 @@ def diversify(hits: list[Hit], k: int) -> list[Hit]:
         hit = ordered[position]
         repeats = shown.get(hit.memory_id, 0)
         if repeats != seen:  # another item of its text was picked since: score it again
-            heapq.heappush(heap, (-(hit.score * REPEAT_DECAY ** repeats), position, repeats))
+            heapq.heappush(heap, (-(hit.score * REPEAT_DECAY**repeats), position, repeats))
             continue
         hit.score = -negative
         shown[hit.memory_id] = repeats + 1
@@ -337,5 +370,5 @@ def to_epoch(value: datetime | None) -> float | None:
     if value is None:
         return None
     if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
+        value = value.replace(tzinfo=UTC)
     return value.timestamp()

@@ -10,13 +10,24 @@ import hashlib
 import json
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
-from memory_service.extraction.grounding import shape
 from memory_service.contract.text import normalize
+from memory_service.extraction.grounding import shape
 from memory_service.storage.database import Conn
-from memory_service.storage.journal import DELETED, DONE, EXTRACTING, FAILED, QUEUED, Journal, Memory, has_tag, json_items
+from memory_service.storage.journal import (
+    DELETED,
+    DONE,
+    EXTRACTING,
+    FAILED,
+    QUEUED,
+    Journal,
+    Memory,
+    has_tag,
+    json_items,
+)
 
 Cursor = tuple[float, str]  # (created_at, id) of the last item shown
 
@@ -37,8 +48,9 @@ class Listed:
     facts: int
 
 
-def list_memories(journal: Journal, team: str, flt: ListFilter, *, limit: int, after: Cursor | None = None,
-                  newest_first: bool = True) -> tuple[list[Listed], Cursor | None]:
+def list_memories(
+    journal: Journal, team: str, flt: ListFilter, *, limit: int, after: Cursor | None = None, newest_first: bool = True
+) -> tuple[list[Listed], Cursor | None]:
     """One page of the team's memories and the cursor of the next page (None on the last)."""
     where, args = ["m.team = ?", "m.status != ?"], [team, DELETED]
     for column, value in (("agent_id", flt.agent_id), ("run_id", flt.run_id), ("status", flt.status)):
@@ -58,8 +70,10 @@ def list_memories(journal: Journal, team: str, flt: ListFilter, *, limit: int, a
     if after is not None:
         where.append(f"(m.created_at {op} ? OR (m.created_at = ? AND m.id {op} ?))")
         args += [after[0], after[0], after[1]]
-    sql = ("SELECT m.*, (SELECT COUNT(DISTINCT s.fact_id) FROM fact_sources s WHERE s.memory_id = m.id) AS n_facts "
-           f"FROM memories m WHERE {' AND '.join(where)} ORDER BY m.created_at {order}, m.id {order} LIMIT ?")
+    sql = (
+        "SELECT m.*, (SELECT COUNT(DISTINCT s.fact_id) FROM fact_sources s WHERE s.memory_id = m.id) AS n_facts "
+        f"FROM memories m WHERE {' AND '.join(where)} ORDER BY m.created_at {order}, m.id {order} LIMIT ?"
+    )
     with journal.reading() as conn:
         rows = conn.execute(sql, (*args, limit + 1)).fetchall()
     items = [Listed(Memory.from_row(row), int(row["n_facts"])) for row in rows[:limit]]
@@ -81,13 +95,26 @@ def export_records(journal: Journal, team: str, batch: int = 200) -> Iterator[di
 def _record(journal: Journal, team: str, memory: Memory) -> dict[str, Any]:
     facts = journal.facts_of_memory(team, memory.id)
     return {
-        "id": memory.id, "text": memory.text, "agent_id": memory.agent_id, "run_id": memory.run_id,
-        "tags": memory.tags, "metadata": memory.metadata, "created_at": memory.created_at,
-        "status": memory.status, "idempotency_key": memory.idempotency_key,
-        "occurred_at": memory.occurred_at, "occurred_day": memory.occurred_day,
+        "id": memory.id,
+        "text": memory.text,
+        "agent_id": memory.agent_id,
+        "run_id": memory.run_id,
+        "tags": memory.tags,
+        "metadata": memory.metadata,
+        "created_at": memory.created_at,
+        "status": memory.status,
+        "idempotency_key": memory.idempotency_key,
+        "occurred_at": memory.occurred_at,
+        "occurred_day": memory.occurred_day,
         "facts": [
-            {"id": f.id, "text": f.text, "spans": [s["span"] for s in f.sources], "created_at": f.created_at,
-             "superseded_by": f.superseded_by, "superseded_at": f.superseded_at}
+            {
+                "id": f.id,
+                "text": f.text,
+                "spans": [s["span"] for s in f.sources],
+                "created_at": f.created_at,
+                "superseded_by": f.superseded_by,
+                "superseded_at": f.superseded_at,
+            }
             for f in facts
         ],
     }
@@ -104,8 +131,9 @@ class ImportedFact:
     text: str
 
 
-def import_record(journal: Journal, team: str, record: dict[str, Any], *, keep_facts: bool, budget_s: float,
-                  now: float | None = None) -> tuple[Memory, bool, list[ImportedFact]]:
+def import_record(
+    journal: Journal, team: str, record: dict[str, Any], *, keep_facts: bool, budget_s: float, now: float | None = None
+) -> tuple[Memory, bool, list[ImportedFact]]:
     """Insert one exported memory (idempotent: keyed on its original idempotency key or id).
 
     Returns (memory, created, active facts newly stored: these still need vectors).
@@ -116,8 +144,9 @@ def import_record(journal: Journal, team: str, record: dict[str, Any], *, keep_f
     status = {DONE: DONE, FAILED: FAILED}.get(record.get("status", ""), QUEUED) if keep_facts else QUEUED
     tags = json.dumps(record.get("tags") or [])
     with journal.transaction() as conn:
-        row = conn.execute("SELECT * FROM memories WHERE team = ? AND idempotency_key = ? AND status != ?",
-                           (team, key, DELETED)).fetchone()
+        row = conn.execute(
+            "SELECT * FROM memories WHERE team = ? AND idempotency_key = ? AND status != ?", (team, key, DELETED)
+        ).fetchone()
         if row is not None:
             return Memory.from_row(row), False, []
         memory_id = "mem_" + uuid.uuid4().hex
@@ -125,30 +154,58 @@ def import_record(journal: Journal, team: str, record: dict[str, Any], *, keep_f
             """INSERT INTO memories (id, team, agent_id, run_id, text, tags, metadata, idempotency_key, created_at,
                status, next_attempt_at, deadline_at, finished_at, occurred_at, occurred_day)
                VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)""",
-            (memory_id, team, record["agent_id"], record.get("run_id"), record["text"], tags,
-             json.dumps(record.get("metadata") or {}), key, float(record["created_at"]), status, now,
-             now + budget_s, now if status != QUEUED else None, record.get("occurred_at"),
-             record.get("occurred_day")),
+            (
+                memory_id,
+                team,
+                record["agent_id"],
+                record.get("run_id"),
+                record["text"],
+                tags,
+                json.dumps(record.get("metadata") or {}),
+                key,
+                float(record["created_at"]),
+                status,
+                now,
+                now + budget_s,
+                now if status != QUEUED else None,
+                record.get("occurred_at"),
+                record.get("occurred_day"),
+            ),
         )
         fresh = [_insert_fact(conn, team, memory_id, record, fact, tags, now) for fact in facts]
         memory = Memory.from_row(conn.execute("SELECT * FROM memories WHERE id = ?", (memory_id,)).fetchone())
     return memory, True, [f for f in fresh if f is not None]
 
 
-def _insert_fact(conn: Conn, team: str, memory_id: str, record: dict[str, Any],
-                 fact: dict[str, Any], tags: str, now: float) -> ImportedFact | None:
+def _insert_fact(
+    conn: Conn, team: str, memory_id: str, record: dict[str, Any], fact: dict[str, Any], tags: str, now: float
+) -> ImportedFact | None:
     fact_id = imported_fact_id(team, fact["id"])
     superseded_by = imported_fact_id(team, fact["superseded_by"]) if fact.get("superseded_by") else None
     norm = normalize(fact["text"])
     created = conn.execute(
         "INSERT INTO facts (id, team, agent_id, memory_id, text, norm, shape, tags, created_at, "
         "superseded_by, superseded_at) VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING",
-        (fact_id, team, record["agent_id"], memory_id, fact["text"], norm, shape(norm), tags,
-         float(fact.get("created_at") or record["created_at"]), superseded_by, fact.get("superseded_at")),
+        (
+            fact_id,
+            team,
+            record["agent_id"],
+            memory_id,
+            fact["text"],
+            norm,
+            shape(norm),
+            tags,
+            float(fact.get("created_at") or record["created_at"]),
+            superseded_by,
+            fact.get("superseded_at"),
+        ),
     ).rowcount
     for start, end in fact.get("spans") or [(0, 0)]:
-        conn.execute("INSERT INTO fact_sources (fact_id, memory_id, span_start, span_end, added_at) "
-                     "VALUES (?,?,?,?,?) ON CONFLICT DO NOTHING", (fact_id, memory_id, int(start), int(end), now))
+        conn.execute(
+            "INSERT INTO fact_sources (fact_id, memory_id, span_start, span_end, added_at) "
+            "VALUES (?,?,?,?,?) ON CONFLICT DO NOTHING",
+            (fact_id, memory_id, int(start), int(end), now),
+        )
     return ImportedFact(fact_id, fact["text"]) if created and superseded_by is None else None
 
 
@@ -170,20 +227,24 @@ def facets(journal: Journal, team: str, top: int = 50) -> Facets:
     with journal.reading() as conn:
         total = conn.execute(f"SELECT COUNT(*) FROM memories m WHERE {live}", (team, DELETED)).fetchone()[0]
         agents = conn.execute(
-            f"SELECT m.agent_id, COUNT(*) FROM memories m WHERE {live} GROUP BY m.agent_id "
-            "ORDER BY 2 DESC, 1 LIMIT ?", (team, DELETED, top)).fetchall()
+            f"SELECT m.agent_id, COUNT(*) FROM memories m WHERE {live} GROUP BY m.agent_id ORDER BY 2 DESC, 1 LIMIT ?",
+            (team, DELETED, top),
+        ).fetchall()
         tags = conn.execute(
             f"SELECT j.value, COUNT(*) FROM memories m, {json_items(journal.dialect, 'm.tags', 'j')} WHERE {live} "
             "GROUP BY j.value "
-            "ORDER BY 2 DESC, 1 LIMIT ?", (team, DELETED, top)).fetchall()
+            "ORDER BY 2 DESC, 1 LIMIT ?",
+            (team, DELETED, top),
+        ).fetchall()
     return Facets(int(total), [(a, int(n)) for a, n in agents], [(t, int(n)) for t, n in tags])
 
 
 def status_counts(journal: Journal, team: str) -> dict[str, int]:
     """How many of the team's jobs are in each state (queued, extracting, done, failed)."""
     with journal.reading() as conn:
-        rows = conn.execute("SELECT status, COUNT(*) FROM memories WHERE team = ? AND status != ? GROUP BY status",
-                            (team, DELETED)).fetchall()
+        rows = conn.execute(
+            "SELECT status, COUNT(*) FROM memories WHERE team = ? AND status != ? GROUP BY status", (team, DELETED)
+        ).fetchall()
     out = {status: 0 for status in (QUEUED, EXTRACTING, DONE, FAILED)}
     out.update({row[0]: int(row[1]) for row in rows})
     return out

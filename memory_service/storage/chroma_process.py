@@ -110,7 +110,7 @@ def _raise(kind: str, message: str) -> None:
 class ChildCollection:
     """One collection of the child's store, with the calls of a chromadb collection that `VectorStore` uses."""
 
-    def __init__(self, process: "ChromaProcess", name: str) -> None:
+    def __init__(self, process: ChromaProcess, name: str) -> None:
         self._process, self.name = process, name
 
     def upsert(self, **kwargs: Any) -> None:
@@ -190,9 +190,11 @@ class ChromaProcess:
                     if attempt == 2 or isinstance(exc, TimeoutError):
                         raise ChromaProcessFailed(
                             f"the vector store's process stopped during {op} ({exc or type(exc).__name__}, "
-                            f"exit code {code}); the next call starts a new one") from None
-                    log.warning("the vector store's process stopped during %s (exit code %s); starting another",
-                                op, code)
+                            f"exit code {code}); the next call starts a new one"
+                        ) from None
+                    log.warning(
+                        "the vector store's process stopped during %s (exit code %s); starting another", op, code
+                    )
         if status == "error":
             _raise(*value)
         return value
@@ -203,7 +205,9 @@ class ChromaProcess:
         with theirs:
             process = subprocess.Popen(
                 [sys.executable, "-m", __name__, str(theirs.fileno()), self._path],
-                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, close_fds=True,
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                close_fds=True,
                 env=_child_env(),
             )
         self._process, self._conn, self._ready = process, Connection(mine.detach()), False
@@ -219,7 +223,8 @@ class ChromaProcess:
             self._stop()
             raise ChromaProcessFailed(
                 f"the vector store's process could not open {self._path} ({exc or 'it exited'}, exit code "
-                f"{process.poll()}); its error is in the service's log") from None
+                f"{process.poll()}); its error is in the service's log"
+            ) from None
         if status == "error":
             self._stop()
             _raise(*value)

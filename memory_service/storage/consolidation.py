@@ -115,7 +115,7 @@ class Item:
 
 
 def _chunks(ids: list[str]) -> list[list[str]]:
-    return [ids[i:i + CHUNK] for i in range(0, len(ids), CHUNK)]
+    return [ids[i : i + CHUNK] for i in range(0, len(ids), CHUNK)]
 
 
 class ConsolidationStore:
@@ -136,15 +136,18 @@ class ConsolidationStore:
         with self.journal.reading() as conn:
             rows = conn.execute(
                 "SELECT id, agent_id, text, tags, created_at FROM facts WHERE team = ? AND superseded_by IS NULL "
-                "ORDER BY created_at DESC, id LIMIT ?", (team, limit)).fetchall()
+                "ORDER BY created_at DESC, id LIMIT ?",
+                (team, limit),
+            ).fetchall()
             facts = {r[0]: SourceFact(r[0], r[1], r[2], json.loads(r[3]), float(r[4]), []) for r in rows}
             for chunk in _chunks(list(facts)):
                 marks = ",".join("?" * len(chunk))
                 for r in conn.execute(
-                        f"SELECT s.fact_id, s.memory_id, COALESCE(m.occurred_at, m.created_at), m.occurred_day "
-                        f"FROM fact_sources s JOIN memories m ON m.id = s.memory_id "
-                        f"WHERE s.fact_id IN ({marks}) AND m.status != ? ORDER BY s.added_at",
-                        (*chunk, DELETED)):
+                    f"SELECT s.fact_id, s.memory_id, COALESCE(m.occurred_at, m.created_at), m.occurred_day "
+                    f"FROM fact_sources s JOIN memories m ON m.id = s.memory_id "
+                    f"WHERE s.fact_id IN ({marks}) AND m.status != ? ORDER BY s.added_at",
+                    (*chunk, DELETED),
+                ):
                     fact = facts[r[0]]
                     if r[1] not in fact.memory_ids:
                         fact.memory_ids.append(r[1])
@@ -166,12 +169,28 @@ class ConsolidationStore:
             for chunk in _chunks(list(dict.fromkeys(item_ids))):
                 marks = ",".join("?" * len(chunk))
                 for r in conn.execute(
-                        f"SELECT id, team, agent_id, subject, part, text, tags, memory_id, created_at, occurred_at, "
-                        f"digest FROM consolidated WHERE id IN ({marks}) AND +team = ?", (*chunk, team)):
-                    out[r[0]] = Item(r[0], r[1], r[2], r[3], int(r[4]), r[5], json.loads(r[6]), r[7], float(r[8]),
-                                     None if r[9] is None else float(r[9]), r[10])
-                for r in conn.execute(f"SELECT item_id, fact_id, memory_id FROM consolidated_sources "
-                                      f"WHERE item_id IN ({marks}) ORDER BY memory_id", chunk):
+                    f"SELECT id, team, agent_id, subject, part, text, tags, memory_id, created_at, occurred_at, "
+                    f"digest FROM consolidated WHERE id IN ({marks}) AND +team = ?",
+                    (*chunk, team),
+                ):
+                    out[r[0]] = Item(
+                        r[0],
+                        r[1],
+                        r[2],
+                        r[3],
+                        int(r[4]),
+                        r[5],
+                        json.loads(r[6]),
+                        r[7],
+                        float(r[8]),
+                        None if r[9] is None else float(r[9]),
+                        r[10],
+                    )
+                for r in conn.execute(
+                    f"SELECT item_id, fact_id, memory_id FROM consolidated_sources "
+                    f"WHERE item_id IN ({marks}) ORDER BY memory_id",
+                    chunk,
+                ):
                     item = out.get(r[0])
                     if item is not None:
                         item.sources.append((r[1], r[2]))
@@ -180,8 +199,9 @@ class ConsolidationStore:
     def vector_rows(self, team: str) -> list[tuple[str, str, tuple[str, ...], float]]:
         """(id, agent, tags, created_at) of the team's items: the filtered vector search's directory."""
         with self.journal.reading() as conn:
-            rows = conn.execute("SELECT id, agent_id, tags, created_at FROM consolidated WHERE team = ?",
-                                (team,)).fetchall()
+            rows = conn.execute(
+                "SELECT id, agent_id, tags, created_at FROM consolidated WHERE team = ?", (team,)
+            ).fetchall()
         return [(r[0], r[1], tuple(sorted(json.loads(r[2]))), float(r[3])) for r in rows]
 
     def count(self) -> int:
@@ -192,8 +212,9 @@ class ConsolidationStore:
         """Items whose vector was never written (a stop between the commit and the upsert, a reindex)."""
         scope, args = ("AND team = ?", (team,)) if team is not None else ("", ())
         with self.journal.reading() as conn:
-            rows = conn.execute(f"SELECT id, team FROM consolidated WHERE indexed = 0 {scope} LIMIT ?",
-                                (*args, limit)).fetchall()
+            rows = conn.execute(
+                f"SELECT id, team FROM consolidated WHERE indexed = 0 {scope} LIMIT ?", (*args, limit)
+            ).fetchall()
         out: list[Item] = []
         for team in {r[1] for r in rows}:
             out += self.items_by_ids(team, [r[0] for r in rows if r[1] == team]).values()
@@ -202,8 +223,10 @@ class ConsolidationStore:
     def save_waiting(self) -> bool:
         """A save is queued or being extracted: consolidation must not hold the model."""
         with self.journal.reading() as conn:
-            return conn.execute("SELECT 1 FROM memories WHERE status IN ('queued', 'extracting') LIMIT 1"
-                                ).fetchone() is not None
+            return (
+                conn.execute("SELECT 1 FROM memories WHERE status IN ('queued', 'extracting') LIMIT 1").fetchone()
+                is not None
+            )
 
     # -- writes ---------------------------------------------------------------------------------------
 
@@ -215,13 +238,19 @@ class ConsolidationStore:
             live_facts = 0
             for chunk in _chunks(item.fact_ids):
                 marks = ",".join("?" * len(chunk))
-                live_facts += int(conn.execute(f"SELECT COUNT(*) FROM facts WHERE id IN ({marks}) AND "
-                                               "superseded_by IS NULL", chunk).fetchone()[0])
+                live_facts += int(
+                    conn.execute(
+                        f"SELECT COUNT(*) FROM facts WHERE id IN ({marks}) AND superseded_by IS NULL", chunk
+                    ).fetchone()[0]
+                )
             live_memories = 0
             for chunk in _chunks(item.memory_ids):
                 marks = ",".join("?" * len(chunk))
-                live_memories += int(conn.execute(f"SELECT COUNT(*) FROM memories WHERE id IN ({marks}) AND "
-                                                  "status != ?", (*chunk, DELETED)).fetchone()[0])
+                live_memories += int(
+                    conn.execute(
+                        f"SELECT COUNT(*) FROM memories WHERE id IN ({marks}) AND status != ?", (*chunk, DELETED)
+                    ).fetchone()[0]
+                )
             if live_facts != len(set(item.fact_ids)) or live_memories != len(set(item.memory_ids)):
                 return False
             conn.execute("DELETE FROM consolidated WHERE id = ?", (item.id,))
@@ -229,10 +258,25 @@ class ConsolidationStore:
             conn.execute(
                 "INSERT INTO consolidated (id, team, agent_id, subject, part, text, tags, memory_id, created_at, "
                 "occurred_at, updated_at, digest, indexed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)",
-                (item.id, item.team, item.agent_id, item.subject, item.part, item.text, json.dumps(item.tags),
-                 item.memory_id, item.created_at, item.occurred_at, now, item.digest))
-            conn.executemany("INSERT INTO consolidated_sources (item_id, fact_id, memory_id) VALUES (?, ?, ?)",
-                             sorted({(item.id, f, m) for f, m in item.sources}))
+                (
+                    item.id,
+                    item.team,
+                    item.agent_id,
+                    item.subject,
+                    item.part,
+                    item.text,
+                    json.dumps(item.tags),
+                    item.memory_id,
+                    item.created_at,
+                    item.occurred_at,
+                    now,
+                    item.digest,
+                ),
+            )
+            conn.executemany(
+                "INSERT INTO consolidated_sources (item_id, fact_id, memory_id) VALUES (?, ?, ?)",
+                sorted({(item.id, f, m) for f, m in item.sources}),
+            )
         return True
 
     def mark_unindexed(self, team: str | None = None) -> None:
@@ -252,17 +296,23 @@ class ConsolidationStore:
 
     def drop_citing(self, team: str, memory_ids: list[str] = (), fact_ids: list[str] = ()) -> int:  # type: ignore[assignment]
         """Remove the items that cite any of these memories or facts: an item never outlives a source."""
-        return self._drop_where(team, "memory_id", list(memory_ids), via_sources=True) + \
-            self._drop_where(team, "fact_id", list(fact_ids), via_sources=True)
+        return self._drop_where(team, "memory_id", list(memory_ids), via_sources=True) + self._drop_where(
+            team, "fact_id", list(fact_ids), via_sources=True
+        )
 
     def drop_stale(self, team: str) -> int:
         """Remove items resting on a fact that is no longer active (superseded, or deleted by a forget)."""
         with self.journal.reading() as conn:
-            ids = [r[0] for r in conn.execute(
-                "SELECT DISTINCT c.id FROM consolidated c JOIN consolidated_sources s ON s.item_id = c.id "
-                "LEFT JOIN facts f ON f.id = s.fact_id LEFT JOIN memories m ON m.id = s.memory_id "
-                "WHERE c.team = ? AND (f.id IS NULL OR f.superseded_by IS NOT NULL OR m.id IS NULL "
-                "OR m.status = ?)", (team, DELETED))]
+            ids = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT DISTINCT c.id FROM consolidated c JOIN consolidated_sources s ON s.item_id = c.id "
+                    "LEFT JOIN facts f ON f.id = s.fact_id LEFT JOIN memories m ON m.id = s.memory_id "
+                    "WHERE c.team = ? AND (f.id IS NULL OR f.superseded_by IS NOT NULL OR m.id IS NULL "
+                    "OR m.status = ?)",
+                    (team, DELETED),
+                )
+            ]
         return self.drop(team, ids)
 
     def _drop_where(self, team: str, column: str, values: list[str], via_sources: bool = False) -> int:
@@ -271,20 +321,31 @@ class ConsolidationStore:
             marks = ",".join("?" * len(chunk))
             with self.journal.transaction() as conn:
                 if via_sources:
-                    ids = [r[0] for r in conn.execute(
-                        f"SELECT DISTINCT s.item_id FROM consolidated_sources s JOIN consolidated c ON c.id = s.item_id "
-                        f"WHERE s.{column} IN ({marks}) AND c.team = ?", (*chunk, team))]
+                    ids = [
+                        r[0]
+                        for r in conn.execute(
+                            f"SELECT DISTINCT s.item_id FROM consolidated_sources s JOIN consolidated c ON c.id = s.item_id "
+                            f"WHERE s.{column} IN ({marks}) AND c.team = ?",
+                            (*chunk, team),
+                        )
+                    ]
                 else:
-                    ids = [r[0] for r in conn.execute(
-                        f"SELECT id FROM consolidated WHERE id IN ({marks}) AND team = ?", (*chunk, team))]
+                    ids = [
+                        r[0]
+                        for r in conn.execute(
+                            f"SELECT id FROM consolidated WHERE id IN ({marks}) AND team = ?", (*chunk, team)
+                        )
+                    ]
                 for part in _chunks(ids):
                     item_marks = ",".join("?" * len(part))
                     conn.execute(f"DELETE FROM consolidated WHERE id IN ({item_marks})", part)
                     conn.execute(f"DELETE FROM consolidated_sources WHERE item_id IN ({item_marks})", part)
-                    conn.execute(f"DELETE FROM consolidated_purges WHERE team = ? AND item_id IN ({item_marks})",
-                                 (team, *part))
-                    conn.executemany("INSERT INTO consolidated_purges (team, item_id) VALUES (?, ?)",
-                                     [(team, i) for i in part])
+                    conn.execute(
+                        f"DELETE FROM consolidated_purges WHERE team = ? AND item_id IN ({item_marks})", (team, *part)
+                    )
+                    conn.executemany(
+                        "INSERT INTO consolidated_purges (team, item_id) VALUES (?, ?)", [(team, i) for i in part]
+                    )
                 dropped += len(ids)
         return dropped
 
@@ -299,8 +360,9 @@ class ConsolidationStore:
 
     def purged(self, team: str, item_ids: list[str]) -> None:
         with self.journal.transaction() as conn:
-            conn.executemany("DELETE FROM consolidated_purges WHERE team = ? AND item_id = ?",
-                             [(team, i) for i in item_ids])
+            conn.executemany(
+                "DELETE FROM consolidated_purges WHERE team = ? AND item_id = ?", [(team, i) for i in item_ids]
+            )
 
     # -- the run log ----------------------------------------------------------------------------------
 
@@ -308,31 +370,43 @@ class ConsolidationStore:
         now = time.time() if now is None else now
         run_id = uuid.uuid4().hex[:16]
         with self.journal.transaction() as conn:
-            conn.execute("INSERT INTO consolidation_runs (id, holder, started_at, beat_at, outcome, groups_due) "
-                         "VALUES (?, ?, ?, ?, ?, ?)", (run_id, holder, now, now, RUNNING, groups_due))
+            conn.execute(
+                "INSERT INTO consolidation_runs (id, holder, started_at, beat_at, outcome, groups_due) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (run_id, holder, now, now, RUNNING, groups_due),
+            )
         return run_id
 
     def beat(self, run_id: str, written: int, removed: int) -> None:
         with self.journal.transaction() as conn:
-            conn.execute("UPDATE consolidation_runs SET beat_at = ?, written = ?, removed = ? WHERE id = ?",
-                         (time.time(), written, removed, run_id))
+            conn.execute(
+                "UPDATE consolidation_runs SET beat_at = ?, written = ?, removed = ? WHERE id = ?",
+                (time.time(), written, removed, run_id),
+            )
 
     def end_run(self, run_id: str, outcome: str, written: int, removed: int, detail: str | None = None) -> None:
         now = time.time()
         with self.journal.transaction() as conn:
-            conn.execute("UPDATE consolidation_runs SET ended_at = ?, beat_at = ?, outcome = ?, written = ?, "
-                         "removed = ?, detail = ? WHERE id = ?", (now, now, outcome, written, removed, detail, run_id))
+            conn.execute(
+                "UPDATE consolidation_runs SET ended_at = ?, beat_at = ?, outcome = ?, written = ?, "
+                "removed = ?, detail = ? WHERE id = ?",
+                (now, now, outcome, written, removed, detail, run_id),
+            )
 
     def close_dead_runs(self, holder: str | None = None, now: float | None = None) -> int:
         """Runs cut off by a stop: this holder's (at start-up on a data dir), or any whose beat stopped."""
         now = time.time() if now is None else now
         with self.journal.transaction() as conn:
             if holder is None:
-                cur = conn.execute("UPDATE consolidation_runs SET outcome = ?, ended_at = beat_at "
-                                   "WHERE outcome = ? AND beat_at < ?", (INTERRUPTED, RUNNING, now - STALE_RUN_S))
+                cur = conn.execute(
+                    "UPDATE consolidation_runs SET outcome = ?, ended_at = beat_at WHERE outcome = ? AND beat_at < ?",
+                    (INTERRUPTED, RUNNING, now - STALE_RUN_S),
+                )
             else:
-                cur = conn.execute("UPDATE consolidation_runs SET outcome = ?, ended_at = beat_at "
-                                   "WHERE outcome = ? AND holder != ?", (INTERRUPTED, RUNNING, holder))
+                cur = conn.execute(
+                    "UPDATE consolidation_runs SET outcome = ?, ended_at = beat_at WHERE outcome = ? AND holder != ?",
+                    (INTERRUPTED, RUNNING, holder),
+                )
             return int(cur.rowcount or 0)
 
     def runs(self, limit: int = 5) -> list[dict[str, Any]]:
@@ -340,13 +414,14 @@ class ConsolidationStore:
         with self.journal.reading() as conn:
             rows = conn.execute(
                 "SELECT id, holder, started_at, ended_at, outcome, groups_due, written, removed, detail "
-                "FROM consolidation_runs ORDER BY started_at DESC LIMIT ?", (limit,)).fetchall()
+                "FROM consolidation_runs ORDER BY started_at DESC LIMIT ?",
+                (limit,),
+            ).fetchall()
         keys = ("id", "holder", "started_at", "ended_at", "outcome", "groups_due", "written", "removed", "detail")
         return [dict(zip(keys, tuple(r))) for r in rows]
 
 
-
-_STORES: "weakref.WeakKeyDictionary[Journal, ConsolidationStore]" = weakref.WeakKeyDictionary()
+_STORES: weakref.WeakKeyDictionary[Journal, ConsolidationStore] = weakref.WeakKeyDictionary()
 _STORES_LOCK = threading.Lock()
 
 

@@ -18,10 +18,11 @@ from __future__ import annotations
 import re
 import sqlite3
 import threading
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Literal, Protocol, Sequence
+from typing import Any, Literal, Protocol
 
 Dialect = Literal["sqlite", "postgresql"]
 
@@ -175,12 +176,13 @@ def _sqlite(path: Path) -> sqlite3.Connection:
 
 # ---------------------------------------------------------------------------------------- PostgreSQL
 
+
 class Row(tuple):
     """A result row readable by position or by column name, like `sqlite3.Row`."""
 
     _names: dict[str, int]
 
-    def __new__(cls, values: Sequence[Any], names: dict[str, int]) -> "Row":
+    def __new__(cls, values: Sequence[Any], names: dict[str, int]) -> Row:
         row = super().__new__(cls, values)
         row._names = names
         return row
@@ -234,8 +236,14 @@ class PostgresDatabase(Database):
 
         self.url = url
         psycopg.connect(url, connect_timeout=5).close()  # fail fast, with the server's own words
-        self._pool = ConnectionPool(url, min_size=1, max_size=max_size, open=False, timeout=5,
-                                    kwargs={"autocommit": True, "row_factory": _row_factory})
+        self._pool = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=max_size,
+            open=False,
+            timeout=5,
+            kwargs={"autocommit": True, "row_factory": _row_factory},
+        )
         self._pool.open(wait=True, timeout=10)
 
     def create_schema(self, sqlite_schema: str, postgres_schema: str) -> None:
@@ -277,11 +285,15 @@ def open_database(settings: Any) -> Database | None:
     if not url:
         return None
     if not is_postgres_url(url):
-        raise ValueError(f"MEMORY_DATABASE_URL={describe(url)!r}: only postgresql://… URLs are supported; "
-                         "leave it unset for the embedded SQLite files")
+        raise ValueError(
+            f"MEMORY_DATABASE_URL={describe(url)!r}: only postgresql://… URLs are supported; "
+            "leave it unset for the embedded SQLite files"
+        )
     try:
         return PostgresDatabase(url)
     except Exception as exc:
         reason = " ".join(str(exc).split())
-        raise ValueError(f"MEMORY_DATABASE_URL={describe(url)}: PostgreSQL is unreachable or refused the "
-                         f"connection ({reason}). Start it, or fix the URL.") from None
+        raise ValueError(
+            f"MEMORY_DATABASE_URL={describe(url)}: PostgreSQL is unreachable or refused the "
+            f"connection ({reason}). Start it, or fix the URL."
+        ) from None

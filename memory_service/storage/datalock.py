@@ -28,7 +28,7 @@ class DataDirLock:
         self.path = data_dir / LOCK_NAME
         self._fd: int | None = None
 
-    def acquire(self, *, exclusive: bool, wait: bool) -> "DataDirLock":
+    def acquire(self, *, exclusive: bool, wait: bool) -> DataDirLock:
         """Take the lock; without `wait`, raise `DataDirBusy` at once when it is held in a conflicting mode."""
         if fcntl is None or self._fd is not None:
             return self
@@ -55,7 +55,7 @@ class DataDirLock:
             os.close(self._fd)  # closing the last descriptor drops the flock
             self._fd = None
 
-    def __enter__(self) -> "DataDirLock":
+    def __enter__(self) -> DataDirLock:
         return self
 
     def __exit__(self, *exc: object) -> None:

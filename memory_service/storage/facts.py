@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from memory_service.storage.database import Database
-from memory_service.storage.records import (DELETED, DONE, Fact, FactPlan, Memory, dumps_or_none as _dumps,
-                      fact_from_row as _fact_from_row, tags_of)
+from memory_service.storage.records import DELETED, DONE, Fact, FactPlan, Memory, tags_of
+from memory_service.storage.records import dumps_or_none as _dumps
+from memory_service.storage.records import fact_from_row as _fact_from_row
 
 
 class FactStore:
@@ -60,8 +62,9 @@ class FactStore:
         held, args = self._held(memory.lease_owner)
         lock = " FOR UPDATE" if self.db.dialect == "postgresql" else ""
         with self.db.transaction() as conn:
-            live = conn.execute(f"SELECT 1 FROM memories WHERE id = ? AND status != ?{held}{lock}",
-                                (memory.id, DELETED, *args)).fetchone()
+            live = conn.execute(
+                f"SELECT 1 FROM memories WHERE id = ? AND status != ?{held}{lock}", (memory.id, DELETED, *args)
+            ).fetchone()
             if live is None:
                 return False
             self._end_attempt(conn, memory.id, memory.lease_owner, "done", now)
@@ -71,8 +74,18 @@ class FactStore:
                 conn.execute(
                     "INSERT INTO facts (id, team, agent_id, memory_id, text, norm, shape, tags, created_at, indexed) "
                     "VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING",
-                    (fact.id, memory.team, memory.agent_id, memory.id, fact.text, fact.norm, fact.shape, tags,
-                     memory.created_at, 1 if fact.id in born_old else 0),
+                    (
+                        fact.id,
+                        memory.team,
+                        memory.agent_id,
+                        memory.id,
+                        fact.text,
+                        fact.norm,
+                        fact.shape,
+                        tags,
+                        memory.created_at,
+                        1 if fact.id in born_old else 0,
+                    ),
                 )
                 self._add_sources(conn, fact.id, memory.id, fact.spans, now)
             for fact_id, spans in plan.merged:
@@ -83,15 +96,18 @@ class FactStore:
                     "INSERT INTO fact_sources (fact_id, memory_id, span_start, span_end, added_at) "
                     "SELECT ?, id, ?, ?, ? FROM memories WHERE id = ? AND team = ? AND status != ? "
                     "ON CONFLICT DO NOTHING",
-                    (fact_id, start, end, now, context_id, memory.team, DELETED))
+                    (fact_id, start, end, now, context_id, memory.team, DELETED),
+                )
             for old_id, new_id in plan.superseded + plan.born_superseded:
                 conn.execute(
                     "UPDATE facts SET superseded_by = ?, superseded_at = ? WHERE id = ? AND team = ?",
                     (new_id, now, old_id, memory.team),
                 )
             for old_id, _ in plan.superseded:  # its vector goes after the commit (the to-do list survives a crash)
-                conn.execute("INSERT INTO fact_purges (team, fact_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
-                             (memory.team, old_id))
+                conn.execute(
+                    "INSERT INTO fact_purges (team, fact_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                    (memory.team, old_id),
+                )
             conn.execute(
                 "UPDATE memories SET status = ?, attempts = attempts + 1, finished_at = ?, last_error = NULL, "
                 "raw_reply = ?, timings = ?, report = ?, progress = NULL, lease_owner = NULL WHERE id = ?",
@@ -100,8 +116,7 @@ class FactStore:
         return True
 
     @staticmethod
-    def _add_sources(conn: Any, fact_id: str, memory_id: str,
-                     spans: Iterable[tuple[int, int]], now: float) -> None:
+    def _add_sources(conn: Any, fact_id: str, memory_id: str, spans: Iterable[tuple[int, int]], now: float) -> None:
         for start, end in spans or [(0, 0)]:
             conn.execute(
                 "INSERT INTO fact_sources (fact_id, memory_id, span_start, span_end, added_at) "
@@ -119,7 +134,9 @@ class FactStore:
         with self.db.reading() as conn:
             rows = conn.execute(
                 "SELECT f.*, m.run_id AS run_id FROM facts f LEFT JOIN memories m ON m.id = f.memory_id "
-                "WHERE f.indexed = 0 AND f.superseded_by IS NULL ORDER BY f.created_at LIMIT ?", (limit,)).fetchall()
+                "WHERE f.indexed = 0 AND f.superseded_by IS NULL ORDER BY f.created_at LIMIT ?",
+                (limit,),
+            ).fetchall()
         return [(_fact_from_row(r), r["run_id"]) for r in rows]
 
     def existing_facts(self, fact_ids: list[str]) -> set[str]:
@@ -144,8 +161,9 @@ class FactStore:
             fact.sources.append({"memory_id": memory_id, "span": [row["span_start"], row["span_end"]]})
         return list(facts.values())
 
-    def fact_recall_rows(self, team: str,
-                         fact_ids: list[str]) -> dict[str, tuple[str, str, float, tuple[str, ...], str]]:
+    def fact_recall_rows(
+        self, team: str, fact_ids: list[str]
+    ) -> dict[str, tuple[str, str, float, tuple[str, ...], str]]:
         """(memory_id, agent_id, created_at, tags, text) of the team's active facts among these ids: what
         recall shows, without building whole `Fact`s on its hot path."""
         if not fact_ids:
@@ -154,7 +172,8 @@ class FactStore:
         with self.db.reading() as conn:
             rows = conn.execute(
                 f"SELECT id, memory_id, agent_id, created_at, tags, text FROM facts WHERE id IN ({marks}) "
-                "AND +team = ? AND superseded_by IS NULL", (*fact_ids, team)
+                "AND +team = ? AND superseded_by IS NULL",
+                (*fact_ids, team),
             ).fetchall()
         return {r[0]: (r[1], r[2], float(r[3]), tags_of(r[4]), r[5]) for r in rows}
 

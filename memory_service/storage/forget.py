@@ -32,11 +32,18 @@ class Pending:
 
 
 def _chunks(ids: list[str]) -> list[list[str]]:
-    return [ids[i:i + CHUNK] for i in range(0, len(ids), CHUNK)]
+    return [ids[i : i + CHUNK] for i in range(0, len(ids), CHUNK)]
 
 
-def mark_forgotten(journal: Journal, team: str, *, memory_ids: list[str] | None = None,
-                   agent_id: str | None = None, run_id: str | None = None, now: float | None = None) -> list[str]:
+def mark_forgotten(
+    journal: Journal,
+    team: str,
+    *,
+    memory_ids: list[str] | None = None,
+    agent_id: str | None = None,
+    run_id: str | None = None,
+    now: float | None = None,
+) -> list[str]:
     """Step 1 for the team's memories matching the selector; returns the ids forgotten."""
     if memory_ids is None and agent_id is None and run_id is None:
         raise ValueError("forget needs ids, an agent_id or a run_id")
@@ -60,11 +67,14 @@ def mark_forgotten(journal: Journal, team: str, *, memory_ids: list[str] | None 
         ids = [row["id"] for row in rows]
         if not ids:
             return []
-        conn.executemany("UPDATE memories SET status = ?, finished_at = ? WHERE id = ?",
-                         [(DELETED, now, i) for i in ids])
+        conn.executemany(
+            "UPDATE memories SET status = ?, finished_at = ? WHERE id = ?", [(DELETED, now, i) for i in ids]
+        )
         if journal.dialect == "sqlite":  # PostgreSQL's text index is a column of the row: it goes with it
-            conn.executemany("INSERT INTO memories_fts(memories_fts, rowid, text) VALUES ('delete', ?, ?)",
-                             [(row["rowid"], row["text"]) for row in rows])
+            conn.executemany(
+                "INSERT INTO memories_fts(memories_fts, rowid, text) VALUES ('delete', ?, ?)",
+                [(row["rowid"], row["text"]) for row in rows],
+            )
         _forget_facts(conn, team, ids, fts=journal.dialect == "sqlite")
         return ids
 
@@ -75,23 +85,29 @@ def _forget_facts(conn: Conn, team: str, ids: list[str], *, fts: bool) -> None:
     affected: set[str] = set()
     for chunk in _chunks(ids):
         marks = ",".join("?" * len(chunk))
-        affected.update(r[0] for r in conn.execute(
-            f"SELECT DISTINCT fact_id FROM fact_sources WHERE memory_id IN ({marks})", chunk))
+        affected.update(
+            r[0] for r in conn.execute(f"SELECT DISTINCT fact_id FROM fact_sources WHERE memory_id IN ({marks})", chunk)
+        )
         conn.execute(f"DELETE FROM fact_sources WHERE memory_id IN ({marks})", chunk)
     for fact_id in sorted(affected):
-        fact = conn.execute("SELECT rowid, text, memory_id FROM facts WHERE id = ? AND team = ?",
-                            (fact_id, team)).fetchone()
+        fact = conn.execute(
+            "SELECT rowid, text, memory_id FROM facts WHERE id = ? AND team = ?", (fact_id, team)
+        ).fetchone()
         if fact is None:
             continue
-        other = conn.execute("SELECT memory_id FROM fact_sources WHERE fact_id = ? ORDER BY added_at LIMIT 1",
-                             (fact_id,)).fetchone()
+        other = conn.execute(
+            "SELECT memory_id FROM fact_sources WHERE fact_id = ? ORDER BY added_at LIMIT 1", (fact_id,)
+        ).fetchone()
         if other is None:
             if fts:
-                conn.execute("INSERT INTO facts_fts(facts_fts, rowid, text) VALUES ('delete', ?, ?)",
-                             (fact["rowid"], fact["text"]))
+                conn.execute(
+                    "INSERT INTO facts_fts(facts_fts, rowid, text) VALUES ('delete', ?, ?)",
+                    (fact["rowid"], fact["text"]),
+                )
             conn.execute("DELETE FROM facts WHERE id = ?", (fact_id,))
-            conn.execute("INSERT INTO fact_purges (team, fact_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
-                         (team, fact_id))
+            conn.execute(
+                "INSERT INTO fact_purges (team, fact_id) VALUES (?, ?) ON CONFLICT DO NOTHING", (team, fact_id)
+            )
         elif fact["memory_id"] in gone:
             # recall names a fact's memory: it must be one that still exists
             conn.execute("UPDATE facts SET memory_id = ? WHERE id = ?", (other[0], fact_id))
@@ -112,8 +128,11 @@ def purge(journal: Journal, done: Pending) -> None:
     """Step 2: the vectors of `done` are gone, so the rows that listed them go too."""
     with journal.transaction() as conn:
         for team, memories in done.memories.items():
-            conn.executemany("DELETE FROM memories WHERE id = ? AND team = ? AND status = ?",
-                             [(memory_id, team, DELETED) for memory_id, _ in memories])
+            conn.executemany(
+                "DELETE FROM memories WHERE id = ? AND team = ? AND status = ?",
+                [(memory_id, team, DELETED) for memory_id, _ in memories],
+            )
         for team, fact_ids in done.facts.items():
-            conn.executemany("DELETE FROM fact_purges WHERE team = ? AND fact_id = ?",
-                             [(team, fact_id) for fact_id in fact_ids])
+            conn.executemany(
+                "DELETE FROM fact_purges WHERE team = ? AND fact_id = ?", [(team, fact_id) for fact_id in fact_ids]
+            )

@@ -12,8 +12,8 @@ import time
 from typing import Any
 
 from memory_service.storage.database import Database
-from memory_service.storage.records import DELETED, EXTRACTING, FAILED, LOST, QUEUED, Memory, dumps_or_none as _dumps
-
+from memory_service.storage.records import DELETED, EXTRACTING, FAILED, LOST, QUEUED, Memory
+from memory_service.storage.records import dumps_or_none as _dumps
 
 EXACT_BACKLOG = 200  # jobs ahead counted exactly on every save; past this, see JobQueue.backlog
 LONG_BACKLOG_REFRESH_S = 1.0
@@ -35,15 +35,20 @@ class JobQueue:
             where += " AND lease_owner LIKE ?"
             args.append(owner.replace("%", "") + "%")
         with self.db.transaction() as conn:
-            conn.execute(f"UPDATE job_attempts SET ended_at = ?, outcome = 'released' WHERE ended_at IS NULL "
-                         f"AND memory_id IN (SELECT id FROM memories WHERE {where})", (now, *args))
+            conn.execute(
+                f"UPDATE job_attempts SET ended_at = ?, outcome = 'released' WHERE ended_at IS NULL "
+                f"AND memory_id IN (SELECT id FROM memories WHERE {where})",
+                (now, *args),
+            )
             return conn.execute(
                 f"UPDATE memories SET status = ?, started_at = NULL, lease_owner = NULL, lease_until = NULL "
-                f"WHERE {where}", (QUEUED, *args)
+                f"WHERE {where}",
+                (QUEUED, *args),
             ).rowcount
 
-    def claim_next(self, worker: str = "local", lease_s: float = 60.0, now: float | None = None,
-                   max_attempts: int | None = None) -> Memory | None:
+    def claim_next(
+        self, worker: str = "local", lease_s: float = 60.0, now: float | None = None, max_attempts: int | None = None
+    ) -> Memory | None:
         """Lease the next due job to `worker` for `lease_s` (renewed while it runs), or None.
 
         A job whose lease ran out (its process died) is due again: another worker takes it over, with no
@@ -56,20 +61,26 @@ class JobQueue:
         lock = " FOR UPDATE SKIP LOCKED" if self.db.dialect == "postgresql" else ""
         with self.db.transaction() as conn:
             while True:
-                found = conn.execute(f"SELECT id FROM memories WHERE status = ? AND lease_until < ? LIMIT 1{lock}",
-                                     (EXTRACTING, now)).fetchone()
+                found = conn.execute(
+                    f"SELECT id FROM memories WHERE status = ? AND lease_until < ? LIMIT 1{lock}", (EXTRACTING, now)
+                ).fetchone()
                 if found is None:
                     found = conn.execute(
                         "SELECT id FROM memories WHERE status = ? AND next_attempt_at <= ? "
-                        f"ORDER BY next_attempt_at, created_at LIMIT 1{lock}", (QUEUED, now)).fetchone()
+                        f"ORDER BY next_attempt_at, created_at LIMIT 1{lock}",
+                        (QUEUED, now),
+                    ).fetchone()
                 if found is None:
                     return None
                 row = conn.execute("SELECT * FROM memories WHERE id = ?", (found[0],)).fetchone()
                 if row["status"] != EXTRACTING:
                     break
                 # taken over: the previous holder's attempt ended with its lease, and counts
-                conn.execute("UPDATE job_attempts SET ended_at = ?, outcome = 'lease expired' "
-                             "WHERE memory_id = ? AND ended_at IS NULL", (row["lease_until"], row["id"]))
+                conn.execute(
+                    "UPDATE job_attempts SET ended_at = ?, outcome = 'lease expired' "
+                    "WHERE memory_id = ? AND ended_at IS NULL",
+                    (row["lease_until"], row["id"]),
+                )
                 attempts = row["attempts"] + 1
                 if max_attempts is None or attempts < max_attempts:
                     conn.execute("UPDATE memories SET attempts = ? WHERE id = ?", (attempts, row["id"]))
@@ -78,12 +89,22 @@ class JobQueue:
                 conn.execute(
                     "UPDATE memories SET status = ?, attempts = ?, finished_at = ?, started_at = NULL, "
                     "lease_owner = NULL, lease_until = NULL, last_error = ? WHERE id = ?",
-                    (FAILED, attempts, now, f"the process extracting it stopped {attempts} times without "
-                     "finishing (its lease ran out each time); its passage stays recallable", row["id"]))
-            conn.execute("UPDATE memories SET status = ?, started_at = ?, lease_owner = ?, lease_until = ? "
-                         "WHERE id = ?", (EXTRACTING, now, worker, now + lease_s, row["id"]))
-            conn.execute("INSERT INTO job_attempts (memory_id, worker, started_at) VALUES (?, ?, ?)",
-                         (row["id"], worker, now))
+                    (
+                        FAILED,
+                        attempts,
+                        now,
+                        f"the process extracting it stopped {attempts} times without "
+                        "finishing (its lease ran out each time); its passage stays recallable",
+                        row["id"],
+                    ),
+                )
+            conn.execute(
+                "UPDATE memories SET status = ?, started_at = ?, lease_owner = ?, lease_until = ? WHERE id = ?",
+                (EXTRACTING, now, worker, now + lease_s, row["id"]),
+            )
+            conn.execute(
+                "INSERT INTO job_attempts (memory_id, worker, started_at) VALUES (?, ?, ?)", (row["id"], worker, now)
+            )
             memory = Memory.from_row(row)
             memory.status, memory.started_at, memory.lease_owner = EXTRACTING, now, worker
             return memory
@@ -92,14 +113,22 @@ class JobQueue:
         """Extend `worker`'s lease on a running job; False when it is no longer the holder."""
         now = time.time() if now is None else now
         with self.db.transaction() as conn:
-            return conn.execute("UPDATE memories SET lease_until = ? WHERE id = ? AND status = ? AND lease_owner = ?",
-                                (now + lease_s, memory_id, EXTRACTING, worker)).rowcount == 1
+            return (
+                conn.execute(
+                    "UPDATE memories SET lease_until = ? WHERE id = ? AND status = ? AND lease_owner = ?",
+                    (now + lease_s, memory_id, EXTRACTING, worker),
+                ).rowcount
+                == 1
+            )
 
     def attempts_of(self, memory_id: str) -> list[tuple[str, float, float | None, str | None]]:
         """(worker, started_at, ended_at, outcome) of every time a worker took this job, oldest first."""
         with self.db.reading() as conn:
-            rows = conn.execute("SELECT worker, started_at, ended_at, outcome FROM job_attempts "
-                                "WHERE memory_id = ? ORDER BY started_at", (memory_id,)).fetchall()
+            rows = conn.execute(
+                "SELECT worker, started_at, ended_at, outcome FROM job_attempts "
+                "WHERE memory_id = ? ORDER BY started_at",
+                (memory_id,),
+            ).fetchall()
         return [(r[0], float(r[1]), None if r[2] is None else float(r[2]), r[3]) for r in rows]
 
     @staticmethod
@@ -110,8 +139,11 @@ class JobQueue:
     @staticmethod
     def _end_attempt(conn: Any, memory_id: str, owner: str | None, outcome: str, now: float) -> None:
         if owner is not None:
-            conn.execute("UPDATE job_attempts SET ended_at = ?, outcome = ? WHERE memory_id = ? AND worker = ? "
-                         "AND ended_at IS NULL", (now, outcome, memory_id, owner))
+            conn.execute(
+                "UPDATE job_attempts SET ended_at = ?, outcome = ? WHERE memory_id = ? AND worker = ? "
+                "AND ended_at IS NULL",
+                (now, outcome, memory_id, owner),
+            )
 
     def context_for(self, memory: Memory, *, block: int, window_s: float) -> list[Memory]:
         """The saves just before `memory` in its conversation, oldest first.
@@ -135,24 +167,25 @@ class JobQueue:
             start = max(0, before // block * block - 1)
             rows = conn.execute(
                 f"SELECT * FROM memories WHERE {where} ORDER BY created_at, id LIMIT ? OFFSET ?",
-                (*args, before - start, start)).fetchall()
+                (*args, before - start, start),
+            ).fetchall()
         return [Memory.from_row(row) for row in rows]
 
     def next_due_in(self, now: float | None = None) -> float | None:
         """Seconds until the earliest queued job is due (0 if one is due now), None if the queue is empty."""
         now = time.time() if now is None else now
         with self.db.reading() as conn:
-            row = conn.execute(
-                "SELECT MIN(next_attempt_at) FROM memories WHERE status = ?", (QUEUED,)
-            ).fetchone()
+            row = conn.execute("SELECT MIN(next_attempt_at) FROM memories WHERE status = ?", (QUEUED,)).fetchone()
         return None if row[0] is None else max(0.0, row[0] - now)
 
     def save_progress(self, memory_id: str, progress: dict[str, Any], owner: str | None = None) -> None:
         """The chunks of a long text extracted so far: a deferral, retry or restart resumes after them."""
         held, args = self._held(owner)
         with self.db.transaction() as conn:
-            conn.execute(f"UPDATE memories SET progress = ? WHERE id = ? AND status != ?{held}",
-                         (_dumps(progress), memory_id, DELETED, *args))
+            conn.execute(
+                f"UPDATE memories SET progress = ? WHERE id = ? AND status != ?{held}",
+                (_dumps(progress), memory_id, DELETED, *args),
+            )
 
     def defer(self, memory_id: str, *, until: float, budget_s: float, reason: str, owner: str | None = None) -> None:
         """Not now, and not an error (model down, machine slower than measured): requeue without an attempt."""
@@ -192,15 +225,25 @@ class JobQueue:
                 "raw_reply = COALESCE(?, raw_reply), timings = COALESCE(?, timings), report = COALESCE(?, report), "
                 "next_attempt_at = ?, deadline_at = ?, started_at = NULL, finished_at = ?, lease_owner = NULL "
                 f"WHERE id = ? AND status != ?{held}",
-                (status, error, raw_reply, _dumps(timings), _dumps(report),
-                 retry_at if retry_at is not None else now,
-                 (retry_at + budget_s) if retry_at is not None else now,
-                 None if retry_at is not None else now, memory_id, DELETED, *args),
+                (
+                    status,
+                    error,
+                    raw_reply,
+                    _dumps(timings),
+                    _dumps(report),
+                    retry_at if retry_at is not None else now,
+                    (retry_at + budget_s) if retry_at is not None else now,
+                    None if retry_at is not None else now,
+                    memory_id,
+                    DELETED,
+                    *args,
+                ),
             ).rowcount
             self._end_attempt(conn, memory_id, owner, "retry" if retry_at is not None else "failed", now)
             if not updated and owner is not None:
-                alive = conn.execute("SELECT 1 FROM memories WHERE id = ? AND status != ?",
-                                     (memory_id, DELETED)).fetchone()
+                alive = conn.execute(
+                    "SELECT 1 FROM memories WHERE id = ? AND status != ?", (memory_id, DELETED)
+                ).fetchone()
                 return LOST if alive else DELETED
         return status if updated else DELETED
 
@@ -212,11 +255,14 @@ class JobQueue:
         """
         now = time.time() if now is None else now
         with self.db.transaction() as conn:
-            return conn.execute(
-                "UPDATE memories SET status = ?, next_attempt_at = ?, deadline_at = ?, started_at = NULL, "
-                "finished_at = NULL WHERE id = ? AND team = ? AND status = ?",
-                (QUEUED, now, now + budget_s, memory_id, team, FAILED),
-            ).rowcount == 1
+            return (
+                conn.execute(
+                    "UPDATE memories SET status = ?, next_attempt_at = ?, deadline_at = ?, started_at = NULL, "
+                    "finished_at = NULL WHERE id = ? AND team = ? AND status = ?",
+                    (QUEUED, now, now + budget_s, memory_id, team, FAILED),
+                ).rowcount
+                == 1
+            )
 
     def backlog(self, created_at: float | None = None, now: float | None = None) -> tuple[int, int]:
         """(jobs, characters) waiting or running, optionally only those saved by `created_at`: the work ahead.
@@ -232,16 +278,22 @@ class JobQueue:
         with self.db.reading() as conn:
             jobs, chars = conn.execute(
                 f"SELECT COUNT(*), COALESCE(SUM(n), 0) FROM (SELECT LENGTH(text) AS n FROM memories WHERE {where} "
-                "LIMIT ?) AS ahead", (*args, EXACT_BACKLOG + 1)).fetchone()
+                "LIMIT ?) AS ahead",
+                (*args, EXACT_BACKLOG + 1),
+            ).fetchone()
             if jobs <= EXACT_BACKLOG:
                 return int(jobs), int(chars)
             now = time.time() if now is None else now
             cached = self._long_backlog
-            if cached is not None and now - cached[0] < LONG_BACKLOG_REFRESH_S and (
-                    created_at is None or created_at >= cached[0]):
+            if (
+                cached is not None
+                and now - cached[0] < LONG_BACKLOG_REFRESH_S
+                and (created_at is None or created_at >= cached[0])
+            ):
                 return cached[1], cached[2]
             jobs, chars = conn.execute(
-                f"SELECT COUNT(*), COALESCE(SUM(LENGTH(text)), 0) FROM memories WHERE {where}", args).fetchone()
+                f"SELECT COUNT(*), COALESCE(SUM(LENGTH(text)), 0) FROM memories WHERE {where}", args
+            ).fetchone()
         # the count covers every job saved by `created_at` (or by now): a later save has all of them ahead
         stamp = now if created_at is None else min(created_at, now)
         if cached is None or stamp >= cached[0]:

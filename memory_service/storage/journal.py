@@ -25,12 +25,42 @@ from memory_service.storage.database import Database, SqliteDatabase
 from memory_service.storage.facts import FactStore
 from memory_service.storage.jobs import JobQueue
 from memory_service.storage.keyword import KeywordSearch, fts_query, fts_words, has_tag, json_items
-from memory_service.storage.records import (DELETED, DONE, EXTRACTING, FAILED, LOST, QUEUED, Fact, FactPlan, KeywordHit, Memory,
-                      NewFact, tags_of)
+from memory_service.storage.records import (
+    DELETED,
+    DONE,
+    EXTRACTING,
+    FAILED,
+    LOST,
+    QUEUED,
+    Fact,
+    FactPlan,
+    KeywordHit,
+    Memory,
+    NewFact,
+    tags_of,
+)
 from memory_service.storage.schema import POSTGRES_SCHEMA, SCHEMA
 
-__all__ = ["DELETED", "DONE", "EXTRACTING", "FAILED", "LOST", "QUEUED", "Fact", "FactPlan", "Journal", "KeywordHit",
-           "Memory", "NewFact", "POSTGRES_SCHEMA", "SCHEMA", "fts_query", "fts_words", "has_tag", "json_items"]
+__all__ = [
+    "DELETED",
+    "DONE",
+    "EXTRACTING",
+    "FAILED",
+    "LOST",
+    "QUEUED",
+    "Fact",
+    "FactPlan",
+    "Journal",
+    "KeywordHit",
+    "Memory",
+    "NewFact",
+    "POSTGRES_SCHEMA",
+    "SCHEMA",
+    "fts_query",
+    "fts_words",
+    "has_tag",
+    "json_items",
+]
 
 
 class Journal(JobQueue, FactStore, KeywordSearch):
@@ -44,8 +74,13 @@ class Journal(JobQueue, FactStore, KeywordSearch):
             conn = self.db.writer()
             columns = {row[1] for row in conn.execute("PRAGMA table_info(memories)")}
             # journals written before these columns existed: chunk progress, when a text happened, job leases
-            for column, kind in (("progress", "TEXT"), ("occurred_at", "REAL"), ("occurred_day", "TEXT"),
-                                 ("lease_owner", "TEXT"), ("lease_until", "REAL")):
+            for column, kind in (
+                ("progress", "TEXT"),
+                ("occurred_at", "REAL"),
+                ("occurred_day", "TEXT"),
+                ("lease_owner", "TEXT"),
+                ("lease_until", "REAL"),
+            ):
                 if column not in columns:
                     conn.execute(f"ALTER TABLE memories ADD COLUMN {column} {kind}")
             if "indexed" not in {row[1] for row in conn.execute("PRAGMA table_info(facts)")}:
@@ -53,8 +88,9 @@ class Journal(JobQueue, FactStore, KeywordSearch):
             conn.execute("CREATE INDEX IF NOT EXISTS facts_unindexed ON facts(indexed) WHERE indexed = 0")
             conn.execute("CREATE INDEX IF NOT EXISTS memories_leases ON memories(status, lease_until)")
             for fts in ("memories_fts", "facts_fts"):  # document frequencies, for the bounded keyword search
-                self.db.on_reader(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{fts}_vocab "
-                                  f"USING fts5vocab(main, {fts}, 'row')")
+                self.db.on_reader(
+                    f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{fts}_vocab USING fts5vocab(main, {fts}, 'row')"
+                )
         self._df_cache: dict[tuple[str, str], tuple[int, float]] = {}
         self._long_backlog: tuple[float, int, int] | None = None  # (counted at, jobs, chars): see backlog()
         self._team_locks: dict[str, threading.Lock] = {}
@@ -109,12 +145,26 @@ class Journal(JobQueue, FactStore, KeywordSearch):
                 """INSERT INTO memories (id, team, agent_id, run_id, text, tags, metadata, idempotency_key,
                    created_at, next_attempt_at, deadline_at, occurred_at, occurred_day)
                    VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING""",
-                (memory_id, team, agent_id, run_id, text, json.dumps(tags), json.dumps(metadata),
-                 idempotency_key, now, now, now + budget_s, occurred_at, occurred_day),
+                (
+                    memory_id,
+                    team,
+                    agent_id,
+                    run_id,
+                    text,
+                    json.dumps(tags),
+                    json.dumps(metadata),
+                    idempotency_key,
+                    now,
+                    now,
+                    now + budget_s,
+                    occurred_at,
+                    occurred_day,
+                ),
             ).rowcount
             if not inserted:
-                row = conn.execute("SELECT * FROM memories WHERE team = ? AND idempotency_key = ?",
-                                   (team, idempotency_key)).fetchone()
+                row = conn.execute(
+                    "SELECT * FROM memories WHERE team = ? AND idempotency_key = ?", (team, idempotency_key)
+                ).fetchone()
                 return Memory.from_row(row), False
             row = conn.execute("SELECT * FROM memories WHERE id = ?", (memory_id,)).fetchone()
             return Memory.from_row(row), True
@@ -137,7 +187,7 @@ class Journal(JobQueue, FactStore, KeywordSearch):
         with self.db.reading() as conn:
             rows = conn.execute(
                 f"SELECT * FROM memories WHERE id IN ({marks}) AND +team = ? AND status != ?",
-                (*memory_ids, team, DELETED)
+                (*memory_ids, team, DELETED),
             ).fetchall()
         return {row["id"]: Memory.from_row(row) for row in rows}
 
@@ -149,7 +199,8 @@ class Journal(JobQueue, FactStore, KeywordSearch):
         with self.db.reading() as conn:
             rows = conn.execute(
                 f"SELECT id, agent_id, created_at, tags, text FROM memories WHERE id IN ({marks}) AND +team = ? "
-                "AND status != ?", (*memory_ids, team, DELETED)
+                "AND status != ?",
+                (*memory_ids, team, DELETED),
             ).fetchall()
         return {r[0]: (r[1], float(r[2]), tags_of(r[3]), r[4]) for r in rows}
 

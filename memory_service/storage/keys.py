@@ -98,7 +98,8 @@ class KeyStore:
         with self.db.transaction() as conn:
             conn.execute(
                 "INSERT INTO api_keys (id, hash, team, role, agent_id, label, created_at) VALUES (?,?,?,?,?,?,?)",
-                (key_id, key_hash(key), team, role, agent_id, label, info.created_at))
+                (key_id, key_hash(key), team, role, agent_id, label, info.created_at),
+            )
         self._version = None
         return NewKey(info, key)
 
@@ -154,5 +155,6 @@ class KeyStore:
 
 
 def _info(row: Any) -> KeyInfo:
-    return KeyInfo(row["id"], row["team"], row["role"], row["agent_id"], row["label"], row["created_at"],
-                   row["revoked_at"])
+    return KeyInfo(
+        row["id"], row["team"], row["role"], row["agent_id"], row["label"], row["created_at"], row["revoked_at"]
+    )

@@ -27,7 +27,7 @@ KEYWORD_AGENT_SET_ROWS = 5000  # an agent with at most this many rows is filtere
 DOC_FREQ_TTL_S = 30.0  # document frequencies only bound the work: a slightly old count is fine
 
 _FTS_TOKEN = re.compile(r"[\w]+", re.UNICODE)
-_PLAIN_TAG = re.compile(r'[\x20\x21\x23-\x5b\x5d-\x7e]+')  # printable ASCII but `"` and `\`
+_PLAIN_TAG = re.compile(r"[\x20\x21\x23-\x5b\x5d-\x7e]+")  # printable ASCII but `"` and `\`
 
 
 def fts_query(text: str) -> str | None:
@@ -47,8 +47,10 @@ def fts_words(text: str) -> list[str]:
 
 
 _STEMMER = sqlite3.connect(":memory:", check_same_thread=False)
-_STEMMER.executescript("CREATE VIRTUAL TABLE t USING fts5(x, tokenize='porter unicode61');"
-                       "CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance');")
+_STEMMER.executescript(
+    "CREATE VIRTUAL TABLE t USING fts5(x, tokenize='porter unicode61');"
+    "CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance');"
+)
 _STEMMER_LOCK = threading.Lock()
 
 
@@ -74,8 +76,14 @@ def has_tag(dialect: str, column: str) -> str:
     return f"EXISTS (SELECT 1 FROM {json_items(dialect, column, 'tag_')} WHERE tag_.value = ?)"
 
 
-def _item_filter(kind: str, agent_id: str | None, tags: tuple[str, ...], since: float | None,
-                 until: float | None, dialect: str = "sqlite") -> tuple[str, list[Any]]:
+def _item_filter(
+    kind: str,
+    agent_id: str | None,
+    tags: tuple[str, ...],
+    since: float | None,
+    until: float | None,
+    dialect: str = "sqlite",
+) -> tuple[str, list[Any]]:
     """SQL conditions (on alias `t`) for recall's filters; a passage must also not be forgotten."""
     where: list[str] = []
     args: list[Any] = []
@@ -125,9 +133,18 @@ class KeywordSearch:
     db: Database
     _df_cache: dict[tuple[str, str], tuple[int, float]]
 
-    def keyword_search(self, team: str, query: str, *, kinds: set[str], limit: int, agent_id: str | None = None,
-                       tags: tuple[str, ...] = (), since: float | None = None,
-                       until: float | None = None) -> list[KeywordHit]:
+    def keyword_search(
+        self,
+        team: str,
+        query: str,
+        *,
+        kinds: set[str],
+        limit: int,
+        agent_id: str | None = None,
+        tags: tuple[str, ...] = (),
+        since: float | None = None,
+        until: float | None = None,
+    ) -> list[KeywordHit]:
         """BM25 over passages and active facts of one team, filters applied before the limit.
 
         Bounded: only rows holding one of the rarest query words, or every query word, are candidates
@@ -143,13 +160,24 @@ class KeywordSearch:
                 return self._keyword_postgres(conn, team, words, kinds, limit, agent_id, tags, since, until)
             return self._keyword_sqlite(conn, team, words, kinds, limit, agent_id, tags, since, until)
 
-    def _keyword_sqlite(self, conn: Any, team: str, words: list[str], kinds: set[str], limit: int,
-                        agent_id: str | None, tags: tuple[str, ...], since: float | None,
-                        until: float | None) -> list[KeywordHit]:
+    def _keyword_sqlite(
+        self,
+        conn: Any,
+        team: str,
+        words: list[str],
+        kinds: set[str],
+        limit: int,
+        agent_id: str | None,
+        tags: tuple[str, ...],
+        since: float | None,
+        until: float | None,
+    ) -> list[KeywordHit]:
         filtered = agent_id is not None or bool(tags) or since is not None or until is not None
         hits: list[KeywordHit] = []
-        for kind, fts, table, cols in (("passage", "memories_fts", "memories", "t.id, t.id, " + _SHOWN),
-                                       ("fact", "facts_fts", "facts", "t.id, t.memory_id, " + _SHOWN)):
+        for kind, fts, table, cols in (
+            ("passage", "memories_fts", "memories", "t.id, t.id, " + _SHOWN),
+            ("fact", "facts_fts", "facts", "t.id, t.memory_id, " + _SHOWN),
+        ):
             if kind not in kinds:
                 continue
             match = self._bounded_match(conn, fts, words)
@@ -165,16 +193,27 @@ class KeywordSearch:
             if floor is not None:
                 where += f" AND {fts}.rowid >= ?"
                 args.append(floor)
-            sql = (f"SELECT * FROM (SELECT {cols}, bm25({fts}) AS r FROM {fts} CROSS JOIN {table} t "
-                   f"ON t.rowid = {fts}.rowid WHERE {fts} MATCH ? AND t.team = ? {where} "
-                   f"ORDER BY {fts}.rowid DESC LIMIT ?) ORDER BY r LIMIT ?")
+            sql = (
+                f"SELECT * FROM (SELECT {cols}, bm25({fts}) AS r FROM {fts} CROSS JOIN {table} t "
+                f"ON t.rowid = {fts}.rowid WHERE {fts} MATCH ? AND t.team = ? {where} "
+                f"ORDER BY {fts}.rowid DESC LIMIT ?) ORDER BY r LIMIT ?"
+            )
             for row in conn.execute(sql, (match, team, *args, KEYWORD_MAX_RANKED, limit)):
                 hits.append(_hit(kind, row, row[6]))
         return hits
 
-    def _keyword_postgres(self, conn: Any, team: str, words: list[str], kinds: set[str], limit: int,
-                          agent_id: str | None, tags: tuple[str, ...], since: float | None,
-                          until: float | None) -> list[KeywordHit]:
+    def _keyword_postgres(
+        self,
+        conn: Any,
+        team: str,
+        words: list[str],
+        kinds: set[str],
+        limit: int,
+        agent_id: str | None,
+        tags: tuple[str, ...],
+        since: float | None,
+        until: float | None,
+    ) -> list[KeywordHit]:
         """The same contract on PostgreSQL: a `tsvector` column (English stemming) with a GIN index.
 
         Any query word matches; of the matching rows that pass the filters, the newest
@@ -182,14 +221,18 @@ class KeywordSearch:
         """
         query = " || ".join(["plainto_tsquery('english', ?)"] * len(words))
         hits: list[KeywordHit] = []
-        for kind, table, cols in (("passage", "memories", "t.id, t.id, " + _SHOWN),
-                                  ("fact", "facts", "t.id, t.memory_id, " + _SHOWN)):
+        for kind, table, cols in (
+            ("passage", "memories", "t.id, t.id, " + _SHOWN),
+            ("fact", "facts", "t.id, t.memory_id, " + _SHOWN),
+        ):
             if kind not in kinds:
                 continue
             where, args = _item_filter(kind, agent_id, tags, since, until, "postgresql")
-            sql = (f"SELECT * FROM (SELECT {cols}, ts_rank_cd(t.tsv, q.q) AS r FROM {table} t, "
-                   f"(SELECT {query} AS q) q WHERE t.tsv @@ q.q AND t.team = ? {where} "
-                   f"ORDER BY t.rowid DESC LIMIT ?) AS c ORDER BY r DESC LIMIT ?")
+            sql = (
+                f"SELECT * FROM (SELECT {cols}, ts_rank_cd(t.tsv, q.q) AS r FROM {table} t, "
+                f"(SELECT {query} AS q) q WHERE t.tsv @@ q.q AND t.team = ? {where} "
+                f"ORDER BY t.rowid DESC LIMIT ?) AS c ORDER BY r DESC LIMIT ?"
+            )
             for row in conn.execute(sql, (*words, team, *args, KEYWORD_MAX_SCANNED, limit)):
                 hits.append(_hit(kind, row, -float(row[6])))
         return hits
@@ -223,8 +266,10 @@ class KeywordSearch:
     def _scan_floor(self, conn: Any, fts: str, match: str) -> int | None:
         """The rowid of the `KEYWORD_MAX_SCANNED`-th newest match (None if fewer): a filter that keeps few
         rows must not make the search walk every match. Walking the index alone is cheap."""
-        row = conn.execute(f"SELECT rowid FROM {fts} WHERE {fts} MATCH ? ORDER BY rowid DESC "
-                                   "LIMIT 1 OFFSET ?", (match, KEYWORD_MAX_SCANNED - 1)).fetchone()
+        row = conn.execute(
+            f"SELECT rowid FROM {fts} WHERE {fts} MATCH ? ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+            (match, KEYWORD_MAX_SCANNED - 1),
+        ).fetchone()
         return None if row is None else int(row[0])
 
     def _agent_rows(self, conn: Any, table: str, team: str, agent_id: str) -> int:
@@ -233,8 +278,11 @@ class KeywordSearch:
         cached = self._df_cache.get((table, f"{team}\x00{agent_id}"))
         if cached is not None and now - cached[1] < DOC_FREQ_TTL_S:
             return cached[0]
-        count = int(conn.execute(f"SELECT COUNT(*) FROM {table} WHERE team = ? AND agent_id = ?",
-                                         (team, agent_id)).fetchone()[0])
+        count = int(
+            conn.execute(f"SELECT COUNT(*) FROM {table} WHERE team = ? AND agent_id = ?", (team, agent_id)).fetchone()[
+                0
+            ]
+        )
         self._df_cache[(table, f"{team}\x00{agent_id}")] = (count, now)
         return count
 
@@ -246,8 +294,10 @@ class KeywordSearch:
         cached = self._df_cache.get((fts, word))
         if cached is not None and now - cached[1] < DOC_FREQ_TTL_S:
             return cached[0]
-        counts = [conn.execute(f"SELECT doc FROM temp.{fts}_vocab WHERE term = ?", (term,)).fetchone()
-                  for term in _stems(word)]
+        counts = [
+            conn.execute(f"SELECT doc FROM temp.{fts}_vocab WHERE term = ?", (term,)).fetchone()
+            for term in _stems(word)
+        ]
         df = min((int(c[0]) if c else 0 for c in counts), default=0)
         if len(self._df_cache) > 20_000:
             self._df_cache.clear()

@@ -26,17 +26,31 @@ from __future__ import annotations
 import json
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import date, datetime, time, timedelta, timezone
+from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
+from memory_service.contract.limit_rules import (
+    MAX_AGENTS_SHOWN,
+    MAX_DAILY_LIMIT,
+    MAX_HANDLED_KEY_LEN,
+    MAX_HISTORY_DAYS,
+    MAX_IDEMPOTENCY_KEY_LEN,
+    MAX_TTL_DAYS,
+    IdempotencyConflict,
+    InvalidInput,
+    LimitNotFound,
+    check_agent_id,
+    check_int,
+    check_name,
+    check_text,
+    check_timezone,
+)
 from memory_service.contract.limits import HandledRecord
 from memory_service.storage.database import Conn, Database, SqliteDatabase
-from memory_service.contract.limit_rules import (MAX_AGENTS_SHOWN, MAX_DAILY_LIMIT, MAX_HANDLED_KEY_LEN, MAX_HISTORY_DAYS,
-                          MAX_IDEMPOTENCY_KEY_LEN, MAX_TTL_DAYS, IdempotencyConflict, InvalidInput, LimitNotFound,
-                          check_agent_id, check_int, check_name, check_text, check_timezone)
 
 # Idempotency answers are only replayed on the same local day; keep them a bit
 # longer than any day can last, then purge.
@@ -46,7 +60,7 @@ PURGE_EVERY = timedelta(hours=1)
 Per = Literal["team", "agent"]
 TEAM_SCOPE = ""  # agent_id column value for team-wide rows; real agent ids are never empty
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 # ---------------------------------------------------------------- results
@@ -92,13 +106,11 @@ class LimitView:
     history: list[dict[str, object]] | None = None  # oldest first, today last
 
 
-
-
 # ---------------------------------------------------------------- time
 
 
 def _utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def _to_us(moment: datetime) -> int:
@@ -120,7 +132,7 @@ def next_midnight(day: date, zone: ZoneInfo) -> datetime:
     day's first moment) and a repeated midnight to its first occurrence.
     """
     wall = datetime.combine(day + timedelta(days=1), time(0), tzinfo=zone)
-    return wall.astimezone(timezone.utc).astimezone(zone)
+    return wall.astimezone(UTC).astimezone(zone)
 
 
 # ---------------------------------------------------------------- SQL
@@ -206,7 +218,9 @@ class LimitStore:
         self._zones: dict[str, ZoneInfo] = {}
         self._last_purge_us = 0
         self._owns = not isinstance(store, Database)
-        self.db: Database = store if isinstance(store, Database) else SqliteDatabase(Path(store), synchronous=synchronous)
+        self.db: Database = (
+            store if isinstance(store, Database) else SqliteDatabase(Path(store), synchronous=synchronous)
+        )
         self.db.create_schema(_SCHEMA, _POSTGRES_SCHEMA)
         self._closed = False
 
@@ -226,7 +240,7 @@ class LimitStore:
         moment = self._now_fn()
         if moment.tzinfo is None:
             raise ValueError("the clock must return an aware datetime")
-        return moment.astimezone(timezone.utc)
+        return moment.astimezone(UTC)
 
     def _zone(self, name: str) -> ZoneInfo:
         zone = self._zones.get(name)
@@ -258,9 +272,7 @@ class LimitStore:
             raise InvalidInput("per must be 'team' or 'agent'")
         now_us = _to_us(self._now())
         with self._write() as db:
-            existed = db.execute(
-                "SELECT 1 FROM limit_defs WHERE team = ? AND name = ?", (team, name)
-            ).fetchone()
+            existed = db.execute("SELECT 1 FROM limit_defs WHERE team = ? AND name = ?", (team, name)).fetchone()
             db.execute(
                 """
                 INSERT INTO limit_defs (team, name, daily_limit, timezone, per, created_us, updated_us)
@@ -385,8 +397,9 @@ class LimitStore:
         with self._write() as db:
             if idempotency_key is not None and self.db.dialect == "postgresql":
                 # two processes replaying one key at once: the second waits, then finds the first's answer
-                db.execute("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))",
-                           (f"{team}\x1f{name}\x1f{idempotency_key}",))
+                db.execute(
+                    "SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", (f"{team}\x1f{name}\x1f{idempotency_key}",)
+                )
             row = db.execute(
                 "SELECT daily_limit, timezone, per FROM limit_defs WHERE team = ? AND name = ?", (team, name)
             ).fetchone()
@@ -469,15 +482,11 @@ class LimitStore:
             check_agent_id(agent_id)
         now_us = _to_us(self._now())
         with self._read() as db:
-            row = (
-                db
-                .execute(
-                    "SELECT first_seen_us, last_seen_us, seen_count, expires_us FROM handled"
-                    " WHERE team = ? AND agent_id = ? AND key = ? AND (expires_us IS NULL OR expires_us > ?)",
-                    (team, TEAM_SCOPE if agent_id is None else agent_id, key, now_us),
-                )
-                .fetchone()
-            )
+            row = db.execute(
+                "SELECT first_seen_us, last_seen_us, seen_count, expires_us FROM handled"
+                " WHERE team = ? AND agent_id = ? AND key = ? AND (expires_us IS NULL OR expires_us > ?)",
+                (team, TEAM_SCOPE if agent_id is None else agent_id, key, now_us),
+            ).fetchone()
         if row is None:
             return None
         first_us, last_us, count, exp_us = row
@@ -495,9 +504,7 @@ class LimitStore:
                 return
             self._last_purge_us = now_us
         with self._write() as db:
-            db.execute(
-                "DELETE FROM limit_idempotency WHERE created_us < ?", (_to_us(now - IDEMPOTENCY_RETENTION),)
-            )
+            db.execute("DELETE FROM limit_idempotency WHERE created_us < ?", (_to_us(now - IDEMPOTENCY_RETENTION),))
             db.execute("DELETE FROM handled WHERE expires_us IS NOT NULL AND expires_us <= ?", (now_us,))
 
 

@@ -18,10 +18,11 @@ def occurred_times(db_owner: Any, team: str, memory_ids: list[str]) -> dict[str,
     out: dict[str, float] = {}
     with db_owner.reading() as conn:
         for start in range(0, len(ids), CHUNK):
-            chunk = ids[start:start + CHUNK]
+            chunk = ids[start : start + CHUNK]
             marks = ",".join("?" * len(chunk))
             for row in conn.execute(
-                    f"SELECT id, COALESCE(occurred_at, created_at) FROM memories WHERE id IN ({marks}) "
-                    "AND +team = ?", (*chunk, team)):
+                f"SELECT id, COALESCE(occurred_at, created_at) FROM memories WHERE id IN ({marks}) AND +team = ?",
+                (*chunk, team),
+            ):
                 out[row[0]] = float(row[1])
     return out

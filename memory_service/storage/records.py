@@ -43,18 +43,32 @@ class Memory:
     lease_owner: str | None = None  # the worker extracting it now
 
     @classmethod
-    def from_row(cls, row: Any) -> "Memory":
+    def from_row(cls, row: Any) -> Memory:
         return cls(
-            id=row["id"], team=row["team"], agent_id=row["agent_id"], run_id=row["run_id"], text=row["text"],
-            tags=json.loads(row["tags"]), metadata=json.loads(row["metadata"]),
-            idempotency_key=row["idempotency_key"], created_at=row["created_at"], status=row["status"],
-            attempts=row["attempts"], deferrals=row["deferrals"], next_attempt_at=row["next_attempt_at"],
-            deadline_at=row["deadline_at"], started_at=row["started_at"], finished_at=row["finished_at"],
-            last_error=row["last_error"], raw_reply=row["raw_reply"],
+            id=row["id"],
+            team=row["team"],
+            agent_id=row["agent_id"],
+            run_id=row["run_id"],
+            text=row["text"],
+            tags=json.loads(row["tags"]),
+            metadata=json.loads(row["metadata"]),
+            idempotency_key=row["idempotency_key"],
+            created_at=row["created_at"],
+            status=row["status"],
+            attempts=row["attempts"],
+            deferrals=row["deferrals"],
+            next_attempt_at=row["next_attempt_at"],
+            deadline_at=row["deadline_at"],
+            started_at=row["started_at"],
+            finished_at=row["finished_at"],
+            last_error=row["last_error"],
+            raw_reply=row["raw_reply"],
             timings=json.loads(row["timings"]) if row["timings"] else None,
             report=json.loads(row["report"]) if row["report"] else None,
             progress=json.loads(row["progress"]) if row["progress"] else None,
-            occurred_at=row["occurred_at"], occurred_day=row["occurred_day"], lease_owner=row["lease_owner"],
+            occurred_at=row["occurred_at"],
+            occurred_day=row["occurred_day"],
+            lease_owner=row["lease_owner"],
         )
 
 
@@ -113,9 +127,17 @@ class KeywordHit:
 
 def fact_from_row(row: Any) -> Fact:
     return Fact(
-        id=row["id"], team=row["team"], agent_id=row["agent_id"], memory_id=row["memory_id"], text=row["text"],
-        norm=row["norm"], shape=row["shape"], tags=json.loads(row["tags"]), created_at=row["created_at"],
-        superseded_by=row["superseded_by"], superseded_at=row["superseded_at"],
+        id=row["id"],
+        team=row["team"],
+        agent_id=row["agent_id"],
+        memory_id=row["memory_id"],
+        text=row["text"],
+        norm=row["norm"],
+        shape=row["shape"],
+        tags=json.loads(row["tags"]),
+        created_at=row["created_at"],
+        superseded_by=row["superseded_by"],
+        superseded_at=row["superseded_at"],
     )
 
 

@@ -98,7 +98,7 @@ class VectorStore:
         self._lock = threading.Lock()
         self._listeners: list[VectorListener] = []
 
-    def add_listener(self, listener: "VectorListener") -> None:
+    def add_listener(self, listener: VectorListener) -> None:
         """Told of every upsert and delete after it is applied: what keeps caches of vectors consistent."""
         self._listeners.append(listener)
 
@@ -120,7 +120,7 @@ class VectorStore:
             of_kind = [i for i in items if i.metadata.get("kind", "passage") == kind]
             coll = self._collection(team, kind) if of_kind else None
             for start in range(0, len(of_kind), self._batch):
-                batch = of_kind[start:start + self._batch]
+                batch = of_kind[start : start + self._batch]
                 coll.upsert(
                     ids=[i.id for i in batch],
                     embeddings=np.stack([i.embedding for i in batch]),
@@ -134,13 +134,19 @@ class VectorStore:
         for kind in KINDS:
             of_kind = [i for i in ids if kind_of_id(i) == kind]
             for start in range(0, len(of_kind), self._batch):
-                self._collection(team, kind).delete(ids=of_kind[start:start + self._batch])
+                self._collection(team, kind).delete(ids=of_kind[start : start + self._batch])
         for listener in self._listeners:
             listener.deleted(team, ids)
 
     def query(
-        self, team: str, embedding: np.ndarray, k: int, where: dict[str, Any] | None = None, kind: str | None = None,
-        *, payload: bool = True,
+        self,
+        team: str,
+        embedding: np.ndarray,
+        k: int,
+        where: dict[str, Any] | None = None,
+        kind: str | None = None,
+        *,
+        payload: bool = True,
     ) -> list[VectorHit]:
         """The k nearest items of one kind, or of both merged by similarity when `kind` is None.
 
@@ -152,19 +158,24 @@ class VectorStore:
             return sorted(merged, key=lambda h: h.similarity, reverse=True)[:k]
         include = ["documents", "metadatas", "distances"] if payload else ["distances"]
         result = self._collection(team, kind).query(
-            query_embeddings=[embedding], n_results=k, where=where or None, include=include,
+            query_embeddings=[embedding],
+            n_results=k,
+            where=where or None,
+            include=include,
         )
         ids, dists = result["ids"][0], result["distances"][0]
         docs = result["documents"][0] if payload else [""] * len(ids)
         metas = result["metadatas"][0] if payload else [None] * len(ids)
-        return [VectorHit(id=id_, text=doc or "", similarity=1.0 - float(dist), metadata=dict(meta or {}))
-                for id_, doc, meta, dist in zip(ids, docs, metas, dists)]
+        return [
+            VectorHit(id=id_, text=doc or "", similarity=1.0 - float(dist), metadata=dict(meta or {}))
+            for id_, doc, meta, dist in zip(ids, docs, metas, dists)
+        ]
 
     def embeddings(self, team: str, kind: str, ids: list[str]) -> dict[str, np.ndarray]:
         """The stored vectors of these ids (ids with none are left out)."""
         out: dict[str, np.ndarray] = {}
         for start in range(0, len(ids), self._batch):
-            got = self._collection(team, kind).get(ids=ids[start:start + self._batch], include=["embeddings"])
+            got = self._collection(team, kind).get(ids=ids[start : start + self._batch], include=["embeddings"])
             for id_, vec in zip(got["ids"], got["embeddings"]):
                 out[id_] = np.asarray(vec, dtype=np.float32)
         return out
@@ -188,14 +199,15 @@ class VectorStore:
 
     def drop(self, team: str | None = None) -> int:
         """Delete the collections of `team` (of every team when None), for a rebuild; returns how many."""
-        names = ([collection_name(team, kind) for kind in KINDS] if team is not None else self.collection_names())
+        names = [collection_name(team, kind) for kind in KINDS] if team is not None else self.collection_names()
         present = set(self.collection_names())
         with self._lock:
             for name in names:
                 if name in present:
                     self._client.delete_collection(name)
-            self._collections = {key: coll for key, coll in self._collections.items()
-                                 if team is not None and key[0] != team}
+            self._collections = {
+                key: coll for key, coll in self._collections.items() if team is not None and key[0] != team
+            }
         return len(present.intersection(names))
 
 
@@ -209,12 +221,16 @@ def probe_server(url: str) -> tuple[str, int, bool]:
     host, ssl = parsed.hostname or "127.0.0.1", parsed.scheme == "https"
     port = parsed.port or (443 if ssl else 8000)
     try:
-        response = httpx.get(f"{parsed.scheme}://{host}:{port}/api/v2/heartbeat", timeout=CONNECT_TIMEOUT_S,
-                             trust_env=False)
+        response = httpx.get(
+            f"{parsed.scheme}://{host}:{port}/api/v2/heartbeat", timeout=CONNECT_TIMEOUT_S, trust_env=False
+        )
         response.raise_for_status()
     except httpx.HTTPError as exc:
-        why = f"HTTP {exc.response.status_code}" if isinstance(exc, httpx.HTTPStatusError) else (
-            str(exc) or type(exc).__name__)
+        why = (
+            f"HTTP {exc.response.status_code}"
+            if isinstance(exc, httpx.HTTPStatusError)
+            else (str(exc) or type(exc).__name__)
+        )
         raise ChromaUnreachable(
             f"no Chroma server answers at MEMORY_CHROMA_URL={url} ({why}): start it (chroma run --path DIR "
             f"--port {port}), fix the URL, or unset MEMORY_CHROMA_URL to use the embedded store in the data dir"

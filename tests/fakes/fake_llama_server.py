@@ -293,8 +293,9 @@ def _error_body(code: int, message: str, kind: str, **extra: Any) -> dict[str, A
     return {"error": {"code": code, "message": message, "type": kind, **extra}}
 
 
-def _timings(prompt_n: int, predicted_n: int, tokens_per_s: float,
-             prompt_tokens_per_s: float | None = None, cache_n: int = 0) -> dict[str, Any]:
+def _timings(
+    prompt_n: int, predicted_n: int, tokens_per_s: float, prompt_tokens_per_s: float | None = None, cache_n: int = 0
+) -> dict[str, Any]:
     """llama.cpp's per-request timings; prompt processing is nominally 10x generation speed unless set.
 
     As in llama.cpp, prompt_n counts the prompt tokens processed, cache_n those reused from the KV cache.
@@ -668,8 +669,9 @@ class _Handler(BaseHTTPRequestHandler):
                 "total_tokens": prompt_n + predicted_n,
             },
             "id": f"chatcmpl-{uuid.uuid4().hex[:32]}",
-            "timings": _timings(prompt_n, predicted_n, tokens_per_s, getattr(self, "_prompt_tps", None),
-                               getattr(self, "_cache_n", 0)),
+            "timings": _timings(
+                prompt_n, predicted_n, tokens_per_s, getattr(self, "_prompt_tps", None), getattr(self, "_cache_n", 0)
+            ),
         }
 
     def _stream(
@@ -690,7 +692,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "object": "chat.completion.chunk",
                 **extra,
             }
-            return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n".encode("utf-8")
+            return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n".encode()
 
         pieces: list[tuple[str, str]] = []
         for key, text in (("reasoning_content", reply.reasoning or ""), ("content", reply.content)):
@@ -722,8 +724,9 @@ class _Handler(BaseHTTPRequestHandler):
                 "prompt_tokens": prompt_n,
                 "total_tokens": prompt_n + predicted_n,
             }
-            timings = _timings(prompt_n, predicted_n, tokens_per_s, getattr(self, "_prompt_tps", None),
-                               getattr(self, "_cache_n", 0))
+            timings = _timings(
+                prompt_n, predicted_n, tokens_per_s, getattr(self, "_prompt_tps", None), getattr(self, "_cache_n", 0)
+            )
             self.wfile.write(chunk({}, reply.finish_reason, usage=usage, timings=timings))
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()

@@ -8,11 +8,11 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 
-from memory_service.metrics import CONTENT_TYPE
-from memory_service.llm.handle import ModelHandle
-from memory_service.storage.database import describe
 from memory_service.api.deps import ServicesDep
-from memory_service.contract.models import HealthOut, StatsOut, ReadyOut
+from memory_service.contract.models import HealthOut, ReadyOut, StatsOut
+from memory_service.llm.handle import ModelHandle
+from memory_service.metrics import CONTENT_TYPE
+from memory_service.storage.database import describe
 
 router = APIRouter(tags=["health"])
 
@@ -23,9 +23,14 @@ async def health() -> dict:
     return {"status": "ok"}
 
 
-@router.get("/ready", response_model=None,
-            responses={200: {"model": ReadyOut, "description": "Ready"},
-                       503: {"model": ReadyOut, "description": "Not ready: the body says why"}})
+@router.get(
+    "/ready",
+    response_model=None,
+    responses={
+        200: {"model": ReadyOut, "description": "Ready"},
+        503: {"model": ReadyOut, "description": "Not ready: the body says why"},
+    },
+)
 async def ready(services: ServicesDep) -> JSONResponse:
     """200 when a model server is reachable and thinking is verified off (or absent); 503 with the reason otherwise.
 
@@ -46,8 +51,10 @@ async def ready(services: ServicesDep) -> JSONResponse:
         "throughput": model.throughput.snapshot(),
         "extract_budget_s": services.settings.extract_budget_s,
         # where the journal and the vectors live (the counts above just read the first)
-        "storage": {"database": describe(services.settings.database_url) if services.database else "sqlite",
-                    "vectors": services.settings.chroma_url or "embedded"},
+        "storage": {
+            "database": describe(services.settings.database_url) if services.database else "sqlite",
+            "vectors": services.settings.chroma_url or "embedded",
+        },
     }
     return JSONResponse(body, status_code=200 if ok else 503)
 
@@ -73,13 +80,24 @@ def _server(model: ModelHandle, throughput: bool = False) -> dict[str, Any]:
 async def stats(services: ServicesDep) -> dict:
     """Jobs by status, the measured model speed and readiness, as JSON (for people and scripts)."""
     counts = await asyncio.to_thread(services.journal.counts)
-    return {"jobs": counts, "throughput": services.model.throughput.snapshot(), "model_ready": services.model.ready,
-            "consolidation": await asyncio.to_thread(services.consolidation_status)}
+    return {
+        "jobs": counts,
+        "throughput": services.model.throughput.snapshot(),
+        "model_ready": services.model.ready,
+        "consolidation": await asyncio.to_thread(services.consolidation_status),
+    }
 
 
-@router.get("/metrics", response_class=Response,
-            responses={200: {"description": "Prometheus text exposition format 0.0.4",
-                             "content": {"text/plain": {"schema": {"type": "string"}}}}})
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "Prometheus text exposition format 0.0.4",
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+        }
+    },
+)
 async def metrics(services: ServicesDep) -> Response:
     """Prometheus text exposition, for scraping. Rendered in a thread: the gauges read the journal."""
     body = await asyncio.to_thread(services.metrics.render)

@@ -6,16 +6,16 @@ A new key is shown once, in the answer to its creation; only its hash is stored.
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from fastapi import APIRouter, HTTPException, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from memory_service.storage.keys import KeyInfo, KeyNotFound, Role
 from memory_service.api.auth import Admin, Caller
 from memory_service.api.deps import ServicesDep
 from memory_service.api.errors import error_responses
 from memory_service.contract.types import AgentId, Label
+from memory_service.storage.keys import KeyInfo, KeyNotFound, Role
 
 router = APIRouter(tags=["keys"])
 
@@ -23,10 +23,13 @@ router = APIRouter(tags=["keys"])
 class KeyCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    role: Role = Field(description="read: recall, get, list, check; write: also remember, consume, mark handled, "
-                                   "import; admin: also forget, define limits, manage keys")
-    agent_id: AgentId | None = Field(default=None,
-                                     description="Pin the key to this agent: it can write only as this agent_id")
+    role: Role = Field(
+        description="read: recall, get, list, check; write: also remember, consume, mark handled, "
+        "import; admin: also forget, define limits, manage keys"
+    )
+    agent_id: AgentId | None = Field(
+        default=None, description="Pin the key to this agent: it can write only as this agent_id"
+    )
     label: Label | None = None
 
 
@@ -45,32 +48,53 @@ class NewKeyOut(KeyOut):
 
 
 def _out(info: KeyInfo) -> dict:
-    stamp = lambda t: None if t is None else datetime.fromtimestamp(t, tz=timezone.utc)  # noqa: E731
-    return {"id": info.id, "team": info.team, "role": info.role, "agent_id": info.agent_id, "label": info.label,
-            "created_at": stamp(info.created_at), "revoked_at": stamp(info.revoked_at)}
+    stamp = lambda t: None if t is None else datetime.fromtimestamp(t, tz=UTC)  # noqa: E731
+    return {
+        "id": info.id,
+        "team": info.team,
+        "role": info.role,
+        "agent_id": info.agent_id,
+        "label": info.label,
+        "created_at": stamp(info.created_at),
+        "revoked_at": stamp(info.revoked_at),
+    }
 
 
-@router.post("/v1/keys", status_code=201, response_model=NewKeyOut, summary="Create a key for this team",
-             responses=error_responses(400, 401, 403, 413, 422))
+@router.post(
+    "/v1/keys",
+    status_code=201,
+    response_model=NewKeyOut,
+    summary="Create a key for this team",
+    responses=error_responses(400, 401, 403, 413, 422),
+)
 async def create_key(body: KeyCreate, request: Request, team: Admin, services: ServicesDep) -> NewKeyOut:
     """Admins create keys for their own team only. A pinned admin key cannot create unpinned keys."""
     caller: Caller = request.state.caller
     if caller.agent_id is not None and body.agent_id != caller.agent_id:
-        raise HTTPException(403, f"this key is pinned to agent_id '{caller.agent_id}'; it can create only keys "
-                                 "pinned to the same agent")
+        raise HTTPException(
+            403, f"this key is pinned to agent_id '{caller.agent_id}'; it can create only keys pinned to the same agent"
+        )
     made = await asyncio.to_thread(services.keys.create, team, body.role, agent_id=body.agent_id, label=body.label)
     return NewKeyOut(**_out(made.info), key=made.key)
 
 
-@router.get("/v1/keys", response_model=list[KeyOut], summary="List this team's keys (never their secrets)",
-            responses=error_responses(401, 403, 422))
+@router.get(
+    "/v1/keys",
+    response_model=list[KeyOut],
+    summary="List this team's keys (never their secrets)",
+    responses=error_responses(401, 403, 422),
+)
 async def list_keys(team: Admin, services: ServicesDep, include_revoked: bool = False) -> list[KeyOut]:
     found = await asyncio.to_thread(services.keys.list, team, include_revoked=include_revoked)
     return [KeyOut(**_out(info)) for info in found]
 
 
-@router.delete("/v1/keys/{key_id}", status_code=204, summary="Revoke a key of this team, at once",
-               responses=error_responses(401, 403, 404, 422))
+@router.delete(
+    "/v1/keys/{key_id}",
+    status_code=204,
+    summary="Revoke a key of this team, at once",
+    responses=error_responses(401, 403, 404, 422),
+)
 async def revoke_key(key_id: str, team: Admin, services: ServicesDep) -> Response:
     try:
         await asyncio.to_thread(services.keys.revoke, key_id, team=team)

@@ -14,21 +14,36 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from memory_service.storage.database import UNAVAILABLE
-from memory_service.contract.limit_rules import MAX_DAILY_LIMIT, MAX_HISTORY_DAYS, MAX_TTL_DAYS, IdempotencyConflict, InvalidInput, \
-    LimitNotFound
-from memory_service.storage.limits import LimitView
-from memory_service.contract.limits import ConsumeAnswer, ConsumeRequest, HandledOut, HandledRequest, LimitOut, LimitSpec
 from memory_service.api.auth import Admin, Team, Writer, check_agent
 from memory_service.api.deps import ServicesDep
 from memory_service.api.errors import error_responses
-from memory_service.contract.types import REPLAYED, AgentId, HandledKey, IdempotencyKey, JsonInt, LimitName, Timezone, whole_float_as_int
+from memory_service.contract.limit_rules import (
+    MAX_HISTORY_DAYS,
+    IdempotencyConflict,
+    InvalidInput,
+    LimitNotFound,
+)
+from memory_service.contract.limits import (
+    ConsumeAnswer,
+    ConsumeRequest,
+    HandledOut,
+    HandledRequest,
+    LimitOut,
+    LimitSpec,
+)
+from memory_service.contract.types import (
+    REPLAYED,
+    AgentId,
+    HandledKey,
+    LimitName,
+)
+from memory_service.storage.database import UNAVAILABLE
+from memory_service.storage.limits import LimitView
 
 router = APIRouter(tags=["limits"])
 
@@ -98,8 +113,12 @@ def put_limit(name: LimitName, spec: LimitSpec, team: Admin, services: ServicesD
     return JSONResponse(_view_body(view), status_code=201 if created else 200)
 
 
-@router.get("/v1/limits", summary="List the team's limits with today's usage", response_model=None,
-            responses={200: {"model": list[LimitOut]}} | _ERRORS)
+@router.get(
+    "/v1/limits",
+    summary="List the team's limits with today's usage",
+    response_model=None,
+    responses={200: {"model": list[LimitOut]}} | _ERRORS,
+)
 def list_limits(team: Team, services: ServicesDep, agent_id: AgentQuery = None) -> JSONResponse:
     """All of the team's limits, sorted by name, each with today's usage.
 
@@ -110,8 +129,12 @@ def list_limits(team: Team, services: ServicesDep, agent_id: AgentQuery = None) 
     return JSONResponse([_view_body(v) for v in views])
 
 
-@router.get("/v1/limits/{name}", summary="One limit with today's usage (and history)", response_model=None,
-            responses={200: {"model": LimitOut}} | _NOT_FOUND | _ERRORS)
+@router.get(
+    "/v1/limits/{name}",
+    summary="One limit with today's usage (and history)",
+    response_model=None,
+    responses={200: {"model": LimitOut}} | _NOT_FOUND | _ERRORS,
+)
 def get_limit(
     name: LimitName,
     team: Team,
@@ -132,8 +155,12 @@ def get_limit(
     return JSONResponse(_view_body(view))
 
 
-@router.delete("/v1/limits/{name}", status_code=204, summary="Delete a limit and its counters",
-               responses=_NOT_FOUND | _FORBIDDEN | _ERRORS)
+@router.delete(
+    "/v1/limits/{name}",
+    status_code=204,
+    summary="Delete a limit and its counters",
+    responses=_NOT_FOUND | _FORBIDDEN | _ERRORS,
+)
 def delete_limit(name: LimitName, team: Admin, services: ServicesDep) -> Response:
     """Remove the limit, its counters and idempotency records (204); 404 if absent."""
     with _store_errors():
@@ -146,9 +173,16 @@ def delete_limit(name: LimitName, team: Admin, services: ServicesDep) -> Respons
     summary="Check and count usage atomically",
     response_model=None,
     responses={
-        200: {"model": ConsumeAnswer, "description": "Allowed and counted",
-              "headers": {REPLAYED: {"description": "`true` when this repeats an earlier idempotency_key today",
-                                     "schema": {"type": "string", "enum": ["true"]}}}},
+        200: {
+            "model": ConsumeAnswer,
+            "description": "Allowed and counted",
+            "headers": {
+                REPLAYED: {
+                    "description": "`true` when this repeats an earlier idempotency_key today",
+                    "schema": {"type": "string", "enum": ["true"]},
+                }
+            },
+        },
         429: {
             "model": ConsumeAnswer,
             "description": "Denied (allowed=false). Nothing counted.",
@@ -161,8 +195,9 @@ def delete_limit(name: LimitName, team: Admin, services: ServicesDep) -> Respons
     | _FORBIDDEN
     | _ERRORS,
 )
-def consume(name: LimitName, body: ConsumeRequest, request: Request, team: Writer,
-            services: ServicesDep) -> JSONResponse:
+def consume(
+    name: LimitName, body: ConsumeRequest, request: Request, team: Writer, services: ServicesDep
+) -> JSONResponse:
     """Add `amount` (1-1,000,000,000) to today's counter if it stays within the limit.
 
     Check and count are one transaction: concurrent callers can never push
@@ -187,8 +222,12 @@ def consume(name: LimitName, body: ConsumeRequest, request: Request, team: Write
 # ---------------------------------------------------------------- handled ledger
 
 
-@router.post("/v1/handled", summary="Record a key; say whether it is the first time", response_model=None,
-             responses={200: {"model": HandledOut}} | _BODY_ERRORS | _FORBIDDEN | _ERRORS)
+@router.post(
+    "/v1/handled",
+    summary="Record a key; say whether it is the first time",
+    response_model=None,
+    responses={200: {"model": HandledOut}} | _BODY_ERRORS | _FORBIDDEN | _ERRORS,
+)
 def mark_handled(body: HandledRequest, request: Request, team: Writer, services: ServicesDep) -> JSONResponse:
     """Atomic set-if-absent of `key` in the team's ledger (or the agent's, with `agent_id`).
 
@@ -214,8 +253,12 @@ def _get_handled(team: str, services: ServicesDep, key: str, agent_id: str | Non
 _HANDLED_GET = {200: {"model": HandledOut}} | error_responses(404, described={404: "Never seen, or expired"})
 
 
-@router.get("/v1/handled", summary="Look up a key given as a query parameter", response_model=None,
-            responses=_HANDLED_GET | _ERRORS)
+@router.get(
+    "/v1/handled",
+    summary="Look up a key given as a query parameter",
+    response_model=None,
+    responses=_HANDLED_GET | _ERRORS,
+)
 def get_handled_by_query(
     team: Team,
     services: ServicesDep,
@@ -226,8 +269,12 @@ def get_handled_by_query(
     return _get_handled(team, services, key, agent_id)
 
 
-@router.get("/v1/handled/{key:path}", summary="Look up a key given in the path", response_model=None,
-            responses=_HANDLED_GET | _ERRORS)
+@router.get(
+    "/v1/handled/{key:path}",
+    summary="Look up a key given in the path",
+    response_model=None,
+    responses=_HANDLED_GET | _ERRORS,
+)
 def get_handled(
     key: Annotated[HandledKey, Path(description="The key; may contain '/'")],
     team: Team,

@@ -5,22 +5,30 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 
-from memory_service.recall.search import to_epoch
-from memory_service.storage.catalog import ListFilter, list_memories
-from memory_service.extraction.dates import occurred
-from memory_service.storage.journal import DONE, FAILED
 from memory_service.api import cursor as cursors
 from memory_service.api.auth import Admin, Team, Writer, check_agent
 from memory_service.api.deps import ServicesDep
 from memory_service.api.errors import error_responses
 from memory_service.api.model_response import ModelResponse
-from memory_service.contract.models import FactOut, ForgetResponse, MemoryOut, MemoryPage, MemorySummary, RememberRequest, RememberResponse
+from memory_service.contract.models import (
+    FactOut,
+    ForgetResponse,
+    MemoryOut,
+    MemoryPage,
+    MemorySummary,
+    RememberRequest,
+    RememberResponse,
+)
 from memory_service.contract.types import REPLAYED, AgentId, JobStatus, RunId, Tag
+from memory_service.extraction.dates import occurred
+from memory_service.recall.search import to_epoch
+from memory_service.storage.catalog import ListFilter, list_memories
+from memory_service.storage.journal import DONE, FAILED
 
 if TYPE_CHECKING:
     from memory_service.services import Services
@@ -31,14 +39,25 @@ MAX_METADATA_BYTES = 8 * 1024
 
 
 def _ts(value: float | None) -> datetime | None:
-    return None if value is None else datetime.fromtimestamp(value, tz=timezone.utc)
+    return None if value is None else datetime.fromtimestamp(value, tz=UTC)
 
 
-@router.post("/v1/remember", status_code=202, response_model=RememberResponse,
-             responses={202: {"headers": {REPLAYED: {"description": "`true` when an earlier save with the same "
-                                                                    "idempotency_key was returned",
-                                                     "schema": {"type": "string", "enum": ["true"]}}}}}
-             | error_responses(400, 401, 403, 413, 422))
+@router.post(
+    "/v1/remember",
+    status_code=202,
+    response_model=RememberResponse,
+    responses={
+        202: {
+            "headers": {
+                REPLAYED: {
+                    "description": "`true` when an earlier save with the same idempotency_key was returned",
+                    "schema": {"type": "string", "enum": ["true"]},
+                }
+            }
+        }
+    }
+    | error_responses(400, 401, 403, 413, 422),
+)
 async def remember(body: RememberRequest, request: Request, team: Writer, services: ServicesDep) -> ModelResponse:
     """Commit the text to the journal (on disk before this answers), queue its extraction, answer 202.
 
@@ -51,15 +70,23 @@ async def remember(body: RememberRequest, request: Request, team: Writer, servic
     size = len(body.text.encode("utf-8"))
     if size > settings.max_text_bytes:
         raise HTTPException(
-            413, f"text is {size} bytes; the limit is {settings.max_text_bytes} bytes (MEMORY_MAX_TEXT_BYTES). "
-                 "Split it into several saves."
+            413,
+            f"text is {size} bytes; the limit is {settings.max_text_bytes} bytes (MEMORY_MAX_TEXT_BYTES). "
+            "Split it into several saves.",
         )
     if len(json.dumps(body.metadata)) > MAX_METADATA_BYTES:
         raise HTTPException(413, f"metadata is larger than {MAX_METADATA_BYTES} bytes as JSON")
     occurred_at, occurred_day = occurred(body.occurred_at, time.time(), settings.timezone)
     memory, created, ahead = await asyncio.to_thread(
-        services.remember, team=team, agent_id=body.agent_id, text=body.text, run_id=body.run_id, tags=body.tags,
-        metadata=body.metadata, idempotency_key=body.idempotency_key, occurred_at=occurred_at,
+        services.remember,
+        team=team,
+        agent_id=body.agent_id,
+        text=body.text,
+        run_id=body.run_id,
+        tags=body.tags,
+        metadata=body.metadata,
+        idempotency_key=body.idempotency_key,
+        occurred_at=occurred_at,
         occurred_day=occurred_day,
     )
     if created:
@@ -70,10 +97,18 @@ async def remember(body: RememberRequest, request: Request, team: Writer, servic
         ahead = await asyncio.to_thread(services.journal.backlog, memory.created_at)
     pending = memory.status not in (DONE, FAILED)
     estimate, basis = services.estimate(*ahead) if pending else (None, None)
-    return ModelResponse(RememberResponse(
-        id=memory.id, status=memory.status, created=created, queue_depth=ahead[0],
-        estimated_extraction_s=estimate, estimate_basis=basis,
-    ), status_code=202, headers=None if created else {REPLAYED: "true"})
+    return ModelResponse(
+        RememberResponse(
+            id=memory.id,
+            status=memory.status,
+            created=created,
+            queue_depth=ahead[0],
+            estimated_extraction_s=estimate,
+            estimate_basis=basis,
+        ),
+        status_code=202,
+        headers=None if created else {REPLAYED: "true"},
+    )
 
 
 @router.get("/v1/memories/{memory_id}", response_model=MemoryOut, responses=error_responses(401, 404, 422))
@@ -85,7 +120,7 @@ async def get_memory(memory_id: str, team: Team, services: ServicesDep) -> Memor
     return out
 
 
-async def memory_out(services: "Services", team: str, memory_id: str) -> MemoryOut | None:
+async def memory_out(services: Services, team: str, memory_id: str) -> MemoryOut | None:
     """The full view of one of the team's memories, or None: the API and the console show the same thing."""
     memory = await asyncio.to_thread(services.journal.get, team, memory_id)
     if memory is None:
@@ -93,33 +128,58 @@ async def memory_out(services: "Services", team: str, memory_id: str) -> MemoryO
     facts = await asyncio.to_thread(services.journal.facts_of_memory, team, memory_id)
     report = memory.report or {}
     return MemoryOut(
-        id=memory.id, status=memory.status, agent_id=memory.agent_id, run_id=memory.run_id, text=memory.text,
-        tags=memory.tags, metadata=memory.metadata, created_at=_ts(memory.created_at),
-        occurred_at=_ts(memory.occurred_at), occurred_day=memory.occurred_day, attempts=memory.attempts,
+        id=memory.id,
+        status=memory.status,
+        agent_id=memory.agent_id,
+        run_id=memory.run_id,
+        text=memory.text,
+        tags=memory.tags,
+        metadata=memory.metadata,
+        created_at=_ts(memory.created_at),
+        occurred_at=_ts(memory.occurred_at),
+        occurred_day=memory.occurred_day,
+        attempts=memory.attempts,
         deferrals=memory.deferrals,
         next_attempt_at=_ts(memory.next_attempt_at) if memory.status == "queued" else None,
         last_error=memory.last_error,
         facts=[
-            FactOut(id=f.id, text=f.text, spans=[s["span"] for s in f.sources], superseded_by=f.superseded_by,
-                    created_at=_ts(f.created_at))
+            FactOut(
+                id=f.id,
+                text=f.text,
+                spans=[s["span"] for s in f.sources],
+                superseded_by=f.superseded_by,
+                created_at=_ts(f.created_at),
+            )
             for f in facts
         ],
         rejected_facts=report.get("rejected", []),
         timings=memory.timings,
         extraction={k: v for k, v in report.items() if k != "rejected"} or None,
         raw_reply=memory.raw_reply if memory.status != DONE else None,
-        progress=({"chunks_done": int(memory.progress.get("chunks", 0)),
-                   "chars_done": int(memory.progress.get("offset", 0)), "chars_total": len(memory.text)}
-                  if memory.progress and memory.status != DONE else None),
+        progress=(
+            {
+                "chunks_done": int(memory.progress.get("chunks", 0)),
+                "chars_done": int(memory.progress.get("offset", 0)),
+                "chars_total": len(memory.text),
+            }
+            if memory.progress and memory.status != DONE
+            else None
+        ),
     )
 
 
 @router.get("/v1/memories", response_model=MemoryPage, responses=error_responses(400, 401, 422))
 async def list_route(
-    team: Team, services: ServicesDep, agent_id: AgentId | None = None, run_id: RunId | None = None,
-    status: JobStatus | None = None, tag: Tag | None = None,
-    since: datetime | None = None, until: datetime | None = None,
-    limit: Annotated[int, Query(ge=1, le=500)] = 50, cursor: Annotated[str | None, Query(max_length=1024)] = None,
+    team: Team,
+    services: ServicesDep,
+    agent_id: AgentId | None = None,
+    run_id: RunId | None = None,
+    status: JobStatus | None = None,
+    tag: Tag | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[str | None, Query(max_length=1024)] = None,
 ) -> MemoryPage:
     """The team's memories, newest first, a page at a time (pass `next_cursor` back as `cursor`)."""
     after = cursors.decode(cursor) if cursor else None
@@ -129,15 +189,26 @@ async def list_route(
     flt = ListFilter(agent_id=agent_id, run_id=run_id, status=status, tag=tag, since=lo, until=hi)
     items, nxt = await asyncio.to_thread(list_memories, services.journal, team, flt, limit=limit, after=after)
     return MemoryPage(
-        items=[MemorySummary(id=i.memory.id, status=i.memory.status, agent_id=i.memory.agent_id,
-                             run_id=i.memory.run_id, text=i.memory.text, tags=i.memory.tags,
-                             created_at=_ts(i.memory.created_at), facts=i.facts) for i in items],
+        items=[
+            MemorySummary(
+                id=i.memory.id,
+                status=i.memory.status,
+                agent_id=i.memory.agent_id,
+                run_id=i.memory.run_id,
+                text=i.memory.text,
+                tags=i.memory.tags,
+                created_at=_ts(i.memory.created_at),
+                facts=i.facts,
+            )
+            for i in items
+        ],
         next_cursor=cursors.encode(nxt) if nxt else None,
     )
 
 
-@router.delete("/v1/memories/{memory_id}", status_code=204, response_class=Response,
-               responses=error_responses(401, 403, 404, 422))
+@router.delete(
+    "/v1/memories/{memory_id}", status_code=204, response_class=Response, responses=error_responses(401, 403, 404, 422)
+)
 async def forget_one(memory_id: str, team: Admin, services: ServicesDep) -> Response:
     """Forget a text: its passage, keyword entries, and the facts only it supported (shared facts lose it)."""
     deleted = await asyncio.to_thread(services.forget, team, memory_ids=[memory_id])
@@ -147,8 +218,13 @@ async def forget_one(memory_id: str, team: Admin, services: ServicesDep) -> Resp
 
 
 @router.delete("/v1/memories", response_model=ForgetResponse, responses=error_responses(400, 401, 403, 422))
-async def forget_many(team: Admin, services: ServicesDep, agent_id: AgentId | None = None,
-                      run_id: RunId | None = None, confirm: bool = False) -> ForgetResponse:
+async def forget_many(
+    team: Admin,
+    services: ServicesDep,
+    agent_id: AgentId | None = None,
+    run_id: RunId | None = None,
+    confirm: bool = False,
+) -> ForgetResponse:
     """Forget every memory of an agent and/or a run. Needs `confirm=true`: it cannot be undone."""
     if agent_id is None and run_id is None:
         raise HTTPException(400, "bulk forget needs agent_id or run_id (or both) to say which memories to forget")

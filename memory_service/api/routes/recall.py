@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from fastapi import APIRouter, HTTPException
 
-from memory_service.recall.search import RecallQuery, to_epoch
 from memory_service.api.auth import Team
 from memory_service.api.deps import ServicesDep
 from memory_service.api.errors import error_responses
 from memory_service.api.model_response import ModelResponse
 from memory_service.contract.models import RecallItem, RecallRequest, RecallResponse
+from memory_service.recall.search import RecallQuery, to_epoch
 
 router = APIRouter(tags=["recall"])
 
@@ -28,19 +28,34 @@ async def recall_route(body: RecallRequest, team: Team, services: ServicesDep) -
     if since is not None and until is not None and since > until:
         raise HTTPException(422, "since is after until: the time window is empty")
     query = RecallQuery(
-        team=team, query=body.query, k=body.k, kinds=tuple(dict.fromkeys(body.kinds)),
-        agent_id=body.agent_id if body.scope == "agent" else None, tags=tuple(body.tags),
-        since=since, until=until, min_score=body.min_score, time_field=body.time_field,
+        team=team,
+        query=body.query,
+        k=body.k,
+        kinds=tuple(dict.fromkeys(body.kinds)),
+        agent_id=body.agent_id if body.scope == "agent" else None,
+        tags=tuple(body.tags),
+        since=since,
+        until=until,
+        min_score=body.min_score,
+        time_field=body.time_field,
     )
     hits = await asyncio.to_thread(services.recall, query)
-    answer = RecallResponse(items=[
-        RecallItem(
-            kind=h.kind, text=h.text, score=round(h.score, 6),
-            similarity=round(h.similarity, 4) if h.similarity is not None else None, memory_id=h.memory_id,
-            source_memory_ids=h.source_memory_ids, fact_id=h.fact_id, agent_id=h.agent_id,
-            created_at=datetime.fromtimestamp(h.created_at, tz=timezone.utc), tags=h.tags,
-        )
-        for h in hits
-    ])
+    answer = RecallResponse(
+        items=[
+            RecallItem(
+                kind=h.kind,
+                text=h.text,
+                score=round(h.score, 6),
+                similarity=round(h.similarity, 4) if h.similarity is not None else None,
+                memory_id=h.memory_id,
+                source_memory_ids=h.source_memory_ids,
+                fact_id=h.fact_id,
+                agent_id=h.agent_id,
+                created_at=datetime.fromtimestamp(h.created_at, tz=UTC),
+                tags=h.tags,
+            )
+            for h in hits
+        ]
+    )
     services.metrics.recall.observe(time.perf_counter() - started)
     return ModelResponse(answer)

@@ -11,11 +11,11 @@ import asyncio
 
 from fastapi import APIRouter, Request
 
-from memory_service.storage.catalog import facets
 from memory_service.api.auth import Caller, Team
 from memory_service.api.deps import ServicesDep
 from memory_service.api.errors import error_responses
 from memory_service.contract.models import TeamOut
+from memory_service.storage.catalog import facets
 
 router = APIRouter(tags=["team"])
 
@@ -26,7 +26,9 @@ async def team_route(request: Request, team: Team, services: ServicesDep) -> Tea
     caller: Caller = request.state.caller
     found = await asyncio.to_thread(facets, services.journal, team)
     return TeamOut(
-        team=team, role=caller.role, memories=found.memories,
+        team=team,
+        role=caller.role,
+        memories=found.memories,
         agents=[{"agent_id": a, "memories": n} for a, n in found.agents],
         tags=[{"tag": t, "memories": n} for t, n in found.tags],
     )

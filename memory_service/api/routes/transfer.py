@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
+from typing import Any
 
 from fastapi import APIRouter, FastAPI, HTTPException, Request
 from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 from pydantic.json_schema import models_json_schema
 
-from memory_service.storage.catalog import export_records
-from memory_service.pipeline.importing import ImportTally, import_batch
 from memory_service.api.auth import Caller, Team, Writer
 from memory_service.api.deps import ServicesDep
 from memory_service.api.errors import describe, error_responses
-from memory_service.contract.models import ExportedMemory, ImportResponse
 from memory_service.api.routes.memories import MAX_METADATA_BYTES
+from memory_service.contract.models import ExportedMemory, ImportResponse
+from memory_service.pipeline.importing import ImportTally, import_batch
+from memory_service.storage.catalog import export_records
 
 router = APIRouter(tags=["transfer"])
 
@@ -53,9 +54,12 @@ def document_lines(app: FastAPI) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
-@router.get("/v1/export", response_class=StreamingResponse,
-            responses={200: {"description": "One ExportedMemory a line, oldest first", "content": LINES}}
-            | error_responses(401))
+@router.get(
+    "/v1/export",
+    response_class=StreamingResponse,
+    responses={200: {"description": "One ExportedMemory a line, oldest first", "content": LINES}}
+    | error_responses(401),
+)
 async def export_route(team: Team, services: ServicesDep) -> StreamingResponse:
     """Every memory of the team, oldest first, one JSON object a line, with facts, spans and history."""
     return StreamingResponse(export_chunks(export_records(services.journal, team)), media_type=NDJSON)
@@ -96,16 +100,25 @@ async def _lines(request: Request, max_line: int) -> AsyncIterator[tuple[int, by
         yield number + 1, None if too_long else b"".join(parts)
 
 
-@router.post("/v1/import", response_model=ImportResponse, responses=error_responses(401, 403, 413, 422),
-             openapi_extra={"requestBody": {"required": False, "content": LINES}})
-async def import_route(request: Request, team: Writer, services: ServicesDep, re_extract: bool = False) -> ImportResponse:
+@router.post(
+    "/v1/import",
+    response_model=ImportResponse,
+    responses=error_responses(401, 403, 413, 422),
+    openapi_extra={"requestBody": {"required": False, "content": LINES}},
+)
+async def import_route(
+    request: Request, team: Writer, services: ServicesDep, re_extract: bool = False
+) -> ImportResponse:
     """JSON Lines as `/v1/export` writes them. Facts are kept as they are, or with `re_extract=true`
     dropped and extracted again. Idempotent per line: a line imported before is skipped. An empty body imports
     nothing."""
     caller: Caller = request.state.caller
     if caller.agent_id is not None:
-        raise HTTPException(403, f"this key is pinned to agent_id '{caller.agent_id}'; importing writes as any "
-                                 "agent, so it needs a key that is not pinned")
+        raise HTTPException(
+            403,
+            f"this key is pinned to agent_id '{caller.agent_id}'; importing writes as any "
+            "agent, so it needs a key that is not pinned",
+        )
     settings = services.settings
     tally, failed, errors = ImportTally(), 0, []
     batch: list[dict] = []
@@ -113,8 +126,15 @@ async def import_route(request: Request, team: Writer, services: ServicesDep, re
     async def flush() -> None:
         if batch:
             done = await asyncio.to_thread(
-                import_batch, list(batch), team=team, journal=services.journal, embedder=services.embedder,
-                vectors=services.vectors, re_extract=re_extract, budget_s=settings.extract_budget_s)
+                import_batch,
+                list(batch),
+                team=team,
+                journal=services.journal,
+                embedder=services.embedder,
+                vectors=services.vectors,
+                re_extract=re_extract,
+                budget_s=settings.extract_budget_s,
+            )
             tally.imported += done.imported
             tally.skipped += done.skipped
             batch.clear()
@@ -134,8 +154,7 @@ async def import_route(request: Request, team: Writer, services: ServicesDep, re
         except (ValidationError, ValueError) as exc:
             failed += 1
             if len(errors) < MAX_REPORTED_ERRORS:
-                detail = ("; ".join(describe(e) for e in exc.errors()) if isinstance(exc, ValidationError)
-                          else str(exc))
+                detail = "; ".join(describe(e) for e in exc.errors()) if isinstance(exc, ValidationError) else str(exc)
                 errors.append({"line": number, "detail": detail})
             continue
         batch.append(record.model_dump(mode="json"))

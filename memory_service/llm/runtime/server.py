@@ -132,13 +132,18 @@ class LlamaServerProcess:
     process: subprocess.Popen | None = None
 
     @classmethod
-    def from_settings(cls, settings: "Settings", model: Path, log_path: Path | None,
-                      **overrides: Any) -> "LlamaServerProcess":
+    def from_settings(
+        cls, settings: Settings, model: Path, log_path: Path | None, **overrides: Any
+    ) -> LlamaServerProcess:
         """The llama-server `serve` runs: the proven binary, threads, context and chat template from settings."""
         values: dict[str, Any] = dict(
-            binary=find_binary(settings.llama_bin, settings.cache_dir), model=model,
-            threads=settings.llama_threads, ctx=settings.llama_ctx,
-            chat_template_file=settings.llama_chat_template_file, log_path=log_path, nice=settings.llama_nice,
+            binary=find_binary(settings.llama_bin, settings.cache_dir),
+            model=model,
+            threads=settings.llama_threads,
+            ctx=settings.llama_ctx,
+            chat_template_file=settings.llama_chat_template_file,
+            log_path=log_path,
+            nice=settings.llama_nice,
         )
         return cls(**{**values, **overrides})
 
@@ -148,20 +153,36 @@ class LlamaServerProcess:
 
     def command(self) -> list[str]:
         cmd = [
-            str(self.binary), "--model", str(self.model), "--host", "127.0.0.1", "--port", str(self.port),
-            "--parallel", str(self.slots), "--threads", str(self.threads), "--ctx-size", str(self.ctx),
-            "--no-webui", "--offline", "--jinja",
+            str(self.binary),
+            "--model",
+            str(self.model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--parallel",
+            str(self.slots),
+            "--threads",
+            str(self.threads),
+            "--ctx-size",
+            str(self.ctx),
+            "--no-webui",
+            "--offline",
+            "--jinja",
         ]
         if self.chat_template_file:
             cmd += ["--chat-template-file", self.chat_template_file]
         return [*cmd, *self.extra_args]
 
-    def start(self, wait_s: float = 120.0) -> "LlamaServerProcess":
+    def start(self, wait_s: float = 120.0) -> LlamaServerProcess:
         if not self.port:
             self.port = free_port()
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self.process = subprocess.Popen(
-            self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            self.command(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
             preexec_fn=partial(_child_setup, self.nice),
         )
         problem = wait_until_healthy(self.url, self.process, wait_s)
@@ -197,7 +218,7 @@ def stop_group(proc: subprocess.Popen | None, grace_s: float) -> int | None:
     return proc.returncode
 
 
-def launch(settings: "Settings", model: Path, log_path: Path | None) -> LlamaServerProcess:
+def launch(settings: Settings, model: Path, log_path: Path | None) -> LlamaServerProcess:
     """Start the llama-server `serve` runs: binary, model, threads, context and chat template from settings.
 
     A proven build that the CPU refuses at run time (SIGILL) is marked refused,
@@ -208,6 +229,5 @@ def launch(settings: "Settings", model: Path, log_path: Path | None) -> LlamaSer
         return server.start()
     except LlamaServerError as exc:
         if exc.returncode == -signal.SIGILL and not settings.llama_bin:
-            proven.refuse(server.binary, build_variant(server.binary, settings.cache_dir), str(exc),
-                          settings.cache_dir)
+            proven.refuse(server.binary, build_variant(server.binary, settings.cache_dir), str(exc), settings.cache_dir)
         raise
