@@ -23,7 +23,7 @@ from memory_service.pipeline.worker import ExtractionWorker, PassageIndexer, pro
 from memory_service.recall.filtered_vectors import FilteredVectors
 from memory_service.recall.search import Hit, RecallQuery, recall
 from memory_service.storage.consolidation import store_for
-from memory_service.storage.database import UNAVAILABLE, Database, open_database
+from memory_service.storage.database import DRIVER_ERRORS, Database, open_database
 from memory_service.storage.datalock import DataDirBusy, DataDirLock
 from memory_service.storage.journal import DONE, FAILED, Journal, Memory
 from memory_service.storage.keys import KeyStore
@@ -143,7 +143,7 @@ class Services:
         process's jobs only, at once rather than when their lease runs out)."""
         try:
             self.journal.recover(owner=self.holder if self.database is not None else None)
-        except UNAVAILABLE as exc:  # the database is down: the leases run out and another process takes over
+        except DRIVER_ERRORS as exc:  # the database is down: the leases run out and another process takes over
             log.warning("could not hand this process's jobs back (%s); they are retried when their lease ends", exc)
         self._recall_legs.shutdown(wait=True)
         self.vectors.close()

@@ -1,19 +1,32 @@
-"""Every error is JSON with a message that says what was wrong and what is allowed."""
+"""THE one error mapping: every error type the service knows becomes one status and one JSON shape here.
+
+Request problems (validation, HTTPException) keep their own handlers below; every other exception a route
+raises reaches `classify`: the stores' domain errors (4xx), storage that is busy or gone for now (503 with
+Retry-After) and, for anything else, a bug: 500 with the request id, logged with its traceback. The
+console asks for the same classification and renders it as a page (`render_pages_under`).
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
 from starlette.routing import Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from memory_service.contract.limit_rules import IdempotencyConflict, InvalidInput, LimitNotFound
 from memory_service.contract.models import ErrorOut
+from memory_service.logs import REQUEST_ID
 from memory_service.storage.chroma_process import ChromaProcessFailed
-from memory_service.storage.database import UNAVAILABLE
+from memory_service.storage.database import storage_unavailable
+from memory_service.storage.keys import KeyNotFound
 
 log = logging.getLogger("memory_service.api")
 
@@ -28,6 +41,7 @@ _STATUS_NAMES = {
     415: "unsupported_media_type",
     422: "invalid_request",
     429: "limit_reached",
+    500: "internal",
     503: "unavailable",
 }
 
@@ -57,7 +71,7 @@ def _location(loc: tuple) -> str:
     return ".".join(parts) or "body"
 
 
-def describe(error: dict) -> str:
+def describe(error: Mapping[str, Any]) -> str:
     """One validation error as 'field: what is wrong'."""
     kind = error.get("type", "")
     where = _location(tuple(error.get("loc", ())))
@@ -71,7 +85,8 @@ def describe(error: dict) -> str:
     return f"{where}: {msg}"
 
 
-async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)  # registered for it alone
     errors = exc.errors()
     if any(e.get("type") == "json_invalid" for e in errors):
         return JSONResponse({"error": "bad_request", "detail": "request body is not valid JSON"}, status_code=400)
@@ -110,7 +125,8 @@ def _allowed_methods(request: Request) -> str:
     )
 
 
-async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)  # registered for it alone
     body = exc.detail if isinstance(exc.detail, dict) else {"detail": exc.detail}
     headers = dict(getattr(exc, "headers", None) or {})
     if exc.status_code == 400 and (reason := _unparsable(exc.__cause__)):
@@ -122,25 +138,100 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResp
     return JSONResponse(body, status_code=exc.status_code, headers=headers or None)
 
 
-async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-    log.exception("unhandled error on %s %s", request.method, request.url.path)
-    return JSONResponse({"error": "internal", "detail": f"internal error: {type(exc).__name__}"}, status_code=500)
+@dataclass(frozen=True)
+class Problem:
+    """One error, classified: the status, the message for people, and any headers (Retry-After)."""
+
+    status: int
+    detail: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def error(self) -> str:
+        """The code for programs (ErrorOut.error)."""
+        return _STATUS_NAMES.get(self.status, "error")
+
+    def body(self, request_id: str | None) -> dict[str, Any]:
+        body: dict[str, Any] = {"error": self.error, "detail": self.detail}
+        if request_id is not None and self.status >= 500:
+            body["request_id"] = request_id
+        return body
 
 
-async def _storage_unavailable(request: Request, exc: Exception) -> JSONResponse:
-    """The database is locked past its timeout, PostgreSQL is down or out of connections, or the vector
-    store's process died (the next call starts another): retry later."""
-    log.warning("storage unavailable on %s %s: %s", request.method, request.url.path, exc)
-    return JSONResponse(
-        {"error": "unavailable", "detail": f"storage unavailable, nothing changed: {' '.join(str(exc).split())[:300]}"},
-        status_code=503,
-        headers={"Retry-After": "1"},
-    )
+def classify(exc: BaseException) -> Problem:
+    """Every error a route can raise, mapped once. Only storage that is busy or gone for now is a 503:
+    a database error that is a bug ("no such column") is a 500 like any other."""
+    if isinstance(exc, InvalidInput):
+        return Problem(422, str(exc))
+    if isinstance(exc, LimitNotFound | KeyNotFound):
+        return Problem(404, str(exc))
+    if isinstance(exc, IdempotencyConflict):
+        return Problem(409, str(exc))
+    if isinstance(exc, ChromaProcessFailed) or storage_unavailable(exc):
+        reason = " ".join(str(exc).split())[:300]
+        return Problem(503, f"storage unavailable, nothing changed: {reason}", {"Retry-After": "1"})
+    return Problem(500, f"internal error: {type(exc).__name__}")
+
+
+def request_id_of(request: Request) -> str | None:
+    """The id `RequestId` gave this request (and returns in X-Request-ID)."""
+    return getattr(request.state, "request_id", None) or REQUEST_ID.get()
+
+
+# a renderer of a classified error as a page, for the routes under a path prefix (the console)
+PageRenderer = Callable[[Request, Problem, str | None], Response]
+
+
+def render_pages_under(app: FastAPI, prefix: str, render: PageRenderer) -> None:
+    """Errors under `prefix` are rendered by `render` (same classification, another format)."""
+    app.state.error_pages = {**getattr(app.state, "error_pages", {}), prefix: render}
+
+
+def answer(request: Request, exc: BaseException) -> Response:
+    """The response for `exc`: logged (a 500 with its traceback), as JSON or as the page of its prefix."""
+    problem = classify(exc)
+    where = f"{request.method} {request.url.path}"
+    if problem.status >= 500 and problem.status != 503:
+        log.error("unhandled error on %s", where, exc_info=(type(exc), exc, exc.__traceback__))
+    elif problem.status == 503:
+        log.warning("storage unavailable on %s: %s", where, exc)
+    request_id = request_id_of(request)
+    pages: dict[str, PageRenderer] = getattr(request.app.state, "error_pages", {})
+    for prefix, render in pages.items():
+        if request.url.path == prefix or request.url.path.startswith(prefix + "/"):
+            return render(request, problem, request_id)
+    return JSONResponse(problem.body(request_id), status_code=problem.status, headers=dict(problem.headers) or None)
+
+
+class ErrorBoundary:
+    """Catches what no handler took, inside the request-id middleware, so even a bug's 500 is in the
+    service's error shape and carries X-Request-ID (the server's own 500 would have neither). An error
+    after the response started cannot be answered any more: it goes on to the server."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watched(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched)
+        except Exception as exc:
+            if started:
+                raise
+            await answer(Request(scope, receive), exc)(scope, receive, send)
 
 
 def install(app: FastAPI) -> None:
-    app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
-    app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
-    for error in (*UNAVAILABLE, ChromaProcessFailed):
-        app.add_exception_handler(error, _storage_unavailable)
-    app.add_exception_handler(Exception, _unexpected)
+    """The handlers, and the boundary as the innermost middleware (call before adding the request id's)."""
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_middleware(ErrorBoundary)

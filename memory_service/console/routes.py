@@ -19,6 +19,7 @@ from fastapi.templating import Jinja2Templates
 from jinja2 import Environment, FileSystemLoader
 
 from memory_service.api import cursor as cursors
+from memory_service.api import errors
 from memory_service.api.auth import caller_of_key, open_access
 from memory_service.api.routes.memories import memory_out
 from memory_service.console import pages
@@ -41,7 +42,6 @@ from memory_service.console.session import (
 from memory_service.contract.limit_rules import InvalidInput, LimitNotFound
 from memory_service.recall.search import RecallQuery
 from memory_service.storage.catalog import ListFilter, facets, list_memories, status_counts
-from memory_service.storage.database import UNAVAILABLE
 from memory_service.storage.keys import role_allows
 from memory_service.storage.limits import LimitStore, LimitView
 
@@ -262,10 +262,7 @@ async def jobs(request: Request, session: SessionDep) -> Response:
 @router.get("/limits")
 async def limits(request: Request, session: SessionDep) -> Response:
     services = services_of(request)
-    try:
-        views = await asyncio.to_thread(_limit_views, services.limits, session.team)
-    except (*UNAVAILABLE, RuntimeError) as exc:
-        return render(request, "limits.html", session, 503, views=[], error=f"limit storage unavailable: {exc}")
+    views = await asyncio.to_thread(_limit_views, services.limits, session.team)  # errors: `error_page`
     return render(request, "limits.html", session, views=views)
 
 
@@ -290,17 +287,27 @@ async def handled(request: Request, session: SessionDep, key: str = "", agent_id
         context["record"] = await asyncio.to_thread(
             services_of(request).limits.get_handled, session.team, key, agent_id or None
         )
-    except InvalidInput as exc:
-        return render(request, "handled.html", session, 422, error=str(exc), **context)
+    except InvalidInput as exc:  # shown beside the form, with the API's status and words
+        problem = errors.classify(exc)
+        return render(request, "handled.html", session, problem.status, error=problem.detail, **context)
     return render(request, "handled.html", session, **context)
 
 
 # ---------------------------------------------------------------- mounting
 
 
+def error_page(request: Request, problem: errors.Problem, request_id: str | None) -> Response:
+    """An error of a console page, classified as the API classifies it, as a page: a bug is a 500 page
+    with the request id to quote, busy storage a 503 page that says to retry."""
+    headers = {**HEADERS, **problem.headers}
+    context = {"session": None, "problem": problem, "request_id": request_id if problem.status >= 500 else None}
+    return templates.TemplateResponse(request, "error.html", context, status_code=problem.status, headers=headers)
+
+
 def mount(app: FastAPI) -> None:
     """Add the console to the app: its routes, its static files, its session secret and error pages."""
     app.state.console_secret = new_secret()
+    errors.render_pages_under(app, router.prefix, error_page)
     app.include_router(router)
     app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="console-static")
 

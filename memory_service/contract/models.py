@@ -43,6 +43,9 @@ class ErrorOut(BaseModel):
     errors: list[FieldError] | None = Field(
         default=None, description="On a refused request body or parameter: each field and its problem."
     )
+    request_id: str | None = Field(
+        default=None, description="On a 500: the request's id (as in X-Request-ID), to quote when reporting it."
+    )
 
 
 class RememberRequest(Strict):

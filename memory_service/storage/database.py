@@ -26,14 +26,54 @@ from typing import Any, Literal, Protocol
 
 Dialect = Literal["sqlite", "postgresql"]
 
-# Errors that mean "the database is busy or gone for now": routes answer 503 with Retry-After.
-UNAVAILABLE: tuple[type[BaseException], ...] = (sqlite3.OperationalError,)
+# The drivers' "operational" errors. SQLite files some of these for a busy database and others for bugs
+# ("no such column"): `storage_unavailable` tells them apart.
+DRIVER_ERRORS: tuple[type[BaseException], ...] = (sqlite3.OperationalError,)
 try:  # the PostgreSQL driver is an optional dependency of the embedded default
     import psycopg
 
-    UNAVAILABLE += (psycopg.OperationalError,)
+    DRIVER_ERRORS += (psycopg.OperationalError,)
 except ImportError:  # pragma: no cover - installed with the package
     psycopg = None  # type: ignore[assignment]
+
+
+class StorageClosed(RuntimeError):
+    """A store was used after `close()`: the service is shutting down, so a retry reaches the next one."""
+
+
+# SQLite's primary result codes that pass: another connection holds the lock (BUSY, LOCKED), or the disk
+# failed or filled up (IOERR, FULL). The request was valid and nothing changed, so a retry can succeed.
+_SQLITE_TRANSIENT = frozenset({5, 6, 10, 13})
+_SQLITE_TRANSIENT_TEXT = (
+    "database is locked",
+    "database table is locked",
+    "disk i/o error",
+    "database or disk is full",
+)
+# PostgreSQL's SQLSTATE classes that pass: connection exception, transaction rollback (serialization,
+# deadlock), insufficient resources (too many connections), operator intervention (shutdown, statement
+# timeout), system error (I/O); and lock_not_available.
+_PG_TRANSIENT_CLASSES = frozenset({"08", "40", "53", "57", "58"})
+
+
+def storage_unavailable(exc: BaseException) -> bool:
+    """Whether `exc` means "the database is busy or gone for now" (answer 503, retry) rather than a bug (500).
+
+    Only what really passes counts: a locked or busy SQLite file, a failing or full disk, a PostgreSQL
+    connection refused or lost (psycopg raises those, and the pool's timeout, with no SQLSTATE), a closed
+    store. "no such column", a syntax error or a constraint is a bug and never counts.
+    """
+    if isinstance(exc, StorageClosed):
+        return True
+    if isinstance(exc, sqlite3.OperationalError):
+        code = getattr(exc, "sqlite_errorcode", None)
+        if code is not None:
+            return code & 0xFF in _SQLITE_TRANSIENT
+        return str(exc).lower().startswith(_SQLITE_TRANSIENT_TEXT)
+    if psycopg is not None and isinstance(exc, psycopg.OperationalError):
+        state = exc.sqlstate
+        return state is None or state[:2] in _PG_TRANSIENT_CLASSES or state == "55P03"
+    return False
 
 
 class Cursor(Protocol):
@@ -168,8 +208,11 @@ class SqliteDatabase(Database):
             self._conn.close()
 
 
+BUSY_TIMEOUT_S = 30  # how long a statement waits for another connection's lock before "database is locked"
+
+
 def _sqlite(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+    conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=BUSY_TIMEOUT_S)
     conn.row_factory = sqlite3.Row
     return conn
 

@@ -50,7 +50,7 @@ from memory_service.contract.limit_rules import (
     check_timezone,
 )
 from memory_service.contract.limits import HandledRecord
-from memory_service.storage.database import Conn, Database, SqliteDatabase
+from memory_service.storage.database import Conn, Database, SqliteDatabase, StorageClosed
 
 # Idempotency answers are only replayed on the same local day; keep them a bit
 # longer than any day can last, then purge.
@@ -234,7 +234,7 @@ class LimitStore:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise RuntimeError("limit store is closed")
+            raise StorageClosed("limit store is closed")
 
     def _now(self) -> datetime:
         moment = self._now_fn()

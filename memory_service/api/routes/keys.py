@@ -15,7 +15,7 @@ from memory_service.api.auth import Admin, Caller
 from memory_service.api.deps import ServicesDep
 from memory_service.api.errors import error_responses
 from memory_service.contract.types import AgentId, Label
-from memory_service.storage.keys import KeyInfo, KeyNotFound, Role
+from memory_service.storage.keys import KeyInfo, Role
 
 router = APIRouter(tags=["keys"])
 
@@ -96,8 +96,6 @@ async def list_keys(team: Admin, services: ServicesDep, include_revoked: bool = 
     responses=error_responses(401, 403, 404, 422),
 )
 async def revoke_key(key_id: str, team: Admin, services: ServicesDep) -> Response:
-    try:
-        await asyncio.to_thread(services.keys.revoke, key_id, team=team)
-    except KeyNotFound as exc:
-        raise HTTPException(404, str(exc)) from None
+    """Revoke at once; 404 (KeyNotFound, mapped in api/errors.py) if the team has no such key."""
+    await asyncio.to_thread(services.keys.revoke, key_id, team=team)
     return Response(status_code=204)

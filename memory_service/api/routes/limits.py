@@ -4,15 +4,14 @@ Everything is scoped to the caller's team (`Team`): another team's limits and
 keys are invisible, even under the same names. Handlers are sync `def`s run in
 the threadpool, so a store call waiting on the SQLite lock (or an fsync with
 synchronous=FULL) never stalls the event loop that serves every other route.
-The store does one short transaction per call. Responses are built directly
+The store does one short transaction per call; its errors (no such limit, bad input, a reused
+idempotency key, busy storage) reach the one mapping in api/errors.py. Responses are built directly
 (no response_model re-validation) to keep the consume path lean; the models
 below only document the shapes in /docs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Annotated
 
@@ -22,12 +21,7 @@ from fastapi.responses import JSONResponse
 from memory_service.api.auth import Admin, Team, Writer, check_agent
 from memory_service.api.deps import ServicesDep
 from memory_service.api.errors import error_responses
-from memory_service.contract.limit_rules import (
-    MAX_HISTORY_DAYS,
-    IdempotencyConflict,
-    InvalidInput,
-    LimitNotFound,
-)
+from memory_service.contract.limit_rules import MAX_HISTORY_DAYS
 from memory_service.contract.limits import (
     ConsumeAnswer,
     ConsumeRequest,
@@ -42,7 +36,6 @@ from memory_service.contract.types import (
     HandledKey,
     LimitName,
 )
-from memory_service.storage.database import UNAVAILABLE
 from memory_service.storage.limits import LimitView
 
 router = APIRouter(tags=["limits"])
@@ -59,23 +52,6 @@ _FORBIDDEN = error_responses(403)  # below the role the route needs, or a pinned
 
 
 # ---------------------------------------------------------------- helpers
-
-
-@contextmanager
-def _store_errors() -> Iterator[None]:
-    """Map store exceptions to 4xx/503 so callers never see a 500 for them."""
-    try:
-        yield
-    except InvalidInput as exc:
-        raise HTTPException(status_code=422, detail=str(exc)) from None
-    except LimitNotFound as exc:
-        raise HTTPException(status_code=404, detail=str(exc)) from None
-    except IdempotencyConflict as exc:
-        raise HTTPException(status_code=409, detail=str(exc)) from None
-    except (*UNAVAILABLE, RuntimeError) as exc:
-        raise HTTPException(
-            status_code=503, detail=f"limit storage unavailable: {exc}", headers={"Retry-After": "1"}
-        ) from None
 
 
 def _view_body(view: LimitView) -> dict[str, object]:
@@ -108,8 +84,7 @@ def put_limit(name: LimitName, spec: LimitSpec, team: Admin, services: ServicesD
     0-1,000,000,000 (0 blocks everything). Names: 1-128 chars of
     `[A-Za-z0-9._-]`, starting with a letter or digit, no `..`.
     """
-    with _store_errors():
-        view, created = services.limits.set_limit(team, name, spec.daily_limit, spec.timezone, spec.per)
+    view, created = services.limits.set_limit(team, name, spec.daily_limit, spec.timezone, spec.per)
     return JSONResponse(_view_body(view), status_code=201 if created else 200)
 
 
@@ -124,8 +99,7 @@ def list_limits(team: Team, services: ServicesDep, agent_id: AgentQuery = None) 
 
     For per=agent limits `used` is the sum over agents unless `agent_id` is given.
     """
-    with _store_errors():
-        views = services.limits.list_limits(team, agent_id)
+    views = services.limits.list_limits(team, agent_id)
     return JSONResponse([_view_body(v) for v in views])
 
 
@@ -150,8 +124,7 @@ def get_limit(
     sum plus per-agent counters (`agents`, busiest 1000). `days=N` adds
     `history`, the last N local days ending today (zeros included).
     """
-    with _store_errors():
-        view = services.limits.get_limit(team, name, agent_id, days)
+    view = services.limits.get_limit(team, name, agent_id, days)
     return JSONResponse(_view_body(view))
 
 
@@ -163,8 +136,7 @@ def get_limit(
 )
 def delete_limit(name: LimitName, team: Admin, services: ServicesDep) -> Response:
     """Remove the limit, its counters and idempotency records (204); 404 if absent."""
-    with _store_errors():
-        services.limits.delete_limit(team, name)
+    services.limits.delete_limit(team, name)
     return Response(status_code=204)
 
 
@@ -210,8 +182,7 @@ def consume(
     has no limit `name` (create it with PUT first).
     """
     check_agent(request, body.agent_id)
-    with _store_errors():
-        result = services.limits.consume(team, name, body.agent_id, body.amount, body.idempotency_key)
+    result = services.limits.consume(team, name, body.agent_id, body.amount, body.idempotency_key)
     services.metrics.consume.labels(team, "allowed" if result.allowed else "denied").inc()
     if not result.allowed:
         return JSONResponse(result.body(), status_code=429, headers={"Retry-After": str(result.retry_after_s)})
@@ -237,14 +208,12 @@ def mark_handled(body: HandledRequest, request: Request, team: Writer, services:
     posts do not extend it). Keys: 1-2048 chars, any text but NUL.
     """
     check_agent(request, body.agent_id, required=False)
-    with _store_errors():
-        record = services.limits.mark_handled(team, body.key, body.agent_id, body.ttl_days)
+    record = services.limits.mark_handled(team, body.key, body.agent_id, body.ttl_days)
     return JSONResponse(asdict(record))
 
 
 def _get_handled(team: str, services: ServicesDep, key: str, agent_id: str | None) -> JSONResponse:
-    with _store_errors():
-        record = services.limits.get_handled(team, key, agent_id)
+    record = services.limits.get_handled(team, key, agent_id)
     if record is None:
         raise HTTPException(status_code=404, detail="key not recorded for this team/agent (or expired)")
     return JSONResponse(asdict(record) | {"first_time": False})
