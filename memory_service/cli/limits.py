@@ -11,19 +11,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
+from memory_service.cli.common import Subcommands, add_client_arguments
 from memory_service.client.service import service_client
 
 EXIT_OK, EXIT_NO, EXIT_ERROR = 0, 1, 2
 
 
-def add_limits_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_limits_parser(subparsers: Subcommands) -> argparse.ArgumentParser:
     """Register `limits` with its sub-commands on the CLI's subparsers."""
     limits = subparsers.add_parser("limits", help="daily limits and the handled-item ledger (talks to the service)")
     sub = limits.add_subparsers(dest="limits_command", required=True)
@@ -52,10 +52,7 @@ def add_limits_parser(subparsers: Any) -> argparse.ArgumentParser:
     handled.add_argument("--check", action="store_true", help="only look the key up, do not record it")
 
     for parser in (put, consume, show, handled):
-        parser.add_argument(
-            "--url", default=os.environ.get("MEMORY_URL", "http://127.0.0.1:8700"), help="service URL (env MEMORY_URL)"
-        )
-        parser.add_argument("--api-key", default=os.environ.get("MEMORY_API_KEY"), help="API key (env MEMORY_API_KEY)")
+        add_client_arguments(parser)
     limits.set_defaults(func=run_limits)
     return limits
 

@@ -7,7 +7,7 @@ Lessons from the field, each kept here:
 - an empty recall says what could be filtered on, so the model does not conclude memory is broken;
 - a text names only tools this server lists (a test greps every text the model can see).
 
-Each tool is an async function of a `Toolbox`, which holds the service client and the agent's identity.
+Each tool is an async method of a `Toolbox`, which holds the service client and the agent's identity.
 """
 
 from __future__ import annotations
@@ -72,11 +72,30 @@ def _when(value: Any) -> str:
     return value.strftime("%Y-%m-%d %H:%M UTC") if hasattr(value, "strftime") else str(value)
 
 
-class Toolbox:
-    """The tools, bound to one service (through the client) and one agent id."""
+ToolFunction = Callable[..., Awaitable[str]]
 
-    def __init__(self, memory: AsyncMemoryClient, *, url: str, agent_id: str) -> None:
-        self.memory, self.url, self.agent_id = memory, url, agent_id
+
+class Toolbox:
+    """The tools, bound to one service (through the client) and one agent id.
+
+    Each tool is a method whose signature is the tool's arguments (the SDK reads it for the schema);
+    `visible` is what the model sees, so that an answer points only at tools it can call.
+    """
+
+    def __init__(
+        self,
+        memory: AsyncMemoryClient,
+        *,
+        url: str,
+        agent_id: str,
+        visible: frozenset[str] = frozenset(TOOL_NAMES),
+    ) -> None:
+        self.memory, self.url, self.agent_id, self.visible = memory, url, agent_id, visible
+
+    def bind(self, visible: frozenset[str]) -> dict[str, ToolFunction]:
+        """The tool functions by name, for a server that lists only `visible`."""
+        listed = Toolbox(self.memory, url=self.url, agent_id=self.agent_id, visible=visible)
+        return {name: getattr(listed, name) for name in TOOL_NAMES}
 
     # -- how failures read ----------------------------------------------------------
 
@@ -84,6 +103,15 @@ class Toolbox:
         try:
             return await action
         except MemoryServiceError as exc:
+            raise ToolFailed(self._explain(exc)) from None
+
+    async def _call_on_memory(self, action: Awaitable[Any], memory_id: str) -> Any:
+        """Like `_call`, but an unknown id says how to find a current one."""
+        try:
+            return await action
+        except MemoryServiceError as exc:
+            if exc.status == 404:
+                raise ToolFailed(self._unknown_memory(memory_id)) from None
             raise ToolFailed(self._explain(exc)) from None
 
     def _explain(self, exc: MemoryServiceError) -> str:
@@ -105,124 +133,100 @@ class Toolbox:
             return f"The memory service is busy ({exc.message}). Try again in a few seconds."
         return f"The memory service answered {exc.status}: {exc.message} (request id {exc.request_id})."
 
-    # -- the tools --------------------------------------------------------------------
+    # -- the tools: memories ------------------------------------------------------------
 
-    def bind(self, visible: frozenset[str]) -> dict[str, Callable[..., Awaitable[str]]]:
-        """The tool functions by name; `visible` is what the model sees, for texts that point at tools."""
-        call, memory = self._call, self.memory
+    async def remember(
+        self,
+        text: Annotated[
+            str, Field(description="What to keep, in plain words, e.g. 'Sent the weekly digest to 40 users.'")
+        ],
+        tags: Annotated[list[str] | None, Field(description="Optional labels, e.g. ['digest'].")] = None,
+    ) -> str:
+        saved = await self._call(self.memory.remember(text, agent_id=self.agent_id, tags=tags or []))
+        if not saved.created:
+            return f"Already saved as {saved.id}."
+        return f"Saved as {saved.id}. Facts are being extracted in the background; recall finds the text now."
 
-        async def remember(
-            text: Annotated[
-                str, Field(description="What to keep, in plain words, e.g. 'Sent the weekly digest to 40 users.'")
-            ],
-            tags: Annotated[list[str] | None, Field(description="Optional labels, e.g. ['digest'].")] = None,
-        ) -> str:
-            saved = await call(memory.remember(text, agent_id=self.agent_id, tags=tags or []))
-            if not saved.created:
-                return f"Already saved as {saved.id}."
-            return f"Saved as {saved.id}. Facts are being extracted in the background; recall finds the text now."
-
-        async def recall(
-            query: Annotated[str, Field(description="What you want to know, e.g. 'was the digest sent this week?'")],
-            agent_id: Annotated[str | None, Field(description="Only memories of this agent, e.g. 'mailer'.")] = None,
-            tags: Annotated[list[str] | None, Field(description="Only memories with all these tags.")] = None,
-            k: Annotated[int, Field(ge=1, le=20, description="How many results, 1-20.")] = 5,
-        ) -> str:
-            found = await call(memory.recall(query, k=k, agent_id=agent_id, tags=tags or None))
-            if found.items:
-                lines = [f"{len(found.items)} result(s) for {query!r}, best first:"]
-                for n, item in enumerate(found.items, 1):
-                    lines.append(
-                        f"{n}. [{item.kind}] {item.text} (agent {item.agent_id}, "
-                        f"{_when(item.created_at)}, memory_id {item.memory_id})"
-                    )
-                return "\n".join(lines)
+    async def recall(
+        self,
+        query: Annotated[str, Field(description="What you want to know, e.g. 'was the digest sent this week?'")],
+        agent_id: Annotated[str | None, Field(description="Only memories of this agent, e.g. 'mailer'.")] = None,
+        tags: Annotated[list[str] | None, Field(description="Only memories with all these tags.")] = None,
+        k: Annotated[int, Field(ge=1, le=20, description="How many results, 1-20.")] = 5,
+    ) -> str:
+        found = await self._call(self.memory.recall(query, k=k, agent_id=agent_id, tags=tags or None))
+        if not found.items:
             return await self._empty_recall(query, agent_id, tags)
-
-        async def get_memory(memory_id: MemoryId) -> str:
-            try:
-                saved = await memory.get(memory_id)
-            except MemoryServiceError as exc:
-                if exc.status == 404:
-                    raise ToolFailed(self._unknown_memory(memory_id, visible)) from None
-                raise ToolFailed(self._explain(exc)) from None
-            facts = [f"- {f.text}" for f in saved.facts if f.superseded_by is None]
-            lines = [
-                f"memory_id {saved.id} by agent {saved.agent_id}, saved {_when(saved.created_at)}, "
-                f"status {saved.status}.",
-                f"Text: {saved.text}",
-            ]
-            if saved.tags:
-                lines.append("Tags: " + ", ".join(saved.tags))
-            if facts:
-                lines += ["Facts:", *facts]
-            elif saved.status in ("queued", "extracting"):
-                lines.append("Facts: not extracted yet; the text itself is saved.")
-            else:
-                lines.append("Facts: none were extracted.")
-            return "\n".join(lines)
-
-        async def forget(memory_id: MemoryId) -> str:
-            try:
-                await memory.forget(memory_id)
-            except MemoryServiceError as exc:
-                if exc.status == 404:
-                    raise ToolFailed(self._unknown_memory(memory_id, visible)) from None
-                raise ToolFailed(self._explain(exc)) from None
-            return f"Forgot {memory_id}: its text and the facts that came only from it are deleted."
-
-        async def consume_limit(
-            name: LimitName,
-            amount: Annotated[int, Field(ge=1, description="Units to use, e.g. 1 per email sent.")] = 1,
-        ) -> str:
-            answer = await self._limit_call(memory.limits.consume(name, agent_id=self.agent_id, amount=amount), name)
-            if not answer.allowed:
-                return (
-                    f"DENIED: limit {name!r} is used up for today ({answer.used} of {answer.limit}). "
-                    f"Do not do the action; the limit resets at {answer.resets_at}."
-                )
-            return (
-                f"ALLOWED: used {amount} of {name!r}; {answer.remaining} of {answer.limit} left today "
-                f"(resets at {answer.resets_at})."
+        lines = [f"{len(found.items)} result(s) for {query!r}, best first:"]
+        for n, item in enumerate(found.items, 1):
+            lines.append(
+                f"{n}. [{item.kind}] {item.text} (agent {item.agent_id}, "
+                f"{_when(item.created_at)}, memory_id {item.memory_id})"
             )
+        return "\n".join(lines)
 
-        async def check_limit(name: LimitName) -> str:
-            view = await self._limit_call(memory.limits.get(name, agent_id=self.agent_id), name)
-            left = "unknown" if view.remaining is None else str(view.remaining)
+    async def get_memory(self, memory_id: MemoryId) -> str:
+        saved = await self._call_on_memory(self.memory.get(memory_id), memory_id)
+        facts = [f"- {f.text}" for f in saved.facts if f.superseded_by is None]
+        lines = [
+            f"memory_id {saved.id} by agent {saved.agent_id}, saved {_when(saved.created_at)}, status {saved.status}.",
+            f"Text: {saved.text}",
+        ]
+        if saved.tags:
+            lines.append("Tags: " + ", ".join(saved.tags))
+        if facts:
+            lines += ["Facts:", *facts]
+        elif saved.status in ("queued", "extracting"):
+            lines.append("Facts: not extracted yet; the text itself is saved.")
+        else:
+            lines.append("Facts: none were extracted.")
+        return "\n".join(lines)
+
+    async def forget(self, memory_id: MemoryId) -> str:
+        await self._call_on_memory(self.memory.forget(memory_id), memory_id)
+        return f"Forgot {memory_id}: its text and the facts that came only from it are deleted."
+
+    # -- the tools: daily limits and the handled ledger ------------------------------------
+
+    async def consume_limit(
+        self,
+        name: LimitName,
+        amount: Annotated[int, Field(ge=1, description="Units to use, e.g. 1 per email sent.")] = 1,
+    ) -> str:
+        answer = await self._limit_call(self.memory.limits.consume(name, agent_id=self.agent_id, amount=amount), name)
+        if not answer.allowed:
             return (
-                f"Limit {name!r}: {view.used} of {view.daily_limit} used today, {left} left "
-                f"(resets at {view.resets_at})."
+                f"DENIED: limit {name!r} is used up for today ({answer.used} of {answer.limit}). "
+                f"Do not do the action; the limit resets at {answer.resets_at}."
             )
+        return (
+            f"ALLOWED: used {amount} of {name!r}; {answer.remaining} of {answer.limit} left today "
+            f"(resets at {answer.resets_at})."
+        )
 
-        async def mark_handled(key: ItemKey) -> str:
-            record = await call(memory.handled.mark(key))
-            if record.first_time:
-                return f"Marked {key!r} as handled. Go ahead."
-            return f"{key!r} was already handled (first at {record.first_seen_at}). Skip it."
+    async def check_limit(self, name: LimitName) -> str:
+        view = await self._limit_call(self.memory.limits.get(name, agent_id=self.agent_id), name)
+        left = "unknown" if view.remaining is None else str(view.remaining)
+        return (
+            f"Limit {name!r}: {view.used} of {view.daily_limit} used today, {left} left (resets at {view.resets_at})."
+        )
 
-        async def was_handled(key: ItemKey) -> str:
-            record = await call(memory.handled.check(key))
-            if record is None:
-                return f"{key!r} was not handled yet."
-            return f"{key!r} was already handled (first at {record.first_seen_at}). Skip it."
+    async def mark_handled(self, key: ItemKey) -> str:
+        record = await self._call(self.memory.handled.mark(key))
+        if record.first_time:
+            return f"Marked {key!r} as handled. Go ahead."
+        return f"{key!r} was already handled (first at {record.first_seen_at}). Skip it."
 
-        tools = {
-            "remember": remember,
-            "recall": recall,
-            "get_memory": get_memory,
-            "forget": forget,
-            "consume_limit": consume_limit,
-            "check_limit": check_limit,
-            "mark_handled": mark_handled,
-            "was_handled": was_handled,
-        }
-        assert tuple(tools) == TOOL_NAMES
-        return tools
+    async def was_handled(self, key: ItemKey) -> str:
+        record = await self._call(self.memory.handled.check(key))
+        if record is None:
+            return f"{key!r} was not handled yet."
+        return f"{key!r} was already handled (first at {record.first_seen_at}). Skip it."
 
     # -- answers that point the model somewhere ------------------------------------------
 
-    def _unknown_memory(self, memory_id: str, visible: frozenset[str]) -> str:
-        hint = " Call recall to find current memory ids." if "recall" in visible else ""
+    def _unknown_memory(self, memory_id: str) -> str:
+        hint = " Call recall to find current memory ids." if "recall" in self.visible else ""
         return f"No memory with id {memory_id!r} in this team: the id is mistyped or the memory was deleted.{hint}"
 
     async def _limit_call(self, action: Awaitable[Any], name: str) -> Any:

@@ -1,0 +1,64 @@
+"""What several commands share: the service URL and key flags, the data-dir flag, printing an HTTP answer.
+
+Kept light (argparse, json, httpx, config): every command imports it, and a command-line call should
+start quickly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import TypeAlias
+
+import httpx
+
+from memory_service.client.service import service_client
+from memory_service.config import ClientEnv, Settings
+
+# the object `add_subparsers()` returns, which each topic module adds its commands to
+Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+DATA_DIR_HELP = "env MEMORY_DATA_DIR (default ./memory-data)"
+
+
+def add_client_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--url` and `--api-key`, for the commands that talk to a running service."""
+    env = ClientEnv.from_env()
+    parser.add_argument("--url", default=env.service_url, help="service URL (env MEMORY_URL)")
+    parser.add_argument("--api-key", default=env.api_key, help="API key (env MEMORY_API_KEY)")
+
+
+def add_data_dir_argument(parser: argparse.ArgumentParser, help: str = DATA_DIR_HELP) -> None:
+    """`--data-dir`, for the commands that work on the data dir itself (the service need not run)."""
+    parser.add_argument("--data-dir", help=help)
+
+
+def data_dir_settings(args: argparse.Namespace) -> Settings:
+    """The settings from the environment, with `--data-dir` when it was given."""
+    return Settings.from_env().with_overrides(data_dir=Path(args.data_dir) if args.data_dir else None)
+
+
+def open_service(args: argparse.Namespace) -> httpx.Client:
+    """A client for `--url` with `--api-key`; the timeout covers a `remember --wait` of a couple of minutes."""
+    return service_client(args.url, args.api_key, timeout=150)
+
+
+def print_response(response: httpx.Response) -> int:
+    """Print the service's answer (indented JSON, or its text); exit code 1 for an HTTP error."""
+    try:
+        print(json.dumps(response.json(), indent=2))
+    except ValueError:
+        print(response.text)
+    return 0 if response.status_code < 400 else 1
+
+
+def positive_int(value: str) -> int:
+    """An argparse type: a whole number of 1 or more, with a message that says which it is not."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not 1 or more")
+    return number

@@ -1,0 +1,48 @@
+"""mcp: serve the memory tools to agent harnesses over the Model Context Protocol (stdio or HTTP).
+
+The MCP server talks to a running service like the other HTTP commands, with `--url` and `--api-key`;
+the key's role decides which tools it lists (see memory_service/mcp_server).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from memory_service.cli.common import Subcommands, add_client_arguments
+from memory_service.config import ClientEnv
+
+
+def add_mcp_parser(subcommands: Subcommands) -> None:
+    parser = subcommands.add_parser("mcp", help="serve the memory tools to agent harnesses over MCP (stdio or HTTP)")
+    parser.add_argument(
+        "--transport",
+        choices=["stdio", "http"],
+        default="stdio",
+        help="stdio: the harness spawns this command; http: streamable HTTP at /mcp",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="HTTP: address to listen on")
+    parser.add_argument("--port", type=int, default=8701, help="HTTP: port (default 8701)")
+    parser.add_argument(
+        "--agent-id",
+        default=ClientEnv.from_env().agent_id,
+        help="who saves and consumes through these tools (env MEMORY_AGENT_ID, default 'agent')",
+    )
+    parser.add_argument(
+        "--read-only",
+        action="store_true",
+        default=ClientEnv.from_env().mcp_read_only,
+        help="list only the tools that read (env MEMORY_MCP_READ_ONLY=1)",
+    )
+    add_client_arguments(parser)
+    parser.set_defaults(func=run_mcp)
+
+
+def run_mcp(args: argparse.Namespace) -> int:
+    """Serve until the harness closes stdio (or the HTTP server is stopped)."""
+    import anyio
+
+    from memory_service.mcp_server.server import McpConfig, serve
+
+    config = McpConfig(url=args.url, api_key=args.api_key, agent_id=args.agent_id, read_only=args.read_only)
+    anyio.run(lambda: serve(config, args.transport, host=args.host, port=args.port))
+    return 0
