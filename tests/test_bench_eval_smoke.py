@@ -14,19 +14,21 @@ from pathlib import Path
 
 import pytest
 
-from memory_service.bench import common, consolidation, limits, transfer
-from memory_service.bench.common import goal, percentile
-from memory_service.evals import locomo
+from memory_service.bench import consolidation, limits, plots, transfer, transfer_data
+from memory_service.bench.stats import goal, percentile
+from memory_service.evals import locomo_data, locomo_metrics
 from memory_service.evals import personaext as persona
 
 
 def test_evidence_ids_are_normalised_split_and_checked() -> None:
     valid = {"D8:6", "D9:17", "D30:5", "D11:26", "D1:3"}
-    assert locomo.normalize_evidence(["D8:6; D9:17"], valid) == ["D8:6", "D9:17"]
-    assert locomo.normalize_evidence(["D30:05"], valid) == ["D30:5"]
-    assert locomo.normalize_evidence(["D:11:26"], valid) == ["D11:26"]
-    assert locomo.normalize_evidence(["D", "D99:1", "D1:3", "D1:03"], valid) == ["D1:3"]  # unknown dropped, deduped
-    assert locomo.normalize_evidence(["D2:4"]) == ["D2:4"]  # no valid set: keep
+    assert locomo_data.normalize_evidence(["D8:6; D9:17"], valid) == ["D8:6", "D9:17"]
+    assert locomo_data.normalize_evidence(["D30:05"], valid) == ["D30:5"]
+    assert locomo_data.normalize_evidence(["D:11:26"], valid) == ["D11:26"]
+    assert locomo_data.normalize_evidence(["D", "D99:1", "D1:3", "D1:03"], valid) == [
+        "D1:3"
+    ]  # unknown dropped, deduped
+    assert locomo_data.normalize_evidence(["D2:4"]) == ["D2:4"]  # no valid set: keep
 
 
 def test_ranked_turns_follow_fact_provenance() -> None:
@@ -37,24 +39,24 @@ def test_ranked_turns_follow_fact_provenance() -> None:
         {"kind": "passage", "memory_id": "m1"},
     ]
     mapping = {"m1": "D1:1", "m2": "D1:2", "m5": "D2:1"}
-    ranked = locomo.ranked_dia_ids(items, mapping)
+    ranked = locomo_metrics.ranked_dia_ids(items, mapping)
     assert ranked == ["D1:2", "D2:1", "D1:1"]
     gold = ["D2:1", "D1:1"]
-    assert locomo.recall_at(ranked, gold, 1) == 0.0
-    assert locomo.recall_at(ranked, gold, 2) == 0.5
-    assert locomo.recall_at(ranked, gold, 10) == 1.0
-    assert locomo.hit_at(ranked, gold, 1) == 0.0 and locomo.hit_at(ranked, gold, 2) == 1.0
-    assert locomo.reciprocal_rank(ranked, gold) == 0.5
-    assert locomo.reciprocal_rank([], gold) == 0.0
+    assert locomo_metrics.recall_at(ranked, gold, 1) == 0.0
+    assert locomo_metrics.recall_at(ranked, gold, 2) == 0.5
+    assert locomo_metrics.recall_at(ranked, gold, 10) == 1.0
+    assert locomo_metrics.hit_at(ranked, gold, 1) == 0.0 and locomo_metrics.hit_at(ranked, gold, 2) == 1.0
+    assert locomo_metrics.reciprocal_rank(ranked, gold) == 0.5
+    assert locomo_metrics.reciprocal_rank([], gold) == 0.0
 
 
 def test_aggregate_means_per_category() -> None:
     rows = [
-        {"category": 1, "scores": locomo.score_question(["D1:1"], ["D1:1"])},
-        {"category": 1, "scores": locomo.score_question(["D1:2"], ["D1:1"])},
-        {"category": 4, "scores": locomo.score_question(["D1:2", "D1:1"], ["D1:1", "D3:3"])},
+        {"category": 1, "scores": locomo_metrics.score_question(["D1:1"], ["D1:1"])},
+        {"category": 1, "scores": locomo_metrics.score_question(["D1:2"], ["D1:1"])},
+        {"category": 4, "scores": locomo_metrics.score_question(["D1:2", "D1:1"], ["D1:1", "D3:3"])},
     ]
-    agg = locomo.aggregate(rows)
+    agg = locomo_metrics.aggregate(rows)
     assert agg["overall"]["n"] == 3
     assert agg["per_category"]["1-multi-hop"]["recall@1"] == 0.5
     assert agg["per_category"]["4-single-hop"]["recall@5"] == 0.5
@@ -63,8 +65,8 @@ def test_aggregate_means_per_category() -> None:
 
 
 def test_turn_text_carries_date_speaker_and_photo() -> None:
-    turn = locomo.Turn("D1:1", 1, "1:56 pm on 8 May, 2023", "Caroline", "Look!", caption="a dog on a beach")
-    assert locomo.turn_text(turn) == "[1:56 pm on 8 May, 2023] Caroline: Look! (shared a photo: a dog on a beach)"
+    turn = locomo_data.Turn("D1:1", 1, "1:56 pm on 8 May, 2023", "Caroline", "Look!", caption="a dog on a beach")
+    assert locomo_data.turn_text(turn) == "[1:56 pm on 8 May, 2023] Caroline: Look! (shared a photo: a dog on a beach)"
 
 
 def test_personaext_matching_and_summary() -> None:
@@ -133,23 +135,23 @@ def test_plots_are_skipped_with_one_log_line_without_matplotlib(
 ) -> None:
     """matplotlib is an optional extra: without it the results are written and the plots skipped, said once."""
     drawn: list[Path] = []
-    common.plots_available.cache_clear()
+    plots.plots_available.cache_clear()
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now raises ImportError
     try:
-        with caplog.at_level(logging.WARNING, logger=common.__name__):
+        with caplog.at_level(logging.WARNING, logger=plots.__name__):
             for name in ("one.png", "two.png", "three.png"):
-                assert common.save_plot(lambda result, path: drawn.append(path), {}, tmp_path / name) is False
+                assert plots.save_plot(lambda result, path: drawn.append(path), {}, tmp_path / name) is False
     finally:
-        common.plots_available.cache_clear()  # the next caller sees the real matplotlib again
+        plots.plots_available.cache_clear()  # the next caller sees the real matplotlib again
     assert drawn == [] and list(tmp_path.iterdir()) == []
-    lines = [r.getMessage() for r in caplog.records if r.name == common.__name__]
+    lines = [r.getMessage() for r in caplog.records if r.name == plots.__name__]
     assert len(lines) == 1, lines
     assert "matplotlib is not installed" in lines[0] and "memory-service[bench]" in lines[0]
 
 
 def test_plots_are_drawn_when_matplotlib_is_there(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")  # the dev extra installs it; this checks the path that draws
-    common.plots_available.cache_clear()
+    plots.plots_available.cache_clear()
     result = persona.summarize(
         [
             {
@@ -171,7 +173,7 @@ def test_plots_are_drawn_when_matplotlib_is_there(tmp_path: Path) -> None:
             },
         ]
     )
-    assert common.save_plot(persona.plot, result, tmp_path / "sub" / "personaext.png") is True
+    assert plots.save_plot(persona.plot, result, tmp_path / "sub" / "personaext.png") is True
     assert (tmp_path / "sub" / "personaext.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -194,10 +196,10 @@ def test_limits_client_fails_sniffio_imports_fast_only_when_run(monkeypatch: pyt
 def test_transfer_benchmark_quick_mode(tmp_path: Path) -> None:
     """List, export and forget on 500 imported memories, end to end: each section measured, nothing forgotten back."""
     shares = {
-        agent: sum(transfer.agent_of(i) == agent for i in range(1000))
-        for agent in (transfer.BULK_AGENT, transfer.RARE_AGENT)
+        agent: sum(transfer_data.agent_of(i) == agent for i in range(1000))
+        for agent in (transfer_data.BULK_AGENT, transfer_data.RARE_AGENT)
     }
-    assert shares == {transfer.BULK_AGENT: 300, transfer.RARE_AGENT: 20}
+    assert shares == {transfer_data.BULK_AGENT: 300, transfer_data.RARE_AGENT: 20}
     result = transfer.run(quick=True, workdir=tmp_path)
     assert result["forgotten_never_returned"] is True and result["failed_checks"] == []
     assert result["memories"] == 500 and 500 <= result["facts"] <= 1500 and result["import"]["failed"] == 0
@@ -208,7 +210,7 @@ def test_transfer_benchmark_quick_mode(tmp_path: Path) -> None:
     after = result["after_forget"]
     assert after["forgotten"] == 170 and after["list_count"] == after["export_count"] == 330
     assert after["recall_control_found"] > 0  # recall works at all, so finding no forgotten id means something
-    common.save_plot(transfer.plot, result, tmp_path / "transfer.png")
+    plots.save_plot(transfer.plot, result, tmp_path / "transfer.png")
 
 
 def test_consolidation_benchmark_seed_gives_every_subject_a_group_due() -> None:
@@ -300,7 +302,7 @@ def test_locomo_runner_end_to_end_on_tiny_model(tiny_llama, tmp_path: Path) -> N
 def test_scrape_reads_gauges_and_histograms_of_a_metrics_page() -> None:
     from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
 
-    from memory_service.bench.common import scrape
+    from memory_service.bench.probes import scrape
 
     registry = CollectorRegistry()
     Gauge("memory_vector_indexes_ready", "ready", registry=registry).set(2)

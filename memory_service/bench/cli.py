@@ -21,8 +21,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from memory_service.bench import common, consolidation, extraction, recall, remember, rss, scale, transfer
+from memory_service.bench import consolidation, extraction, recall, remember, rss, scale, transfer
 from memory_service.bench.options import add_bench_arguments
+from memory_service.bench.plots import pyplot, save_plot, write_figure
+from memory_service.bench.probes import machine_info
+from memory_service.bench.report import write_json
+from memory_service.bench.service_runner import ServiceRunner, start_llama
+from memory_service.bench.stats import goal
 
 LIMITS_CONCURRENCY = 32
 LIMITS_MODULE = "memory_service.bench.limits"  # run with `python -m`, in a process of its own
@@ -42,7 +47,7 @@ def run_limits(llm_url: str, quick: bool, workdir: Path) -> dict[str, Any]:
     count = "1000" if quick else "5000"
     key = secrets.token_urlsafe(12)
     out: dict[str, Any] = {"benchmark": "limits", "module": LIMITS_MODULE}
-    service = common.ServiceRunner(workdir / "limits-data", api_keys={key: "bench-limits"}, llm_url=llm_url).start()
+    service = ServiceRunner(workdir / "limits-data", api_keys={key: "bench-limits"}, llm_url=llm_url).start()
     try:
         runs = {
             "full_service": [sys.executable, "-m", LIMITS_MODULE, "--url", service.url, f"--api-key={key}"],
@@ -67,22 +72,22 @@ def run_limits(llm_url: str, quick: bool, workdir: Path) -> dict[str, Any]:
         out["service_rss_after"] = service.rss()
     finally:
         service.stop()
-    goal = (out.get("full_service") or {}).get("goal") or {}
+    target = (out.get("full_service") or {}).get("goal") or {}
     out["goals"] = {}
     for name in runs:
         result = out.get(name) or {}
-        if "requests_per_s" in goal:
-            out["goals"][f"{name}_requests_per_s"] = common.goal(
-                result.get("requests_per_s"), float(goal["requests_per_s"]), at_most=False
+        if "requests_per_s" in target:
+            out["goals"][f"{name}_requests_per_s"] = goal(
+                result.get("requests_per_s"), float(target["requests_per_s"]), at_most=False
             )
-        out["goals"][f"{name}_over_limit"] = common.goal(result.get("over_limit"), 0)
-    out["machine"] = common.machine_info()
+        out["goals"][f"{name}_over_limit"] = goal(result.get("over_limit"), 0)
+    out["machine"] = machine_info()
     return out
 
 
 def plot_limits(result: dict[str, Any], path: Path) -> None:
     """Requests/s against the goal, and p50/p99 latency, for both runs."""
-    plt = common.pyplot()
+    plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     names = [n for n in ("full_service", "self_serve_minimal_app") if isinstance(result.get(n), dict)]
     left.bar(names, [result[n].get("requests_per_s") or 0 for n in names])
@@ -98,7 +103,7 @@ def plot_limits(result: dict[str, Any], path: Path) -> None:
     right.set_ylabel("ms")
     right.legend(fontsize=8)
     right.set_title("consume latency")
-    common.write_figure(fig, path)
+    write_figure(fig, path)
 
 
 def run_bench(args: argparse.Namespace) -> int:
@@ -111,7 +116,7 @@ def run_bench(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="memory-bench-") as tmp:
         workdir = Path(tmp)
         _log("starting llama-server (default model), shared by every benchmark")
-        llama = common.start_llama("default", workdir / "llama")
+        llama = start_llama("default", workdir / "llama")
         try:
             steps: list[tuple[str, Callable[[], dict[str, Any]], Callable[[dict[str, Any], Path], None]]] = [
                 # its own llama-server (no host prompt cache), so neither path is served the other's prompt
@@ -144,10 +149,10 @@ def run_bench(args: argparse.Namespace) -> int:
                     result = {"benchmark": name, "error": f"{type(exc).__name__}: {exc}"}
                 result["wall_time_s"] = round(time.monotonic() - step_started, 1)
                 results[name] = result
-                common.write_json(out / f"{name}.json", result)
+                write_json(out / f"{name}.json", result)
                 if "error" not in result:
                     try:
-                        common.save_plot(plotter, result, out / f"{name}.png")
+                        save_plot(plotter, result, out / f"{name}.png")
                     except Exception as exc:
                         result["plot_error"] = repr(exc)
                 print(json.dumps({name: result}, indent=2, default=str))
@@ -158,9 +163,9 @@ def run_bench(args: argparse.Namespace) -> int:
         "quick": quick,
         "goals": {name: r.get("goals") or {"error": r.get("error")} for name, r in results.items()},
         "total_time_s": round(time.monotonic() - started, 1),
-        "machine": common.machine_info(),
+        "machine": machine_info(),
     }
-    common.write_json(out / "summary.json", summary)
+    write_json(out / "summary.json", summary)
     print(json.dumps({"summary": summary}, indent=2, default=str))
     return 1 if any("error" in r or r.get("failed_checks") for r in results.values()) else 0
 

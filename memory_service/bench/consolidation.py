@@ -27,18 +27,14 @@ from typing import Any
 
 import httpx
 
-from memory_service.bench.common import (
-    ServiceRunner,
-    agent_text,
-    goal,
-    latency_summary,
-    llama_busy,
-    machine_info,
-    main_with_llama,
-    pyplot,
-    write_figure,
-)
-from memory_service.bench.transfer import ndjson, wait_indexed
+from memory_service.bench.plots import pyplot, write_figure
+from memory_service.bench.probes import machine_info
+from memory_service.bench.report import main_with_llama
+from memory_service.bench.service_runner import ServiceRunner, llama_busy
+from memory_service.bench.stats import goal, latency_summary
+from memory_service.bench.texts import agent_text
+from memory_service.bench.transfer_data import ndjson
+from memory_service.bench.transfer_timing import wait_indexed
 from memory_service.client.service import service_client
 
 TEAM = "bench-consolidation"

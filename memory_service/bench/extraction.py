@@ -28,21 +28,18 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from memory_service.bench.common import (
-    AGENT_TEXTS,
-    ServiceRunner,
-    goal,
-    machine_info,
-    main_with_llama,
-    pyplot,
-    start_llama,
-    write_figure,
-)
+from memory_service.bench.plots import pyplot, write_figure
+from memory_service.bench.probes import machine_info
+from memory_service.bench.report import main_with_llama
+from memory_service.bench.service_runner import ServiceRunner, start_llama
+from memory_service.bench.stats import goal
+from memory_service.bench.texts import AGENT_TEXTS
 
 GOALS = {"wall_ratio": 1.10, "predicted_tokens_median": 60, "cache_share": 0.70}
 POLL_S = 0.02
@@ -53,7 +50,7 @@ def direct_body(text: str, max_tokens: int) -> dict[str, Any]:
     from memory_service.config import Settings
     from memory_service.extraction.prompt import build_messages, facts_schema
 
-    settings = Settings()
+    settings = Settings.from_env()
     schema = facts_schema(settings.max_facts, settings.max_fact_chars)
     return {
         "messages": build_messages(text),
@@ -86,7 +83,7 @@ def service_cap(llm: httpx.Client) -> int:
 
     props = llm.get("/props").json()
     n_ctx = (props.get("default_generation_settings") or {}).get("n_ctx") or props.get("n_ctx") or 4096
-    return min(Settings().max_output_tokens, max(64, int(n_ctx) // 4))
+    return min(Settings.from_env().max_output_tokens, max(64, int(n_ctx) // 4))
 
 
 def via_service(client: httpx.Client, text: str) -> dict[str, Any]:
@@ -160,51 +157,69 @@ def run(
             llama.stop()
 
 
+@dataclass
+class Calls:
+    """Both paths' measurements of every text, by text index, and the order the calls ran in."""
+
+    service: dict[int, dict[str, Any]] = field(default_factory=dict)
+    direct: dict[int, dict[str, Any]] = field(default_factory=dict)
+    order: list[str] = field(default_factory=list)
+    max_tokens: int = 0
+
+
 def _run(llm_url: str, quick: bool, workdir: Path | None, own_llama: bool) -> dict[str, Any]:
     texts = list(AGENT_TEXTS[: 6 if quick else len(AGENT_TEXTS)])
-    n = len(texts)
-    shift = n // 2
     key = secrets.token_urlsafe(12)
     tmp = tempfile.TemporaryDirectory(prefix="bench-extract-") if workdir is None else None
     root = Path(tmp.name) if tmp else workdir
     assert root is not None
     service = ServiceRunner(root / "extract-data", api_keys={key: "bench-extract"}, llm_url=llm_url).start()
-    svc_rows: dict[int, dict[str, Any]] = {}
-    dir_rows: dict[int, dict[str, Any]] = {}
-    order: list[str] = []
     try:
         ready = service.wait_model_ready()
         with (
             service.client(key, timeout=120) as client,
             httpx.Client(base_url=llm_url, timeout=120, trust_env=False) as llm,
         ):
-            cap = service_cap(llm)
-            # warm-up, not measured: model weights paged in, service's embedder and throughput estimate primed
-            via_service(client, "Warm-up note: the staging cluster was restarted at 08:00 by Kim.")
-            direct(llm, "Warm-up note: the build cache was cleared on Monday by Lee.", cap)
-            for i in range(n):
-                svc_rows[i] = via_service(client, texts[i])
-                order.append(f"S{i}")
-                j = (i + shift) % n
-                dir_rows[j] = direct(llm, texts[j], cap)
-                order.append(f"D{j}")
-                print(
-                    f"[extraction] {i + 1}/{n}: service {svc_rows[i]['wall_s']:.2f}s, direct(text {j}) "
-                    f"{dir_rows[j]['wall_s']:.2f}s",
-                    file=sys.stderr,
-                    flush=True,
-                )
+            calls = alternate(client, llm, texts)
         after = service.wait_model_ready()
     finally:
         service.stop()
         if tmp:
             tmp.cleanup()
-    per_text = []
+    return summarize(texts, calls, ready, after, own_llama)
+
+
+def alternate(client: httpx.Client, llm: httpx.Client, texts: list[str]) -> Calls:
+    """Service and direct calls in turn, the direct path's texts shifted by half, after one warm-up of each."""
+    n = len(texts)
+    shift = n // 2
+    calls = Calls(max_tokens=service_cap(llm))
+    # warm-up, not measured: model weights paged in, service's embedder and throughput estimate primed
+    via_service(client, "Warm-up note: the staging cluster was restarted at 08:00 by Kim.")
+    direct(llm, "Warm-up note: the build cache was cleared on Monday by Lee.", calls.max_tokens)
     for i in range(n):
-        s, d = svc_rows[i], dir_rows[i]
-        per_text.append(
+        calls.service[i] = via_service(client, texts[i])
+        calls.order.append(f"S{i}")
+        j = (i + shift) % n
+        calls.direct[j] = direct(llm, texts[j], calls.max_tokens)
+        calls.order.append(f"D{j}")
+        print(
+            f"[extraction] {i + 1}/{n}: service {calls.service[i]['wall_s']:.2f}s, direct(text {j}) "
+            f"{calls.direct[j]['wall_s']:.2f}s",
+            file=sys.stderr,
+            flush=True,
+        )
+    return calls
+
+
+def per_text_rows(texts: list[str], calls: Calls) -> list[dict[str, Any]]:
+    """One row per text: both paths' wall time, tokens and model time side by side."""
+    rows = []
+    for i, text in enumerate(texts):
+        s, d = calls.service[i], calls.direct[i]
+        rows.append(
             {
-                "text_chars": len(texts[i]),
+                "text_chars": len(text),
                 "service_wall_s": round(s["wall_s"], 3),
                 "direct_wall_s": round(d["wall_s"], 3),
                 "ratio": round(s["wall_s"] / d["wall_s"], 3) if d["wall_s"] else None,
@@ -223,38 +238,49 @@ def _run(llm_url: str, quick: bool, workdir: Path | None, own_llama: bool) -> di
                 "error": s["error"],
             }
         )
+    return rows
+
+
+def _non_model_ms(rows: dict[int, dict[str, Any]]) -> float:
+    """Median wall time minus llama-server's own prompt and generation time, in ms."""
+    return round(statistics.median(1000 * (r["wall_s"] - r["model_ms"] / 1000) for r in rows.values()), 1)
+
+
+def summarize(
+    texts: list[str], calls: Calls, ready: dict[str, Any], after: dict[str, Any], own_llama: bool
+) -> dict[str, Any]:
+    per_text = per_text_rows(texts, calls)
     ratios = [r["ratio"] for r in per_text if r["ratio"]]
     sum_ratio = sum(r["service_wall_s"] for r in per_text) / sum(r["direct_wall_s"] for r in per_text)
     # like for like: the same token counts may differ (llama.cpp batching drift), so also compare per token
     svc_pred = [float(r["service_predicted_n"]) for r in per_text if r["service_predicted_n"] is not None]
-    overhead_ms = [1000 * (svc_rows[i]["wall_s"] - svc_rows[i]["model_ms"] / 1000) for i in range(n)]
-    direct_overhead_ms = [1000 * (dir_rows[i]["wall_s"] - dir_rows[i]["model_ms"] / 1000) for i in range(n)]
-    cache = _cache_share(list(svc_rows.values()))
+    cache = _cache_share(list(calls.service.values()))
     median_ratio = round(statistics.median(ratios), 3) if ratios else None
     pred_median = statistics.median(svc_pred) if svc_pred else None
+    shift = len(texts) // 2
     return {
         "benchmark": "extraction_overhead",
-        "texts": n,
+        "texts": len(texts),
         "goals": {
             "wall_ratio_median_service_over_direct": goal(median_ratio, GOALS["wall_ratio"]),
             "wall_ratio_sum_service_over_direct": goal(round(sum_ratio, 3), GOALS["wall_ratio"]),
             "predicted_tokens_median": goal(pred_median, GOALS["predicted_tokens_median"]),
             "cache_share_service": goal(cache, GOALS["cache_share"], at_most=False),
         },
-        "cache_share_direct": _cache_share(list(dir_rows.values())),
+        "cache_share_direct": _cache_share(list(calls.direct.values())),
         "predicted_tokens_direct_median": statistics.median(
             [float(r["direct_predicted_n"]) for r in per_text if r["direct_predicted_n"] is not None] or [0]
         ),
         "non_model_ms_median": {
-            "service": round(statistics.median(overhead_ms), 1),
-            "direct": round(statistics.median(direct_overhead_ms), 1),
+            "service": _non_model_ms(calls.service),
+            "direct": _non_model_ms(calls.direct),
             "what": "wall time minus llama-server prompt_ms + predicted_ms",
         },
-        "max_tokens": cap,
+        "max_tokens": calls.max_tokens,
         "llama_server": "own, started with " + " ".join(LLAMA_ARGS)
         if own_llama
         else "given --llm-url (its host prompt cache may serve a repeated text whole)",
-        "call_order": order,
+        "call_order": calls.order,
         "per_text": per_text,
         "model": ready["model_server"].get("model"),
         "throughput_after": after.get("throughput"),

@@ -31,22 +31,28 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import httpx
 
 from memory_service.client.service import async_service_client, auth_headers
 
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
 GOAL = {"requests_per_s": 800, "over_limit": 0}
 JSON_HEADERS = {"Content-Type": "application/json"}
+Synchronous = Literal["NORMAL", "FULL"]  # the self-served LimitStore's SQLite mode
+T = TypeVar("T")
 
 
 # ---------------------------------------------------------------- server side
 
 
-def build_app(data_dir: Path, api_key: str | None, synchronous: str = "NORMAL"):  # type: ignore[no-untyped-def]
+def build_app(data_dir: Path, api_key: str | None, synchronous: Synchronous = "NORMAL") -> FastAPI:
     """The limit routes alone, wired like the service does it."""
     from types import SimpleNamespace
 
@@ -59,11 +65,11 @@ def build_app(data_dir: Path, api_key: str | None, synchronous: str = "NORMAL"):
     from memory_service.storage.keys import KeyStore
     from memory_service.storage.limits import LimitStore
 
-    settings = Settings(data_dir=data_dir, api_keys={api_key: "bench"} if api_key else {})
+    settings = Settings.from_env().with_overrides(data_dir=data_dir, api_keys={api_key: "bench"} if api_key else {})
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = LimitStore(data_dir / "limits.sqlite3", synchronous=synchronous)  # type: ignore[arg-type]
+        store = LimitStore(data_dir / "limits.sqlite3", synchronous=synchronous)
         keys = KeyStore(data_dir / KEYS_FILE)
         app.state.services = SimpleNamespace(settings=settings, limits=store, keys=keys, metrics=Metrics())
         yield
@@ -75,7 +81,7 @@ def build_app(data_dir: Path, api_key: str | None, synchronous: str = "NORMAL"):
     return app
 
 
-def serve(port: int, data_dir: Path, api_key: str | None, synchronous: str) -> None:
+def serve(port: int, data_dir: Path, api_key: str | None, synchronous: Synchronous) -> None:
     import uvicorn
 
     app = build_app(data_dir, api_key, synchronous)
@@ -197,7 +203,7 @@ def _fail_fast_without_sniffio() -> None:
         sys.modules["sniffio"] = None  # type: ignore[assignment]
 
 
-def _run(coro):  # type: ignore[no-untyped-def]
+def _run(coro: Coroutine[Any, Any, T]) -> T:
     """uvloop when installed (as uvicorn's fast path also uses it): a cheaper client leaves more CPU to the server."""
     try:
         import uvloop
@@ -206,7 +212,7 @@ def _run(coro):  # type: ignore[no-untyped-def]
     return uvloop.run(coro)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m memory_service.bench.limits",
         description=__doc__,
@@ -226,6 +232,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=0, help="--serve-only port (0 = any free port)")
     parser.add_argument("--data-dir", type=Path, help="--serve-only data dir (default: a temp dir)")
     parser.add_argument("--synchronous", choices=["NORMAL", "FULL"], default="NORMAL", help="self-served SQLite mode")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.concurrency < 1 or args.count < 1:
         parser.error("--concurrency and --count must be at least 1")
@@ -236,12 +247,17 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     _fail_fast_without_sniffio()
-    if not args.self_serve:
+    if args.self_serve:
+        result = _self_served(args)
+    else:
         urls = args.url or [os.environ.get("MEMORY_URL", "http://127.0.0.1:8700")]
         result = _run(run_bench(urls, args.api_key, args.concurrency, args.count))
-        print(json.dumps(result, indent=2))
-        return 0 if result["over_limit"] == 0 and result["errors"] == 0 else 1
+    print(json.dumps(result, indent=2))
+    return 0 if result["over_limit"] == 0 and result["errors"] == 0 else 1
 
+
+def _self_served(args: argparse.Namespace) -> dict[str, Any]:
+    """The benchmark against this module's minimal server, started with --serve-only in a child process."""
     port, key = free_port(), secrets.token_hex(16)
     url = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryDirectory() as tmp:
@@ -266,11 +282,11 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             proc.terminate()
             proc.wait(timeout=10)
-    result["server"] = {"self_serve": True, "separate_process": True, "synchronous": args.synchronous}
+    server: dict[str, object] = {"self_serve": True, "separate_process": True, "synchronous": args.synchronous}
     if cpu_before is not None and cpu_after is not None:  # includes the few set-up requests
-        result["server"]["cpu_ms_per_request"] = round((cpu_after - cpu_before) * 1000 / args.count, 3)
-    print(json.dumps(result, indent=2))
-    return 0 if result["over_limit"] == 0 and result["errors"] == 0 else 1
+        server["cpu_ms_per_request"] = round((cpu_after - cpu_before) * 1000 / args.count, 3)
+    result["server"] = server
+    return result
 
 
 if __name__ == "__main__":

@@ -28,452 +28,59 @@ idle figure from the same run.
 
 from __future__ import annotations
 
-import json
-import random
 import secrets
-import sqlite3
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
-from functools import partial
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from memory_service.bench.common import (
-    ServiceRunner,
-    agent_text,
-    goal,
-    latency_summary,
-    machine_info,
-    main_with_llama,
-    pyplot,
-    scrape,
-    write_figure,
+from memory_service.bench.plots import pyplot, write_figure
+from memory_service.bench.probes import machine_info
+from memory_service.bench.recall_data import BIG_AGENT, FACTS_PER_MEMORY, SMALL_AGENT, TAGS, TEAM, fact_text, queries
+from memory_service.bench.recall_loader import NOISE_SIGMA, Loader
+from memory_service.bench.recall_measure import (
+    DEAD_LLM_URL,
+    VARIANTS,
+    indexes_for,
+    measure_http,
+    measure_while_extracting,
+    service_embedder,
+    variants_at,
 )
-from memory_service.client.service import service_client
-from memory_service.recall.filtered_vectors import UNFILTERED_EXACT_MAX_ROWS
+from memory_service.bench.report import main_with_llama
+from memory_service.bench.service_runner import ServiceRunner
+from memory_service.bench.stats import goal, latency_summary
 
-TEAM = "bench-recall"
-SMALL_AGENT, BIG_AGENT = "agent-2pct", "agent-30pct"
-TAGS = 10
-FACTS_PER_MEMORY = 5
-NOISE_SIGMA = 0.012  # per dimension on a unit 384-d vector: cosine to the pool vector ~0.97
 GOALS_100K = {"p50_ms": 10.0, "p95_ms": 25.0}
-DEAD_LLM_URL = "http://127.0.0.1:9"  # recall never touches the model: the idle rows start none
-BUSY_TEAM = "bench-recall-busy-writer"  # the saves that keep the model busy: not the measured team
-BUSY_SAVES = 80  # a backlog the model is still working through when the busy rows end (~3-4 s a job here)
-PASSAGES_SETTLE_S = 5.0  # the backlog's passages are embedded first (80 short texts): then only extraction runs
-
-NAMES = [
-    "Alice Moreno",
-    "Bilal Haddad",
-    "Chen Wei",
-    "Dana Kowalski",
-    "Emeka Obi",
-    "Fatima Zahra",
-    "Gustav Berg",
-    "Hana Sato",
-    "Ivan Petrov",
-    "Julia Costa",
-    "Kofi Mensah",
-    "Lena Fischer",
-    "Mateo Ruiz",
-    "Nadia Rahman",
-    "Omar Farouk",
-    "Priya Natarajan",
-    "Quinn Harper",
-    "Rosa Lindqvist",
-    "Sam Oduya",
-    "Tariq Aziz",
-]
-SERVICES = [
-    "billing",
-    "search",
-    "checkout",
-    "auth",
-    "notifications",
-    "analytics",
-    "inventory",
-    "payments",
-    "shipping",
-    "reporting",
-    "gateway",
-    "scheduler",
-]
-CUSTOMERS = [
-    "Acme Corp",
-    "Globex",
-    "Initech",
-    "Umbrella",
-    "Stark Industries",
-    "Wayne Enterprises",
-    "Hooli",
-    "Vandelay Imports",
-    "Soylent",
-    "Cyberdyne",
-    "Tyrell",
-    "Wonka Industries",
-]
-CITIES = ["Berlin", "Lisbon", "Zurich", "Nairobi", "Osaka", "Toronto", "Austin", "Warsaw", "Dublin", "Seoul"]
-THINGS = [
-    "green tea",
-    "espresso",
-    "window seats",
-    "bullet-point summaries",
-    "morning meetings",
-    "dark mode",
-    "vegetarian food",
-    "async updates",
-    "video calls",
-    "written specs",
-    "early flights",
-    "quiet rooms",
-]
-MONTHS = [
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-]
-TEMPLATES = [
-    "{name} prefers {thing} when working from the {city} office, desk {n}.",
-    "The {service} deploy for {customer} finished in {n} minutes on {month} {d}.",
-    "{customer} renewed the enterprise plan for {n} seats starting {month} {d}.",
-    "{name} reported a bug in the {service} service, ticket {n}.",
-    "The p99 latency of the {service} API rose to {n} ms in {city} on {month} {d}.",
-    "{name} moved to the {city} office on {month} {d} and leads the {service} team of {n} people.",
-    "{customer} asked to pay invoices in {city} by bank transfer within {n} days.",
-    "{name} is on call for {service} from {month} {d} for {n} days.",
-    "The {service} database migration for {customer} copied {n} thousand rows.",
-    "{name} booked a trip to {city} on {month} {d} to meet {customer}, booking {n}.",
-    "{customer} reported that {service} emails arrive {n} minutes late.",
-    "{name} dislikes {thing} and asked for alternatives before {month} {d}, request {n}.",
-]
-QUERY_TEMPLATES = [
-    "What does {name} prefer?",
-    "How long did the {service} deploy take for {customer}?",
-    "How many seats did {customer} renew?",
-    "Which bug did {name} report?",
-    "latency of the {service} API",
-    "Who leads the {service} team?",
-    "How does {customer} pay invoices?",
-    "who is on call for {service}",
-    "{service} database migration rows",
-    "When is {name} travelling to {city}?",
-    "Are {service} emails delayed for {customer}?",
-    "What does {name} dislike?",
-]
+BASELINE_STEPS = ("hnsw_k30_ids_only", "chroma_query_k30", "keyword_leg_limit30", "chroma_where_agent_2pct_k30")
 
 
-def fact_text(i: int, pool: int) -> tuple[str, int]:
-    """The i-th fact and the pool sentence it varies: same words as its pool sentence, other numbers."""
-    base = i % pool
-    rng = random.Random(base)
-    slots = {
-        "name": rng.choice(NAMES),
-        "service": rng.choice(SERVICES),
-        "customer": rng.choice(CUSTOMERS),
-        "city": rng.choice(CITIES),
-        "thing": rng.choice(THINGS),
-        "month": rng.choice(MONTHS),
-    }
-    variant = random.Random(i)
-    slots.update(n=variant.randint(2, 9999), d=variant.randint(1, 28))
-    return TEMPLATES[base % len(TEMPLATES)].format(**slots), base
+@dataclass
+class Embedded:
+    """The real embeddings of a run: the pool every fact varies, and the query texts (one at a time and batched)."""
+
+    pool: np.ndarray
+    pool_embed_s: float
+    query_latencies: list[float]
+    query_vectors: np.ndarray
+    backend: str
 
 
-def agent_of(memory_no: int) -> str:
-    """2% of memories to one agent, 30% to another, the rest spread over eight more."""
-    r = memory_no % 50
-    return SMALL_AGENT if r == 0 else BIG_AGENT if r <= 15 else f"agent-{r % 8}"
-
-
-def queries(count: int, seed: int = 7) -> list[str]:
-    rng = random.Random(seed)
-    out = []
-    for i in range(count):
-        out.append(
-            QUERY_TEMPLATES[i % len(QUERY_TEMPLATES)].format(
-                name=rng.choice(NAMES),
-                service=rng.choice(SERVICES),
-                customer=rng.choice(CUSTOMERS),
-                city=rng.choice(CITIES),
-            )
-        )
-    return out
-
-
-class Loader:
-    """Adds facts to one team through the journal schema and the VectorStore, from fact index `loaded` on."""
-
-    def __init__(self, data_dir: Path, pool_vectors: np.ndarray, chroma_url: str | None = None) -> None:
-        self.data_dir = data_dir
-        self.chroma_url = chroma_url  # vectors on a Chroma server instead of the embedded store
-        self.pool_vectors = pool_vectors
-        self.loaded = 0
-        self.load_s = 0.0
-        self.epoch = time.time() - 90 * 86400.0
-        self.seen: set[str] = set()
-
-    def load_to(self, total: int) -> None:
-        from memory_service.extraction.grounding import normalize, shape
-        from memory_service.pipeline.passages import fact_id
-        from memory_service.storage.journal import Journal
-        from memory_service.storage.vectors import VectorItem, VectorStore, tag_key
-
-        started = time.monotonic()
-        Journal(self.data_dir / "journal.sqlite3").close()  # creates the schema and triggers
-        conn = sqlite3.connect(self.data_dir / "journal.sqlite3", isolation_level=None)
-        conn.execute("PRAGMA synchronous=OFF")
-        vectors = VectorStore(self.data_dir / "chroma", url=self.chroma_url)
-        rng = np.random.default_rng(self.loaded + 1)
-        now = time.time()
-        start = self.loaded - self.loaded % FACTS_PER_MEMORY
-        items: list[Any] = []
-        conn.execute("BEGIN")
-        for first in range(start, total, FACTS_PER_MEMORY):
-            group = range(first, min(first + FACTS_PER_MEMORY, total))
-            m = first // FACTS_PER_MEMORY
-            memory_id = f"mem_bench{m:09d}"
-            agent = agent_of(m)
-            tags = [f"project-{m % TAGS}"]
-            created = self.epoch + first * 30.0
-            texts, vecs = [], []
-            for i in group:
-                text, base = fact_text(i, len(self.pool_vectors))
-                vec = self.pool_vectors[base]
-                if i >= len(self.pool_vectors):
-                    vec = vec + rng.normal(0.0, NOISE_SIGMA, vec.shape).astype(np.float32)
-                    vec = vec / np.linalg.norm(vec)
-                texts.append(text)
-                vecs.append(vec)
-            memory_text = " ".join(texts)
-            conn.execute(
-                "INSERT OR REPLACE INTO memories (id, team, agent_id, run_id, text, tags, metadata, created_at, "
-                "status, attempts, next_attempt_at, deadline_at, finished_at, indexed) "
-                "VALUES (?,?,?,NULL,?,?,?,?, 'done', 1, ?, ?, ?, 1)",
-                (memory_id, TEAM, agent, memory_text, json.dumps(tags), "{}", created, created, created, created),
-            )
-            meta = {
-                "memory_id": memory_id,
-                "agent_id": agent,
-                "run_id": "",
-                "created_at": created,
-                **{tag_key(t): True for t in tags},
-            }
-            for text, vec, i in zip(texts, vecs, group):
-                if i < self.loaded:
-                    continue
-                norm = normalize(text)
-                fid = fact_id(TEAM, norm)
-                if fid in self.seen:  # the same text twice (rare): one fact, as the service would keep it
-                    continue
-                self.seen.add(fid)
-                conn.execute(
-                    "INSERT OR IGNORE INTO facts (id, team, agent_id, memory_id, text, norm, shape, tags, created_at) "
-                    "VALUES (?,?,?,?,?,?,?,?,?)",
-                    (fid, TEAM, agent, memory_id, text, norm, shape(norm), json.dumps(tags), created),
-                )
-                conn.execute("INSERT OR IGNORE INTO fact_sources VALUES (?,?,0,?,?)", (fid, memory_id, len(text), now))
-                items.append(VectorItem(fid, text, vec, {**meta, "kind": "fact"}))
-            passage = np.mean(vecs, axis=0)
-            items.append(
-                VectorItem(
-                    f"p:{memory_id}:0",
-                    memory_text,
-                    passage / np.linalg.norm(passage),
-                    {**meta, "kind": "passage", "start": 0},
-                )
-            )
-            if len(items) >= 5000:
-                vectors.upsert(TEAM, items)
-                items = []
-        conn.execute("COMMIT")
-        if items:
-            vectors.upsert(TEAM, items)
-        self.rows_in_collection = vectors.count(TEAM)
-        self.facts_in_journal = conn.execute("SELECT COUNT(*) FROM facts WHERE team = ?", (TEAM,)).fetchone()[0]
-        conn.close()
-        del vectors
-        _forget_chroma_clients()
-        self.loaded = total
-        self.load_s += time.monotonic() - started
-
-    def inprocess_timings(self, query_vectors: np.ndarray, query_texts: list[str]) -> dict[str, Any]:
-        """Chroma and FTS alone, in this process, before the service opens the path (breakdown only)."""
-        from memory_service.storage.journal import Journal
-        from memory_service.storage.vectors import VectorStore
-
-        vectors = VectorStore(self.data_dir / "chroma", url=self.chroma_url)
-        journal = Journal(self.data_dir / "journal.sqlite3")
-        names = [
-            "chroma_query_k30",
-            "hnsw_k30_ids_only",
-            "chroma_where_agent_2pct_k30",
-            "keyword_leg_limit30",
-            "keyword_leg_limit30_agent_2pct",
-        ]
-        timings: dict[str, list[float]] = {name: [] for name in names}
-        try:
-            for vec, text in zip(query_vectors, query_texts):
-                search = journal.keyword_search
-                steps = [
-                    partial(vectors.query, TEAM, vec, 30),
-                    partial(vectors.query, TEAM, vec, 30, payload=False),
-                    partial(vectors.query, TEAM, vec, 30, where={"agent_id": SMALL_AGENT}),
-                    partial(search, TEAM, text, kinds={"fact", "passage"}, limit=30),
-                    partial(search, TEAM, text, kinds={"fact", "passage"}, limit=30, agent_id=SMALL_AGENT),
-                ]
-                for name, step in zip(names, steps):
-                    t0 = time.perf_counter()
-                    step()
-                    timings[name].append(time.perf_counter() - t0)
-        finally:
-            journal.close()
-            del vectors
-            _forget_chroma_clients()
-        return {name: latency_summary(values) for name, values in timings.items()}
-
-
-def _forget_chroma_clients() -> None:
-    """Drop this process's cached Chroma client before the service (another process) opens the path."""
-    try:
-        from chromadb.api.client import SharedSystemClient
-
-        SharedSystemClient.clear_system_cache()
-    except Exception:  # an older/newer chromadb without it: the next open still works, just cached
-        pass
-
-
-def _measure(
-    url: str, key: str, texts: list[str], variants: dict[str, dict[str, Any]], indexes: int = 0
-) -> dict[str, Any]:
-    """Warm-up, the HTTP floor, then every variant; each query text once per variant.
-
-    `indexes`: in-process vector indexes the team's size calls for; the warm-up's first recall starts
-    building them, and the measurement waits until /metrics says they are ready (steady state).
-    """
-    out: dict[str, Any] = {}
-    with service_client(url, key, timeout=60) as client:
-        started = time.perf_counter()
-        response = client.post("/v1/recall", json={"query": texts[0], "k": 10})
-        response.raise_for_status()
-        out["first recall after start_ms"] = round((time.perf_counter() - started) * 1000, 2)
-        while indexes and _indexes_ready(client) < indexes:
-            if time.perf_counter() - started > 600:
-                raise RuntimeError("the in-process vector indexes were not ready after 600 s")
-            time.sleep(0.2)
-        out["index_ready_after_s"] = round(time.perf_counter() - started, 2)
-        for text in texts[:20]:  # warm-up: the embedder's first calls and SQLite's page cache
-            client.post("/v1/recall", json={"query": text, "k": 10})
-        health = []
-        for _ in range(len(texts)):
-            t0 = time.perf_counter()
-            client.get("/health")
-            health.append(time.perf_counter() - t0)
-        out["GET /health (HTTP floor)"] = latency_summary(health)
-        for number, (name, extra) in enumerate(variants.items()):
-            lat, returned = [], []
-            # texts of its own per variant: none is served the query vectors another one had embedded
-            for text in texts if number == 0 else queries(len(texts), seed=100 + number):
-                t0 = time.perf_counter()
-                response = client.post("/v1/recall", json={"query": text, "k": 10, **extra})
-                lat.append(time.perf_counter() - t0)
-                response.raise_for_status()
-                returned.append(len(response.json()["items"]))
-            out[name] = {**latency_summary(lat), "items_mean": round(sum(returned) / len(returned), 1)}
-    return out
-
-
-def indexes_for(level: int) -> int:
-    """In-process vector indexes the service builds for a team of `level` facts (embedded Chroma only)."""
-    return (level > UNFILTERED_EXACT_MAX_ROWS) + (level // FACTS_PER_MEMORY > UNFILTERED_EXACT_MAX_ROWS)
-
-
-def _indexes_ready(client: Any) -> int:
-    return int(sum(value for _, value in scrape(client.get("/metrics").text).get("memory_vector_indexes_ready", [])))
-
-
-TIME_VARIANT = "time (newest 10% of rows)"
-VARIANTS: dict[str, dict[str, Any]] = {
-    "unfiltered": {},
-    "agent 2% (scope=agent)": {"agent_id": SMALL_AGENT, "scope": "agent"},
-    "agent 30% (scope=agent)": {"agent_id": BIG_AGENT, "scope": "agent"},
-    "tag (1 tag, 10% of rows)": {"tags": ["project-4"]},
-    TIME_VARIANT: {},  # `since` is set per level
-    "agent 2% + tag": {"agent_id": SMALL_AGENT, "scope": "agent", "tags": ["project-0"]},
-    "kinds=[fact] (83% of rows)": {"kinds": ["fact"]},
-}
-
-
-def variants_at(level: int, epoch: float) -> dict[str, dict[str, Any]]:
-    """The variants with the time window of this level: facts are 30 s apart from `epoch` on."""
-    since = datetime.fromtimestamp(epoch + 0.9 * level * 30.0, tz=UTC).isoformat()
-    return {**VARIANTS, TIME_VARIANT: {"since": since}}
-
-
-def service_embedder() -> tuple[Any, str]:
-    """The embedder the service would use (MEMORY_EMBEDDER), one thread, as the service runs it."""
-    from memory_service.config import Settings
-    from memory_service.embedding.embedder import load_embedder
-
-    settings = Settings.from_env()
-    return load_embedder(settings.embedder, threads=1, cache_dir=settings.cache_dir), settings.embedder
-
-
-def _busy_jobs(client: Any) -> dict[str, int]:
-    """Jobs by status, from /ready (any key's view is the service's)."""
-    jobs = client.get("/ready").json().get("jobs") or {}
-    return {name: int(jobs.get(name) or 0) for name in ("queued", "extracting", "done", "failed")}
-
-
-def measure_while_extracting(
-    data_dir: Path, key: str, texts: list[str], variants: dict[str, dict[str, Any]], indexes: int, llm_url: str
-) -> dict[str, Any]:
-    """Every variant again with the model busy: another team's saves queued for extraction all along.
-
-    The measured team's data does not change (the saves are the other team's); the service shares its
-    core with the extraction worker and the embeddings of the backlog's passages and facts.
-    """
-    writer = secrets.token_urlsafe(12)
-    service = ServiceRunner(data_dir, api_keys={key: TEAM, writer: BUSY_TEAM}, llm_url=llm_url).start()
-    try:
-        service.wait_model_ready()
-        with service_client(service.url, writer, timeout=60) as client:
-            for i in range(BUSY_SAVES):
-                client.post(
-                    "/v1/remember",
-                    json={"text": agent_text(i), "agent_id": f"writer-{i % 4}", "run_id": f"busy-{i % 8}"},
-                ).raise_for_status()
-            deadline = time.monotonic() + 120
-            while _busy_jobs(client)["extracting"] < 1 and time.monotonic() < deadline:
-                time.sleep(0.2)
-            time.sleep(PASSAGES_SETTLE_S)
-            before = _busy_jobs(client)
-            measured = _measure(service.url, key, texts, variants, indexes)
-            after = _busy_jobs(client)
-    finally:
-        service.stop()
-    measured["model_busy"] = {
-        "extracting_before": before["extracting"],
-        "queued_before": before["queued"],
-        "extracting_after": after["extracting"],
-        "queued_after": after["queued"],
-        "jobs_finished_during": after["done"] + after["failed"] - before["done"] - before["failed"],
-        "busy_throughout": before["extracting"] >= 1 and after["queued"] + after["extracting"] >= 1,
-    }
-    return measured
+def embed(pool_size: int, texts: list[str]) -> Embedded:
+    embedder, backend = service_embedder()
+    t0 = time.monotonic()
+    pool = embedder.embed([fact_text(i, pool_size)[0] for i in range(pool_size)])
+    pool_embed_s = time.monotonic() - t0
+    latencies = []
+    for text in texts:
+        t1 = time.perf_counter()
+        embedder.embed_one(text)
+        latencies.append(time.perf_counter() - t1)
+    return Embedded(pool, pool_embed_s, latencies, embedder.embed(texts), backend)
 
 
 def run(*, quick: bool = False, workdir: Path | None = None, llm_url: str | None = None) -> dict[str, Any]:
@@ -489,100 +96,70 @@ def run(*, quick: bool = False, workdir: Path | None = None, llm_url: str | None
     key = secrets.token_urlsafe(12)
     texts = queries(n_queries)
     try:
-        embedder, backend = service_embedder()
-        t0 = time.monotonic()
-        pool = embedder.embed([fact_text(i, pool_size)[0] for i in range(pool_size)])
-        pool_embed_s = time.monotonic() - t0
-        embed_lat = []
-        for text in texts:
-            t1 = time.perf_counter()
-            embedder.embed_one(text)
-            embed_lat.append(time.perf_counter() - t1)
-        query_vectors = embedder.embed(texts)
-        del embedder
-        loader = Loader(data_dir, pool)
+        embedded = embed(pool_size, texts)
+        loader = Loader(data_dir, embedded.pool)
         per_level: dict[str, Any] = {}
         for level in levels:
-            loader.load_to(level)
-            inproc = loader.inprocess_timings(query_vectors, texts)
-            service = ServiceRunner(data_dir, api_keys={key: TEAM}, llm_url=DEAD_LLM_URL).start()
-            try:
-                measured = _measure(service.url, key, texts, variants_at(level, loader.epoch), indexes_for(level))
-                rss = service.rss()
-            finally:
-                service.stop()
-            per_level[f"{level}"] = {
-                "facts": loader.facts_in_journal,
-                "rows_in_team_collection": loader.rows_in_collection,
-                "http": measured,
-                "in_process": inproc,
-                "service_rss": rss,
-            }
-            if llm_url is not None and level == levels[-1]:
-                per_level[f"{level}"]["http_while_extracting"] = measure_while_extracting(
-                    data_dir, key, texts, variants_at(level, loader.epoch), indexes_for(level), llm_url
-                )
-            print(
-                f"[recall] {level} facts: unfiltered p50 {measured['unfiltered']['p50_ms']} ms "
-                f"p95 {measured['unfiltered']['p95_ms']} ms",
-                file=sys.stderr,
-                flush=True,
-            )
+            busy_llm_url = llm_url if level == levels[-1] else None
+            per_level[f"{level}"] = measure_level(loader, level, key, texts, embedded.query_vectors, busy_llm_url)
     finally:
         if tmp:
             tmp.cleanup()
+    return summarize(per_level, levels, embedded, loader, n_queries, pool_size)
+
+
+def measure_level(
+    loader: Loader, level: int, key: str, texts: list[str], query_vectors: np.ndarray, busy_llm_url: str | None
+) -> dict[str, Any]:
+    """Load up to `level` facts, time the in-process floor, then every variant over HTTP (and while extracting)."""
+    loader.load_to(level)
+    inproc = loader.inprocess_timings(query_vectors, texts)
+    variants = variants_at(level, loader.epoch)
+    service = ServiceRunner(loader.data_dir, api_keys={key: TEAM}, llm_url=DEAD_LLM_URL).start()
+    try:
+        measured = measure_http(service.url, key, texts, variants, indexes_for(level))
+        rss = service.rss()
+    finally:
+        service.stop()
+    out: dict[str, Any] = {
+        "facts": loader.facts_in_journal,
+        "rows_in_team_collection": loader.rows_in_collection,
+        "http": measured,
+        "in_process": inproc,
+        "service_rss": rss,
+    }
+    if busy_llm_url is not None:
+        out["http_while_extracting"] = measure_while_extracting(
+            loader.data_dir, key, texts, variants, indexes_for(level), busy_llm_url
+        )
+    print(
+        f"[recall] {level} facts: unfiltered p50 {measured['unfiltered']['p50_ms']} ms "
+        f"p95 {measured['unfiltered']['p95_ms']} ms",
+        file=sys.stderr,
+        flush=True,
+    )
+    return out
+
+
+def summarize(
+    per_level: dict[str, Any], levels: list[int], embedded: Embedded, loader: Loader, n_queries: int, pool_size: int
+) -> dict[str, Any]:
     top = per_level[str(levels[-1])]["http"]["unfiltered"]
     small = per_level[str(levels[0])]["http"]["unfiltered"]
-    goals: dict[str, Any] = {}
-    largest = levels[-1]
-    suffix = "" if largest == 100_000 else " (goal is for 100k)"
-    if largest != 100_000:
-        goals["note"] = "--quick: no 100k level; goals apply at 100k"
-    for name in VARIANTS:
-        stats = per_level[str(largest)]["http"][name]
-        for stat, target in GOALS_100K.items():
-            goals[f"{largest // 1000}k {name} {stat}{suffix}"] = goal(stats[stat], target)
-    busy = per_level[str(largest)].get("http_while_extracting")
-    if busy is not None:
-        idle = per_level[str(largest)]["http"]
-        rows: dict[str, Any] = {
-            name: {
-                **goal(busy[name]["p50_ms"], GOALS_100K["p50_ms"]),
-                "p95_ms": busy[name]["p95_ms"],
-                "idle_p50_ms": idle[name]["p50_ms"],
-                "busy_over_idle_p50": round(busy[name]["p50_ms"] / idle[name]["p50_ms"], 2)
-                if idle[name]["p50_ms"]
-                else None,
-            }
-            for name in VARIANTS
-        }
-        goals[f"{largest // 1000}k while extracting (idle p50 beside it, same run)"] = {
-            **rows,
-            "model_busy": busy["model_busy"],
-        }
-    floor = per_level[str(largest)]["in_process"]
-    goals["baseline (in-process floor, same run)"] = {
-        "query_embedding_batch1": _p50_p95(latency_summary(embed_lat)),
-        **{
-            name: _p50_p95(floor[name])
-            for name in ("hnsw_k30_ids_only", "chroma_query_k30", "keyword_leg_limit30", "chroma_where_agent_2pct_k30")
-        },
-        "GET /health (HTTP floor)": _p50_p95(per_level[str(largest)]["http"]["GET /health (HTTP floor)"]),
-    }
     return {
         "benchmark": "recall_at_scale",
         "levels": per_level,
-        "goals": goals,
+        "goals": goals(per_level, levels[-1], embedded.query_latencies),
         "ratio_largest_over_1k_p50": round(top["p50_ms"] / small["p50_ms"], 2) if small["p50_ms"] else None,
-        "query_embedding_batch1": latency_summary(embed_lat),
-        "embedder_backend": backend,
+        "query_embedding_batch1": latency_summary(embedded.query_latencies),
+        "embedder_backend": embedded.backend,
         "queries": n_queries,
         "k": 10,
         "data": {
             "how": "loaded through the journal schema (memories, facts, fact_sources; FTS5 via triggers) and "
             "VectorStore.upsert while the service was stopped",
             "real_embeddings": pool_size,
-            "pool_embed_s": round(pool_embed_s, 1),
+            "pool_embed_s": round(embedded.pool_embed_s, 1),
             "synthetic": f"facts beyond the first {pool_size} reuse a pool sentence's words with other numbers; their "
             f"vector is the pool vector + N(0, {NOISE_SIGMA}) noise per dimension, renormalised "
             "(cosine ~0.97 to the pool vector)",
@@ -597,6 +174,47 @@ def run(*, quick: bool = False, workdir: Path | None = None, llm_url: str | None
         "no variant is served query vectors that another one had embedded",
         "machine": machine_info(),
     }
+
+
+def goals(per_level: dict[str, Any], largest: int, embed_latencies: list[float]) -> dict[str, Any]:
+    """Every variant at the largest level against the 100k goals, the busy rows beside their idle twins,
+    and the in-process floor of the same run."""
+    out: dict[str, Any] = {}
+    suffix = "" if largest == 100_000 else " (goal is for 100k)"
+    if largest != 100_000:
+        out["note"] = "--quick: no 100k level; goals apply at 100k"
+    at_largest = per_level[str(largest)]
+    for name in VARIANTS:
+        stats = at_largest["http"][name]
+        for stat, target in GOALS_100K.items():
+            out[f"{largest // 1000}k {name} {stat}{suffix}"] = goal(stats[stat], target)
+    busy = at_largest.get("http_while_extracting")
+    if busy is not None:
+        out[f"{largest // 1000}k while extracting (idle p50 beside it, same run)"] = _busy_beside_idle(
+            busy, at_largest["http"]
+        )
+    floor = at_largest["in_process"]
+    out["baseline (in-process floor, same run)"] = {
+        "query_embedding_batch1": _p50_p95(latency_summary(embed_latencies)),
+        **{name: _p50_p95(floor[name]) for name in BASELINE_STEPS},
+        "GET /health (HTTP floor)": _p50_p95(at_largest["http"]["GET /health (HTTP floor)"]),
+    }
+    return out
+
+
+def _busy_beside_idle(busy: dict[str, Any], idle: dict[str, Any]) -> dict[str, Any]:
+    rows: dict[str, Any] = {
+        name: {
+            **goal(busy[name]["p50_ms"], GOALS_100K["p50_ms"]),
+            "p95_ms": busy[name]["p95_ms"],
+            "idle_p50_ms": idle[name]["p50_ms"],
+            "busy_over_idle_p50": round(busy[name]["p50_ms"] / idle[name]["p50_ms"], 2)
+            if idle[name]["p50_ms"]
+            else None,
+        }
+        for name in VARIANTS
+    }
+    return {**rows, "model_busy": busy["model_busy"]}
 
 
 def _p50_p95(stats: dict[str, Any]) -> dict[str, Any]:

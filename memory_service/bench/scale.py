@@ -30,21 +30,28 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from memory_service.bench import recall, remember
+from memory_service.bench import remember
 from memory_service.bench.chroma_server import ChromaServer
-from memory_service.bench.common import (
-    ServiceRunner,
-    goal,
-    machine_info,
-    main_with_llama,
-    pyplot,
-    start_llama,
-    write_figure,
-)
 from memory_service.bench.group import ServiceGroup, shared_env
 from memory_service.bench.limits import GOAL as CONSUME_GOAL
 from memory_service.bench.limits import process_cpu_s
+from memory_service.bench.plots import pyplot, write_figure
 from memory_service.bench.postgres import PostgresCluster
+from memory_service.bench.probes import machine_info
+from memory_service.bench.recall import GOALS_100K
+from memory_service.bench.recall_data import TEAM as RECALL_TEAM
+from memory_service.bench.recall_data import fact_text, queries
+from memory_service.bench.recall_loader import Loader
+from memory_service.bench.recall_measure import (
+    DEAD_LLM_URL,
+    indexes_for,
+    measure_http,
+    service_embedder,
+    variants_at,
+)
+from memory_service.bench.report import main_with_llama
+from memory_service.bench.service_runner import ServiceRunner, start_llama
+from memory_service.bench.stats import goal
 
 LIMITS_MODULE = "memory_service.bench.limits"
 CONSUME_CLIENTS = 32
@@ -95,8 +102,8 @@ def consume(root: Path, pg: PostgresCluster, chroma: ChromaServer, llm_url: str,
             result = json.loads(proc.stdout)
         except ValueError:
             result = {"error": f"exit {proc.returncode}", "stderr": proc.stderr[-2000:]}
-        if None not in cpu_before + cpu_after:
-            spent = sum(a - b for a, b in zip(cpu_after, cpu_before))  # type: ignore[operator]
+        spent = _cpu_spent(cpu_before, cpu_after)
+        if spent is not None:
             result["servers_cpu_ms_per_request"] = round(spent * 1000 / count, 3)
         result.pop("goal", None)
         result.pop("machine", None)
@@ -110,6 +117,16 @@ def consume(root: Path, pg: PostgresCluster, chroma: ChromaServer, llm_url: str,
         "p99_ms": {name: r.get("p99_ms") for name, r in out.items() if isinstance(r, dict) and "p99_ms" in r},
     }
     return out
+
+
+def _cpu_spent(before: list[float | None], after: list[float | None]) -> float | None:
+    """CPU seconds the servers spent between two readings; None when a reading is missing (not Linux)."""
+    total = 0.0
+    for started, ended in zip(before, after):
+        if started is None or ended is None:
+            return None
+        total += ended - started
+    return total
 
 
 # ---------------------------------------------------------------- remember
@@ -152,14 +169,14 @@ def recall_stores(root: Path, chroma: ChromaServer, quick: bool) -> dict[str, An
     """The recall benchmark's data in both vector stores; both measured at each level, one after the other."""
     levels = [10_000] if quick else [10_000, 100_000]
     pool_size = 2_000 if quick else 5_000
-    texts = recall.queries(100 if quick else 200)
+    texts = queries(100 if quick else 200)
     key = secrets.token_urlsafe(12)
-    embedder, backend = recall.service_embedder()
-    pool = embedder.embed([recall.fact_text(i, pool_size)[0] for i in range(pool_size)])
+    embedder, backend = service_embedder()
+    pool = embedder.embed([fact_text(i, pool_size)[0] for i in range(pool_size)])
     del embedder
     loaders = {
-        "embedded": recall.Loader(root / "recall-embedded" / "data", pool),
-        "chroma_server": recall.Loader(root / "recall-server" / "data", pool, chroma_url=chroma.url),
+        "embedded": Loader(root / "recall-embedded" / "data", pool),
+        "chroma_server": Loader(root / "recall-server" / "data", pool, chroma_url=chroma.url),
     }
     levels_out: dict[str, Any] = {}
     for level in levels:
@@ -170,18 +187,16 @@ def recall_stores(root: Path, chroma: ChromaServer, quick: bool) -> dict[str, An
             started = time.monotonic()
             loader.load_to(level)
             load_s = time.monotonic() - started
-            variants = recall.variants_at(level, loader.epoch)
+            variants = variants_at(level, loader.epoch)
             env = {"MEMORY_CHROMA_URL": chroma.url} if loader.chroma_url else {}
-            service = ServiceRunner(
-                loader.data_dir, api_keys={key: recall.TEAM}, llm_url=recall.DEAD_LLM_URL, env=env
-            ).start()
+            service = ServiceRunner(loader.data_dir, api_keys={key: RECALL_TEAM}, llm_url=DEAD_LLM_URL, env=env).start()
             try:
-                measured = recall._measure(
+                measured = measure_http(
                     service.url,
                     key,
                     texts,
                     {v: variants[v] for v in RECALL_VARIANTS},
-                    0 if loader.chroma_url else recall.indexes_for(level),
+                    0 if loader.chroma_url else indexes_for(level),
                 )
             finally:
                 service.stop()
@@ -214,7 +229,11 @@ def run(
     *, llm_url: str | None, quick: bool = False, model: str = "default", workdir: Path | None = None
 ) -> dict[str, Any]:
     tmp = tempfile.TemporaryDirectory(prefix="bench-scale-") if workdir is None else None
-    root = Path(tmp.name) if tmp else workdir / "scale"  # type: ignore[operator]
+    if tmp:
+        root = Path(tmp.name)
+    else:
+        assert workdir is not None
+        root = workdir / "scale"
     root.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"benchmark": "scale", "quick": quick}
     with ExitStack() as stack:
@@ -266,7 +285,7 @@ def goals(result: dict[str, Any], quick: bool) -> dict[str, Any]:
         top = max(levels, key=int)
         http = levels[top]["chroma_server"]["http"]["unfiltered"]
         suffix = " (goal is for 100k)" if quick else ""
-        for stat, target in recall.GOALS_100K.items():
+        for stat, target in GOALS_100K.items():
             out[f"recall chroma_server {int(top) // 1000}k unfiltered {stat}{suffix}"] = goal(http[stat], target)
     return out
 

@@ -27,7 +27,8 @@ from typing import Any
 
 import httpx
 
-from memory_service.bench.common import percentile, pyplot, write_figure
+from memory_service.bench.plots import pyplot, write_figure
+from memory_service.bench.stats import percentile
 from memory_service.client.service import service_client
 
 DEFAULT_LIMIT = 200
@@ -132,39 +133,7 @@ def run(utterances: list[Utterance], *, url: str, key: str | None) -> dict[str, 
     with service_client(url, key, timeout=WAIT_S + 60) as client:
         for n, utt in enumerate(utterances, start=1):
             body, wall = _save_and_wait(client, utt)
-            facts = [f["text"] for f in body.get("facts") or []]
-            rejected = [r.get("text", "") for r in body.get("rejected_facts") or []]
-            report = body.get("extraction") or {}
-            # facts the service added in code (sentences no model fact covered): an utterance's own sentence
-            # holds its tail phrase by construction, so the model's extraction is also scored without them
-            added = set((report.get("completed") or {}).get("added_facts") or [])
-            model_facts = [f for f in facts if f not in added]
-            rows.append(
-                {
-                    "index": utt.index,
-                    "text": utt.text,
-                    "label": utt.label,
-                    "tail": utt.tail,
-                    "status": body.get("status"),
-                    "facts": facts,
-                    "rejected": rejected,
-                    "reject_reasons": [r.get("reason", "") for r in body.get("rejected_facts") or []],
-                    "proposed": int(report.get("proposed") or 0),
-                    "stored": int(report.get("stored") or 0),
-                    "merged": int(report.get("merged") or 0),
-                    "predicted_n": (body.get("timings") or {}).get("predicted_n"),
-                    "wall_s": round(wall, 3),
-                    "tail_in_facts": bool(utt.tail) and any(phrase_in(utt.tail, f) for f in facts),
-                    "tail_in_facts_lenient": bool(utt.tail) and any(phrase_in_lenient(utt.tail, f) for f in facts),
-                    "tail_in_model_facts": bool(utt.tail) and any(phrase_in(utt.tail, f) for f in model_facts),
-                    "added": len(facts) - len(model_facts),
-                    "tail_in_proposed": bool(utt.tail) and any(phrase_in(utt.tail, f) for f in facts + rejected),
-                    "skipped": report.get("skipped"),
-                    "calls": len(report.get("calls") or []),
-                    "echoes": sum(1 for f in facts if token_jaccard(f, utt.text) >= ECHO_JACCARD),
-                    "multi_clause": bool(MULTI_CLAUSE.search(utt.text.strip())),
-                }
-            )
+            rows.append(score_utterance(utt, body, wall))
             if n % 10 == 0 or n == len(utterances):
                 found = sum(r["tail_in_facts"] for r in rows)
                 _log(f"{n}/{len(utterances)} utterances, tail found {found}/{n}, {time.monotonic() - started:.0f}s")
@@ -179,6 +148,42 @@ def run(utterances: list[Utterance], *, url: str, key: str | None) -> dict[str, 
             "agent_id": AGENT_ID,
             "one team for all utterances (dedup across them applies)": True,
         },
+    }
+
+
+def score_utterance(utt: Utterance, body: dict[str, Any], wall: float) -> dict[str, Any]:
+    """One utterance's row: what the service stored for it, and whether its gold tail is in those facts."""
+    facts = [f["text"] for f in body.get("facts") or []]
+    rejected = [r.get("text", "") for r in body.get("rejected_facts") or []]
+    report = body.get("extraction") or {}
+    # facts the service added in code (sentences no model fact covered): an utterance's own sentence
+    # holds its tail phrase by construction, so the model's extraction is also scored without them
+    added = set((report.get("completed") or {}).get("added_facts") or [])
+    model_facts = [f for f in facts if f not in added]
+    tail = utt.tail or ""
+    return {
+        "index": utt.index,
+        "text": utt.text,
+        "label": utt.label,
+        "tail": utt.tail,
+        "status": body.get("status"),
+        "facts": facts,
+        "rejected": rejected,
+        "reject_reasons": [r.get("reason", "") for r in body.get("rejected_facts") or []],
+        "proposed": int(report.get("proposed") or 0),
+        "stored": int(report.get("stored") or 0),
+        "merged": int(report.get("merged") or 0),
+        "predicted_n": (body.get("timings") or {}).get("predicted_n"),
+        "wall_s": round(wall, 3),
+        "tail_in_facts": bool(tail) and any(phrase_in(tail, f) for f in facts),
+        "tail_in_facts_lenient": bool(tail) and any(phrase_in_lenient(tail, f) for f in facts),
+        "tail_in_model_facts": bool(tail) and any(phrase_in(tail, f) for f in model_facts),
+        "added": len(facts) - len(model_facts),
+        "tail_in_proposed": bool(tail) and any(phrase_in(tail, f) for f in facts + rejected),
+        "skipped": report.get("skipped"),
+        "calls": len(report.get("calls") or []),
+        "echoes": sum(1 for f in facts if token_jaccard(f, utt.text) >= ECHO_JACCARD),
+        "multi_clause": bool(MULTI_CLAUSE.search(utt.text.strip())),
     }
 
 
