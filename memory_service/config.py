@@ -1,14 +1,18 @@
-"""Settings from MEMORY_* environment variables (and CLI flags that override them).
+"""Every MEMORY_* environment variable is read here, and only here (and CLI flags override them).
 
-One frozen object built once at start-up and passed down explicitly; nothing
-reads the environment after that. pydantic-settings does the reading and the
-bounds; `from_env` turns its errors into one line per variable that says what
-was wrong and what is allowed.
+The service's: `Settings`, one frozen object built once at start-up and passed down explicitly.
+pydantic-settings does the reading and the bounds; `from_env` turns its errors into one line per
+variable that says what was wrong and what is allowed. The command line's and the MCP server's way to
+a running service: `ClientEnv`. What entry points need before (or without) the settings: `early_log_level`,
+`llama_build_variant` (the bootstrap's build) and `worker_speed_prior` (`serve`'s handoff to its workers).
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 from urllib.parse import urlsplit
@@ -35,7 +39,7 @@ class Settings(BaseSettings):
     )
 
     host: str = "127.0.0.1"
-    port: int = Field(8700, ge=1, le=65535)
+    port: int = Field(default=8700, ge=1, le=65535)
     data_dir: Path = Path("./memory-data")
     cache_dir: Path = DEFAULT_CACHE_DIR
     # Already running llama-server(s), comma-separated: a pool, one extraction worker per slot per server.
@@ -46,25 +50,25 @@ class Settings(BaseSettings):
     llama_threads: int = Field(default_factory=_default_threads, ge=1, le=256)
     # the started llama-server's OS niceness, added to the service's: its work can wait, a save's ack and a
     # recall cannot, so on a small machine they take the CPU first (see llm_runtime/server.py). 0: same priority
-    llama_nice: int = Field(10, ge=0, le=19)
-    llama_ctx: int = Field(4096, ge=512, le=1 << 20)
+    llama_nice: int = Field(default=10, ge=0, le=19)
+    llama_ctx: int = Field(default=4096, ge=512, le=1 << 20)
     llama_chat_template_file: str | None = Field(
-        None, validation_alias=AliasChoices("MEMORY_CHAT_TEMPLATE_FILE", "llama_chat_template_file")
+        default=None, validation_alias=AliasChoices("MEMORY_CHAT_TEMPLATE_FILE", "llama_chat_template_file")
     )
     api_keys: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)  # key -> team
-    extract_budget_s: float = Field(20.0, ge=0.5, le=3600)
-    max_output_tokens: int = Field(384, ge=16, le=8192)
-    max_attempts: int = Field(4, ge=1, le=100)
-    retry_base_s: float = Field(2.0, ge=0.0, le=3600)
-    max_text_bytes: int = Field(64 * 1024, ge=1, le=16 * 1024 * 1024)
+    extract_budget_s: float = Field(default=20.0, ge=0.5, le=3600)
+    max_output_tokens: int = Field(default=384, ge=16, le=8192)
+    max_attempts: int = Field(default=4, ge=1, le=100)
+    retry_base_s: float = Field(default=2.0, ge=0.0, le=3600)
+    max_text_bytes: int = Field(default=64 * 1024, ge=1, le=16 * 1024 * 1024)
     # a client must finish its request headers this long after starting them, and may not stall a body longer
     # than this between bytes: a slow or stuck client cannot hold a connection for ever (slowloris)
-    header_timeout_s: float = Field(10.0, gt=0, le=3600)
-    body_timeout_s: float = Field(60.0, gt=0, le=3600)
+    header_timeout_s: float = Field(default=10.0, gt=0, le=3600)
+    body_timeout_s: float = Field(default=60.0, gt=0, le=3600)
     max_facts: int = 12
     max_fact_chars: int = 300
-    dedup_threshold: float = Field(0.92, ge=0.5, le=1.0)
-    embed_threads: int = Field(1, ge=1, le=64)
+    dedup_threshold: float = Field(default=0.92, ge=0.5, le=1.0)
+    embed_threads: int = Field(default=1, ge=1, le=64)
     embedder: Literal["onnx-q8", "onnx", "torch"] = "onnx-q8"
     chroma_url: str | None = None
     # the embedded store runs in a child process: its calls hold Python's lock for their whole length, and
@@ -75,7 +79,7 @@ class Settings(BaseSettings):
     database_url: str | None = None
     # how long a worker holds a job without renewing (it renews every third of this while the job runs): a job
     # held by a process that died goes to another worker after at most this long
-    job_lease_s: float = Field(60.0, ge=1.0, le=3600)
+    job_lease_s: float = Field(default=60.0, ge=1.0, le=3600)
     skip_small_talk: bool = True
     # while no save waits, group each team's recent facts by subject and write one consolidated item per
     # group (recall kind "consolidated"); yields to any save at once
@@ -88,13 +92,15 @@ class Settings(BaseSettings):
     # earlier saves of the same run (or agent) shown to the model as past turns, so "it", "that" and
     # "yes" resolve: 1 to `saves` of them, each cut to its last `chars` characters. Off (0) by default:
     # with the default 0.5B model it made facts worse on the dev conversations (see the README)
-    extract_context_saves: int = Field(0, ge=0, le=16)
-    extract_context_chars: int = Field(320, ge=0, le=4000)
-    extract_context_window_s: float = Field(1800.0, ge=0)
+    extract_context_saves: int = Field(default=0, ge=0, le=16)
+    extract_context_chars: int = Field(default=320, ge=0, le=4000)
+    extract_context_window_s: float = Field(default=1800.0, ge=0)
     # `serve`'s log lines: text for a terminal, json (one object a line, with the request id) for a pipeline
     log_format: Literal["text", "json"] = "text"
     # one log line per HTTP request (method, path, status, duration, request id); off keeps hot paths lean
     access_log: bool = False
+    # the lowest level logged: DEBUG, INFO, WARNING, ERROR or CRITICAL (any case)
+    log_level: str = "INFO"
     # the calendar of saves that give no `occurred_at` offset: "yesterday" counts back from this zone's day
     timezone: str = "UTC"
 
@@ -133,6 +139,13 @@ class Settings(BaseSettings):
             raise ValueError("must be a Chroma server's base URL such as http://127.0.0.1:8000")
         return value
 
+    @field_validator("log_level")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        if not isinstance(logging.getLevelName(value.upper()), int):
+            raise ValueError("must be DEBUG, INFO, WARNING, ERROR or CRITICAL")
+        return value.upper()
+
     @field_validator("data_dir", "cache_dir", mode="after")
     @classmethod
     def _expand(cls, value: Path) -> Path:
@@ -161,6 +174,62 @@ class Settings(BaseSettings):
             return cls()
         except ValidationError as exc:
             raise ConfigError(_explain(exc)) from None
+
+
+DEFAULT_URL = "http://127.0.0.1:8700"
+
+
+@dataclass(frozen=True)
+class ClientEnv:
+    """How the command line and the MCP server reach a running service, from the environment (flags
+    override it): MEMORY_URL, MEMORY_API_KEY, MEMORY_AGENT_ID and MEMORY_MCP_READ_ONLY."""
+
+    url: str | None = None  # as given; `service_url` falls back to the local default
+    api_key: str | None = None
+    agent_id: str = "agent"
+    mcp_read_only: bool = False
+
+    @classmethod
+    def from_env(cls) -> ClientEnv:
+        return cls(
+            url=os.environ.get("MEMORY_URL"),
+            api_key=os.environ.get("MEMORY_API_KEY"),
+            agent_id=os.environ.get("MEMORY_AGENT_ID", "agent"),
+            mcp_read_only=os.environ.get("MEMORY_MCP_READ_ONLY", "").lower() in ("1", "true", "yes"),
+        )
+
+    @property
+    def service_url(self) -> str:
+        return self.url or DEFAULT_URL
+
+
+def early_log_level() -> str:
+    """MEMORY_LOG_LEVEL for the command line's first log set-up, before the settings are built (a bad
+    variable elsewhere must not stop `--help`); `Settings.log_level` is the checked value."""
+    return os.environ.get("MEMORY_LOG_LEVEL", "INFO")
+
+
+def llama_build_variant() -> str:
+    """MEMORY_LLAMA_BUILD: which llama-server build the bootstrap proves (auto: the best this CPU runs)."""
+    return os.environ.get("MEMORY_LLAMA_BUILD", "auto")
+
+
+# not a setting: how `serve --workers N` hands the model's measured speed down to its worker processes
+WORKER_SPEED_PRIOR = "MEMORY_WORKER_SPEED_PRIOR"
+
+
+def worker_speed_prior() -> tuple[float, float] | None:
+    """The (prompt, generation) tokens/s `serve` measured, in a worker process (None if not handed down)."""
+    raw = os.environ.get(WORKER_SPEED_PRIOR)
+    if not raw:
+        return None
+    prompt, generation = json.loads(raw)
+    return float(prompt), float(generation)
+
+
+def speed_prior_variable(speed_prior: tuple[float, float]) -> dict[str, str]:
+    """The variable `worker_speed_prior` reads, for a worker's environment."""
+    return {WORKER_SPEED_PRIOR: json.dumps(list(speed_prior))}
 
 
 def _explain(exc: ValidationError) -> str:

@@ -17,7 +17,7 @@ import pytest
 
 from memory_service.api import workers
 from memory_service.cli.main import build_parser
-from memory_service.config import ConfigError, Settings
+from memory_service.config import ConfigError, Settings, worker_speed_prior
 from memory_service.llm.runtime.server import free_port
 
 
@@ -86,6 +86,6 @@ def test_a_worker_rebuilds_the_settings_serve_resolved(monkeypatch, tmp_path):
     for name, value in workers.worker_environment(resolved, (900.0, 45.5)).items():
         monkeypatch.setenv(name, value)
     assert Settings.from_env() == resolved
-    assert workers._speed_prior() == (900.0, 45.5)
+    assert worker_speed_prior() == (900.0, 45.5)
     protocol = workers.http_protocol  # what uvicorn imports by name in each worker
     assert protocol.header_timeout_s == 3.5 and protocol.body_timeout_s == resolved.body_timeout_s

@@ -59,7 +59,11 @@ _DESCRIPTIONS = {
 }
 
 
-def error_responses(*codes: int, described: dict[int, str] | None = None) -> dict[int | str, dict[str, Any]]:
+# a route's `responses=`: what FastAPI documents for each status
+Responses = dict[int | str, dict[str, Any]]
+
+
+def error_responses(*codes: int, described: dict[int, str] | None = None) -> Responses:
     """`responses=` entries for the error statuses a route can really send, all with the one ErrorOut body
     (and so FastAPI's default 422 shape, which this service never sends, is not documented either)."""
     described = described or {}

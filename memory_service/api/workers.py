@@ -12,19 +12,16 @@ backends: MEMORY_DATABASE_URL and MEMORY_CHROMA_URL.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 from typing import TYPE_CHECKING, Any
 
-from memory_service.config import ConfigError, Settings
+from memory_service.config import ConfigError, Settings, speed_prior_variable, worker_speed_prior
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
 APP = f"{__name__}:app"
 HTTP_PROTOCOL = f"{__name__}:http_protocol"
-SPEED_PRIOR_ENV = "MEMORY_WORKER_SPEED_PRIOR"  # not a setting: how `serve` hands the measured speed down
 
 
 def check_workers(settings: Settings, workers: int) -> None:
@@ -56,16 +53,8 @@ def worker_environment(settings: Settings, speed_prior: tuple[float, float] | No
     if settings.llm_url:
         env["MEMORY_LLM_URL"] = settings.llm_url
     if speed_prior is not None:
-        env[SPEED_PRIOR_ENV] = json.dumps(list(speed_prior))
+        env.update(speed_prior_variable(speed_prior))
     return env
-
-
-def _speed_prior() -> tuple[float, float] | None:
-    raw = os.environ.get(SPEED_PRIOR_ENV)
-    if not raw:
-        return None
-    prompt, generation = json.loads(raw)
-    return float(prompt), float(generation)
 
 
 def app() -> FastAPI:
@@ -74,9 +63,9 @@ def app() -> FastAPI:
     from memory_service.logs import configure as configure_logging
 
     settings = Settings.from_env()
-    configure_logging(settings.log_format, os.environ.get("MEMORY_LOG_LEVEL", "INFO"))
+    configure_logging(settings.log_format, settings.log_level)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # as `main` sets it in the parent: no line per request
-    return create_app(settings, speed_prior=_speed_prior())
+    return create_app(settings, speed_prior=worker_speed_prior())
 
 
 def __getattr__(name: str) -> Any:

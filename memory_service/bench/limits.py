@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import httpx
 
 from memory_service.client.service import async_service_client, auth_headers
+from memory_service.config import ClientEnv
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -224,7 +225,7 @@ def _parser() -> argparse.ArgumentParser:
         help="the service (default $MEMORY_URL or http://127.0.0.1:8700); repeat it to spread "
         "the clients over several processes of one deployment",
     )
-    parser.add_argument("--api-key", default=os.environ.get("MEMORY_API_KEY"))
+    parser.add_argument("--api-key", default=ClientEnv.from_env().api_key)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--count", type=int, default=5000)
     parser.add_argument("--self-serve", action="store_true", help="start a minimal server in a child process")
@@ -250,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.self_serve:
         result = _self_served(args)
     else:
-        urls = args.url or [os.environ.get("MEMORY_URL", "http://127.0.0.1:8700")]
+        urls = args.url or [ClientEnv.from_env().service_url]
         result = _run(run_bench(urls, args.api_key, args.concurrency, args.count))
     print(json.dumps(result, indent=2))
     return 0 if result["over_limit"] == 0 and result["errors"] == 0 else 1

@@ -7,6 +7,7 @@ agent that imports the client must not pay for torch, Chroma or ONNX Runtime.
 
 from __future__ import annotations
 
+import builtins
 import functools
 import json
 import uuid
@@ -246,10 +247,10 @@ class Requests:
         params = _drop_none({"agent_id": agent_id, "run_id": run_id, "confirm": str(confirm).lower()})
         return Call("DELETE", "/v1/memories", _model(ForgetResponse), params=params)
 
-    def export(self) -> Call[list[ExportedMemory]]:
+    def export(self) -> Call[builtins.list[ExportedMemory]]:  # `list` here is the method above
         return Call("GET", "/v1/export", _lines, extra_timeout_s=300)
 
-    def import_(self, records: list[ExportedMemory], *, re_extract: bool = False) -> Call[ImportResponse]:
+    def import_(self, records: builtins.list[ExportedMemory], *, re_extract: bool = False) -> Call[ImportResponse]:
         content = "".join(r.model_dump_json() + "\n" for r in records).encode()
         return Call(
             "POST",
@@ -278,7 +279,7 @@ class Requests:
             "GET", f"/v1/limits/{name}", _model(LimitOut), params=_drop_none({"agent_id": agent_id, "days": days})
         )
 
-    def limits_list(self, *, agent_id: str | None = None) -> Call[list[LimitOut]]:
+    def limits_list(self, *, agent_id: str | None = None) -> Call[builtins.list[LimitOut]]:
         return Call(
             "GET", "/v1/limits", lambda r: _LIMITS.validate_python(r.json()), params=_drop_none({"agent_id": agent_id})
         )

@@ -14,6 +14,7 @@ with `Retry-After` is retried while the wait fits `retry_budget_s`; every other 
 from __future__ import annotations
 
 import asyncio
+import builtins
 import time
 from typing import Any, Generic, TypeVar
 
@@ -139,7 +140,7 @@ class _Surface:
         """TeamOut: this key's team and role, the memory count, the busiest agent ids and tags."""
         return self._run(self._requests.team())
 
-    def import_memories(self, records: list[Any], *, re_extract: bool = False) -> Any:
+    def import_memories(self, records: builtins.list[Any], *, re_extract: bool = False) -> Any:  # not the method
         """ImportResponse; records as `export` returns them."""
         return self._run(self._requests.import_(records, re_extract=re_extract))
 

@@ -8,14 +8,16 @@ only when an eval actually runs.
 from __future__ import annotations
 
 import argparse
-import os
+
+from memory_service.config import ClientEnv
 
 
 def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--data", required=True, action="append", help="a LoCoMo .json or PersonaExt .jsonl file")
     parser.add_argument("--out", default="eval-results")
-    parser.add_argument("--url", default=os.environ.get("MEMORY_URL"), help="evaluate a running service")
-    parser.add_argument("--api-key", default=os.environ.get("MEMORY_API_KEY"))
+    env = ClientEnv.from_env()
+    parser.add_argument("--url", default=env.url, help="evaluate a running service")
+    parser.add_argument("--api-key", default=env.api_key)
     parser.add_argument("--limit", type=int, default=None, help="only the first N conversations / utterances")
     parser.add_argument("--model", default="default", help="model of the self-started service")
     parser.add_argument("--llm-url", default=None, help="self-started service: reuse this llama-server")

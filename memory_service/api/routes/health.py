@@ -52,7 +52,7 @@ async def ready(services: ServicesDep) -> JSONResponse:
         "extract_budget_s": services.settings.extract_budget_s,
         # where the journal and the vectors live (the counts above just read the first)
         "storage": {
-            "database": describe(services.settings.database_url) if services.database else "sqlite",
+            "database": describe(services.database.url) if services.database else "sqlite",
             "vectors": services.settings.chroma_url or "embedded",
         },
     }

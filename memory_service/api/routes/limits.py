@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse
 
 from memory_service.api.auth import Admin, Team, Writer, check_agent
 from memory_service.api.deps import ServicesDep
-from memory_service.api.errors import error_responses
+from memory_service.api.errors import Responses, error_responses
 from memory_service.contract.limit_rules import MAX_HISTORY_DAYS
 from memory_service.contract.limits import (
     ConsumeAnswer,
@@ -88,11 +88,14 @@ def put_limit(name: LimitName, spec: LimitSpec, team: Admin, services: ServicesD
     return JSONResponse(_view_body(view), status_code=201 if created else 200)
 
 
+_LISTED: Responses = {200: {"model": list[LimitOut]}}
+
+
 @router.get(
     "/v1/limits",
     summary="List the team's limits with today's usage",
     response_model=None,
-    responses={200: {"model": list[LimitOut]}} | _ERRORS,
+    responses=_LISTED | _ERRORS,
 )
 def list_limits(team: Team, services: ServicesDep, agent_id: AgentQuery = None) -> JSONResponse:
     """All of the team's limits, sorted by name, each with today's usage.

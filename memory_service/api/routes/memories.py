@@ -13,7 +13,7 @@ from fastapi import APIRouter, HTTPException, Query, Request, Response
 from memory_service.api import cursor as cursors
 from memory_service.api.auth import Admin, Team, Writer, check_agent
 from memory_service.api.deps import ServicesDep
-from memory_service.api.errors import error_responses
+from memory_service.api.errors import Responses, error_responses
 from memory_service.api.model_response import ModelResponse
 from memory_service.contract.models import (
     FactOut,
@@ -39,24 +39,30 @@ MAX_METADATA_BYTES = 8 * 1024
 
 
 def _ts(value: float | None) -> datetime | None:
-    return None if value is None else datetime.fromtimestamp(value, tz=UTC)
+    return None if value is None else _at(value)
+
+
+def _at(value: float) -> datetime:
+    return datetime.fromtimestamp(value, tz=UTC)
+
+
+_ACCEPTED: Responses = {
+    202: {
+        "headers": {
+            REPLAYED: {
+                "description": "`true` when an earlier save with the same idempotency_key was returned",
+                "schema": {"type": "string", "enum": ["true"]},
+            }
+        }
+    }
+}
 
 
 @router.post(
     "/v1/remember",
     status_code=202,
     response_model=RememberResponse,
-    responses={
-        202: {
-            "headers": {
-                REPLAYED: {
-                    "description": "`true` when an earlier save with the same idempotency_key was returned",
-                    "schema": {"type": "string", "enum": ["true"]},
-                }
-            }
-        }
-    }
-    | error_responses(400, 401, 403, 413, 422),
+    responses=_ACCEPTED | error_responses(400, 401, 403, 413, 422),
 )
 async def remember(body: RememberRequest, request: Request, team: Writer, services: ServicesDep) -> ModelResponse:
     """Commit the text to the journal (on disk before this answers), queue its extraction, answer 202.
@@ -100,7 +106,7 @@ async def remember(body: RememberRequest, request: Request, team: Writer, servic
     return ModelResponse(
         RememberResponse(
             id=memory.id,
-            status=memory.status,
+            status=JobStatus(memory.status),
             created=created,
             queue_depth=ahead[0],
             estimated_extraction_s=estimate,
@@ -129,13 +135,13 @@ async def memory_out(services: Services, team: str, memory_id: str) -> MemoryOut
     report = memory.report or {}
     return MemoryOut(
         id=memory.id,
-        status=memory.status,
+        status=JobStatus(memory.status),
         agent_id=memory.agent_id,
         run_id=memory.run_id,
         text=memory.text,
         tags=memory.tags,
         metadata=memory.metadata,
-        created_at=_ts(memory.created_at),
+        created_at=_at(memory.created_at),
         occurred_at=_ts(memory.occurred_at),
         occurred_day=memory.occurred_day,
         attempts=memory.attempts,
@@ -148,7 +154,7 @@ async def memory_out(services: Services, team: str, memory_id: str) -> MemoryOut
                 text=f.text,
                 spans=[s["span"] for s in f.sources],
                 superseded_by=f.superseded_by,
-                created_at=_ts(f.created_at),
+                created_at=_at(f.created_at),
             )
             for f in facts
         ],
@@ -192,12 +198,12 @@ async def list_route(
         items=[
             MemorySummary(
                 id=i.memory.id,
-                status=i.memory.status,
+                status=JobStatus(i.memory.status),
                 agent_id=i.memory.agent_id,
                 run_id=i.memory.run_id,
                 text=i.memory.text,
                 tags=i.memory.tags,
-                created_at=_ts(i.memory.created_at),
+                created_at=_at(i.memory.created_at),
                 facts=i.facts,
             )
             for i in items

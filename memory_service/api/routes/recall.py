@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import UTC, datetime
+from typing import Literal, cast
 
 from fastapi import APIRouter, HTTPException
 
@@ -14,6 +15,8 @@ from memory_service.api.errors import error_responses
 from memory_service.api.model_response import ModelResponse
 from memory_service.contract.models import RecallItem, RecallRequest, RecallResponse
 from memory_service.recall.search import RecallQuery, to_epoch
+
+ItemKind = Literal["fact", "passage", "consolidated"]
 
 router = APIRouter(tags=["recall"])
 
@@ -43,7 +46,7 @@ async def recall_route(body: RecallRequest, team: Team, services: ServicesDep) -
     answer = RecallResponse(
         items=[
             RecallItem(
-                kind=h.kind,
+                kind=cast(ItemKind, h.kind),  # the search names only these kinds; pydantic checks it
                 text=h.text,
                 score=round(h.score, 6),
                 similarity=round(h.similarity, 4) if h.similarity is not None else None,

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Request
 from memory_service.api.auth import Caller, Team
 from memory_service.api.deps import ServicesDep
 from memory_service.api.errors import error_responses
-from memory_service.contract.models import TeamOut
+from memory_service.contract.models import AgentCount, TagCount, TeamOut
 from memory_service.storage.catalog import facets
 
 router = APIRouter(tags=["team"])
@@ -29,6 +29,6 @@ async def team_route(request: Request, team: Team, services: ServicesDep) -> Tea
         team=team,
         role=caller.role,
         memories=found.memories,
-        agents=[{"agent_id": a, "memories": n} for a, n in found.agents],
-        tags=[{"tag": t, "memories": n} for t, n in found.tags],
+        agents=[AgentCount(agent_id=a, memories=n) for a, n in found.agents],
+        tags=[TagCount(tag=t, memories=n) for t, n in found.tags],
     )

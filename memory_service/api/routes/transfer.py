@@ -14,7 +14,7 @@ from pydantic.json_schema import models_json_schema
 
 from memory_service.api.auth import Caller, Team, Writer
 from memory_service.api.deps import ServicesDep
-from memory_service.api.errors import describe, error_responses
+from memory_service.api.errors import Responses, describe, error_responses
 from memory_service.api.routes.memories import MAX_METADATA_BYTES
 from memory_service.contract.models import ExportedMemory, ImportResponse
 from memory_service.pipeline.importing import ImportTally, import_batch
@@ -54,12 +54,10 @@ def document_lines(app: FastAPI) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
-@router.get(
-    "/v1/export",
-    response_class=StreamingResponse,
-    responses={200: {"description": "One ExportedMemory a line, oldest first", "content": LINES}}
-    | error_responses(401),
-)
+_EXPORTED: Responses = {200: {"description": "One ExportedMemory a line, oldest first", "content": LINES}}
+
+
+@router.get("/v1/export", response_class=StreamingResponse, responses=_EXPORTED | error_responses(401))
 async def export_route(team: Team, services: ServicesDep) -> StreamingResponse:
     """Every memory of the team, oldest first, one JSON object a line, with facts, spans and history."""
     return StreamingResponse(export_chunks(export_records(services.journal, team)), media_type=NDJSON)
@@ -120,7 +118,8 @@ async def import_route(
             "agent, so it needs a key that is not pinned",
         )
     settings = services.settings
-    tally, failed, errors = ImportTally(), 0, []
+    tally, failed = ImportTally(), 0
+    errors: list[dict[str, Any]] = []
     batch: list[dict] = []
 
     async def flush() -> None:

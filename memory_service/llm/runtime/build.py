@@ -30,6 +30,7 @@ from typing import TextIO
 
 import httpx
 
+from memory_service.config import llama_build_variant
 from memory_service.llm.runtime import proven
 from memory_service.llm.runtime.server import LlamaServerError, LlamaServerProcess
 
@@ -464,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--variant",
-        default=os.environ.get("MEMORY_LLAMA_BUILD", "auto"),
+        default=llama_build_variant(),
         help=f"auto or one of {', '.join(VARIANTS)} (env MEMORY_LLAMA_BUILD)",
     )
     args = parser.parse_args(argv)
