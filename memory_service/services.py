@@ -18,8 +18,10 @@ from memory_service.embedding.embedder import Embedder, load_embedder
 from memory_service.llm.handle import ModelHandle
 from memory_service.llm.pool import ModelPool
 from memory_service.metrics import Metrics
-from memory_service.pipeline.forgetting import finish_pending, forget
-from memory_service.pipeline.worker import ExtractionWorker, PassageIndexer, process_holder
+from memory_service.pipeline.background import process_holder
+from memory_service.pipeline.forgetting import Forgetter
+from memory_service.pipeline.passages import PassageIndexer
+from memory_service.pipeline.worker import ExtractionWorker
 from memory_service.recall.filtered_vectors import FilteredVectors
 from memory_service.recall.search import Hit, RecallQuery, recall
 from memory_service.storage.consolidation import store_for
@@ -45,6 +47,7 @@ class Services:
     limits: LimitStore
     models: ModelPool  # the llama-server(s); workers are bound to one each
     keys: KeyStore
+    forgetter: Forgetter  # the one that forgets and finishes purges: workers and routes share its lock
     lock: DataDirLock | None = None  # shared: tells a restore that this data dir is in use
     database: Database | None = None  # PostgreSQL shared by the stores; None: each has its SQLite file
     holder: str = field(default_factory=process_holder)  # this process's name in job leases
@@ -62,6 +65,7 @@ class Services:
                 self.embedder,
                 self.vectors,
                 metrics=self.metrics,
+                forgetter=self.forgetter,
                 settled=self._settled,
                 wake=wake,
                 holder=self.holder,
@@ -70,7 +74,7 @@ class Services:
         ]
         self.metrics.watch(self)
         self.models.set_on_timings(self.metrics.llm_timings)  # before start(): every extractor counts its tokens
-        self.passages = PassageIndexer(self.journal, self.embedder, self.vectors)
+        self.passages = PassageIndexer(self.journal, self.embedder, self.vectors, self.forgetter.finish_pending)
         self.consolidator: Consolidator | None = None
         if self.settings.consolidate:
             self.consolidator = Consolidator(
@@ -101,7 +105,8 @@ class Services:
                 log.info("resumed %d job(s) that were mid-extraction at the last stop", recovered)
         # shared database: jobs held by processes that died come back when their lease runs out
         vectors = VectorStore(data / "chroma", url=settings.chroma_url, process=settings.chroma_process)
-        purged = finish_pending(journal, vectors)
+        forgetter = Forgetter(journal, vectors, store_for(journal))
+        purged = forgetter.finish_pending()
         if purged:
             log.info("finished forgetting %d memory(ies) that a stop cut off half-way", purged)
         return cls(
@@ -112,6 +117,7 @@ class Services:
             limits=LimitStore(database or data / "limits.sqlite3"),
             models=ModelPool.open(settings, speed_prior=speed_prior),
             keys=KeyStore(database or data / KEYS_FILE),
+            forgetter=forgetter,
             lock=lock,
             database=database,
         )
@@ -175,7 +181,7 @@ class Services:
 
     def forget(self, team: str, **selector: Any) -> list[str]:
         """Forget the team's memories matching the selector (blocking: call it in a thread)."""
-        return forget(self.journal, self.vectors, team, **selector)
+        return self.forgetter.forget(team, **selector)
 
     def saved(self) -> None:
         """Wake the workers: there is new work."""

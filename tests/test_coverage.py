@@ -10,9 +10,10 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from conftest import ServiceProcess, wait_status
+from conftest import wait_status
+from inprocess import InProcessService
 
-from memory_service.extraction.coverage import asked_in, complete, in_third_person, speaker_of, to_listener
+from memory_service.extraction.coverage import asked_in, fill_in_gaps, in_third_person, speaker_of, to_listener
 from memory_service.extraction.grounding import GroundedFact, ground
 from tests.fakes.fake_llama_server import FakeLlamaServer
 
@@ -25,10 +26,10 @@ def fake() -> Iterator[FakeLlamaServer]:
 
 @pytest.fixture(scope="module")
 def client(fake: FakeLlamaServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
-    svc = ServiceProcess(tmp_path_factory.mktemp("coverage") / "data", fake.url).start()
+    svc = InProcessService(tmp_path_factory.mktemp("coverage") / "data", fake.url).start()
     with svc.client("key-a") as c:
         yield c
-    svc.kill()
+    svc.stop()
 
 
 LINE = (
@@ -61,7 +62,7 @@ def test_first_person_becomes_the_speakers_name() -> None:
 
 def test_uncovered_statements_become_facts_with_their_own_span() -> None:
     kept = ground(["Caroline has worn it every day since she was young."], LINE).kept
-    result = complete(kept, LINE)
+    result = fill_in_gaps(kept, LINE)
     texts = [f.text for f in result.facts]
     assert result.speaker == "Caroline" and result.added == 1
     assert texts[0] == "Caroline has worn it every day since she was young."
@@ -85,7 +86,7 @@ def test_the_models_facts_are_rewritten_and_nothing_is_added_when_they_cover_the
         GroundedFact("I lost my job as a banker.", [(5, 30)]),
         GroundedFact("I'm opening a dance studio.", [(5, 62)]),
     ]
-    result = complete(kept, text)
+    result = fill_in_gaps(kept, text)
     assert [f.text for f in result.facts] == ["Jon lost Jon's job as a banker.", "Jon is opening a dance studio."]
     assert result.rewritten == 2 and result.added == 0
     assert [f.spans for f in result.facts] == [[(5, 30)], [(5, 62)]]
@@ -97,7 +98,7 @@ def test_a_fact_that_does_not_name_its_speaker_is_stored_as_the_line_shows_it() 
         "love nature. (shared a photo: a painting of a sunset over a lake)"
     )
     kept = ground(["We explored nature and went on a hike."], text).kept
-    result = complete(kept, text)
+    result = fill_in_gaps(kept, text)
     # the model's fact in its own words, the sentences no fact covered: each names who said it
     assert [f.text for f in result.facts] == [
         "Melanie: We explored nature and went on a hike.",
@@ -106,23 +107,24 @@ def test_a_fact_that_does_not_name_its_speaker_is_stored_as_the_line_shows_it() 
     ]
     assert result.attributed == 3 and result.facts[0].spans == kept[0].spans
     # a fact that names the speaker, in any case or by part of the name, keeps its words
-    named = complete([GroundedFact("jon smith moved to Oslo.", [(12, 28)])], "Jon Smith: I moved to Oslo.")
+    named = fill_in_gaps([GroundedFact("jon smith moved to Oslo.", [(12, 28)])], "Jon Smith: I moved to Oslo.")
     assert [f.text for f in named.facts] == ["jon smith moved to Oslo."] and named.attributed == 0
     assert [
-        f.text for f in complete([GroundedFact("Jon moved to Oslo.", [(12, 28)])], "Jon Smith: I moved to Oslo.").facts
+        f.text
+        for f in fill_in_gaps([GroundedFact("Jon moved to Oslo.", [(12, 28)])], "Jon Smith: I moved to Oslo.").facts
     ] == ["Jon moved to Oslo."]
     # a text with no speaker has no one to name
-    note = complete([], "Rotated the API keys for the billing service.")
+    note = fill_in_gaps([], "Rotated the API keys for the billing service.")
     assert note.attributed == 0 and all(":" not in f.text for f in note.facts)
 
 
 def test_a_text_without_a_speaker_keeps_its_words_and_small_talk_adds_nothing() -> None:
     note = "Rotated the API keys for the billing service. The old keys stop working on Friday."
-    result = complete([GroundedFact("The API keys for the billing service were rotated.", [(0, 45)])], note)
+    result = fill_in_gaps([GroundedFact("The API keys for the billing service were rotated.", [(0, 45)])], note)
     assert [f.text for f in result.facts][1:] == ["The old keys stop working on Friday."]
     assert result.speaker is None and result.rewritten == 0
-    assert complete([], "Jon: Haha, thanks! Talk soon, bye!").facts == []
-    assert complete([], "Jon: Sounds good.").facts == []
+    assert fill_in_gaps([], "Jon: Haha, thanks! Talk soon, bye!").facts == []
+    assert fill_in_gaps([], "Jon: Sounds good.").facts == []
 
 
 def test_a_short_statement_ending_on_a_bare_pronoun_is_rejected_as_vague() -> None:
@@ -174,7 +176,7 @@ def test_an_answer_keeps_the_question_it_answers_with_the_question_as_a_source()
     asked = asked_in("mem_q", QUESTION)
     assert asked is not None and QUESTION[asked.start : asked.end] == "How long have you and your husband been married?"
     assert asked.asker == "Caroline"
-    result = complete([], REPLY, asked)
+    result = fill_in_gaps([], REPLY, asked)
     assert result.answered
     [pair] = [f for f in result.facts if "asked" in f.text]
     assert (
@@ -188,7 +190,7 @@ def test_an_answer_keeps_the_question_it_answers_with_the_question_as_a_source()
 def test_an_answer_reaches_past_thanks_to_the_sentence_that_names_something() -> None:
     asked = asked_in("mem_q", "[7:18 pm] Gina: Wow, Jon! How's the hunt for investors going?")
     reply = "[7:18 pm] Jon: Thanks, Gina! Searching for investors has been tough, but I'm staying hopeful. Anyway."
-    [pair] = [f for f in complete([], reply, asked).facts if "asked" in f.text]
+    [pair] = [f for f in fill_in_gaps([], reply, asked).facts if "asked" in f.text]
     assert pair.text == (
         "Jon, asked how's the hunt for investors going? said: Thanks, Gina! Searching for investors "
         "has been tough, but Jon is staying hopeful."
@@ -197,17 +199,17 @@ def test_an_answer_reaches_past_thanks_to_the_sentence_that_names_something() ->
         "Thanks, Gina! Searching for investors has been tough, but I'm staying hopeful."
     ]
     # a reply that only thanks keeps what it says; one that thanks and asks back answers nothing
-    assert complete([], "[7:18 pm] Jon: Yes! Thanks!", asked).answered
-    assert not complete([], "[7:18 pm] Jon: Thanks! What about you?", asked).answered
+    assert fill_in_gaps([], "[7:18 pm] Jon: Yes! Thanks!", asked).answered
+    assert not fill_in_gaps([], "[7:18 pm] Jon: Thanks! What about you?", asked).answered
 
 
 def test_no_pair_without_a_question_a_known_answerer_or_another_speaker() -> None:
     assert asked_in("m", "Caroline: I went to the support group. It was great.") is None
     assert asked_in("m", "Caroline: Is it open? I think so.") is None  # the question is not where it ended
     asked = asked_in("mem_q", QUESTION)
-    assert not complete([], "Caroline: I was asking myself too, actually.", asked).answered
-    assert not complete([], "5 years already!", asked).answered  # who answered is not known
-    assert not complete([], "Melanie: Why do you ask?", asked).answered
+    assert not fill_in_gaps([], "Caroline: I was asking myself too, actually.", asked).answered
+    assert not fill_in_gaps([], "5 years already!", asked).answered  # who answered is not known
+    assert not fill_in_gaps([], "Melanie: Why do you ask?", asked).answered
 
 
 def test_a_reply_is_stored_with_its_question_as_a_source_and_recalled_by_the_questions_words(

@@ -14,8 +14,10 @@ import pytest
 
 from memory_service.embedding.embedder import Embedder, load_embedder
 from memory_service.extraction.grounding import GroundedFact
-from memory_service.pipeline.passages import decide_facts
-from memory_service.pipeline.worker import PassageIndexer, write_fact_vectors
+from memory_service.pipeline.dedup import decide_facts
+from memory_service.pipeline.forgetting import Forgetter
+from memory_service.pipeline.passages import PassageIndexer, write_fact_vectors
+from memory_service.storage.consolidation import ConsolidationStore
 from memory_service.storage.journal import DONE, Journal, Memory
 from memory_service.storage.vectors import VectorStore
 
@@ -53,7 +55,12 @@ def store(journal: Journal, vectors: VectorStore, embedder: Embedder, job: Memor
         stored = journal.complete(job, plan, raw_reply=None, timings=None, report={})
     if stored:
         write_fact_vectors(journal, vectors, job.team, items)
+        forgetter(journal, vectors).finish_pending()  # the superseded facts' vectors go
     return stored
+
+
+def forgetter(journal: Journal, vectors: VectorStore) -> Forgetter:
+    return Forgetter(journal, vectors, ConsolidationStore(journal))
 
 
 def fact_vectors(vectors: VectorStore) -> set[str]:
@@ -121,6 +128,6 @@ def test_vectors_cut_off_by_a_stop_are_written_by_the_indexer(
     # keyword search already has the truth: the new value only
     hits = journal.keyword_search("a", "Priya engineers", kinds={"fact"}, limit=5)
     assert [(h.item_id, h.memory_id, h.text, h.agent_id) for h in hits] == [(new_id, job.id, job.text, job.agent_id)]
-    PassageIndexer(journal, embedder, vectors)._sweep_facts()
+    PassageIndexer(journal, embedder, vectors, forgetter(journal, vectors).finish_pending)._sweep_facts()
     assert fact_vectors(vectors) == {new_id}
     assert journal.unindexed_facts(10) == [] and journal.get("a", job.id).status == DONE

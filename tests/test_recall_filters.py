@@ -8,21 +8,28 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from memory_service.contract.text import normalize
-from memory_service.pipeline.forgetting import forget
+from memory_service.pipeline.forgetting import Forgetter
 from memory_service.pipeline.passages import index_passages
 from memory_service.recall import filtered_vectors as vector_search
 from memory_service.recall.filtered_vectors import FilteredVectors
 from memory_service.recall.search import RecallQuery, recall
+from memory_service.storage.consolidation import ConsolidationStore
 from memory_service.storage.forget import mark_forgotten
 from memory_service.storage.journal import Journal
 from memory_service.storage.vectors import VectorStore
 
 TEAM = "team-filters"
+
+
+def forget(journal: Journal, vectors: VectorStore, team: str, **selector: Any) -> list[str]:
+    """What the service's forget does, on these stores."""
+    return Forgetter(journal, vectors, ConsolidationStore(journal)).forget(team, **selector)
 
 
 class WordEmbedder:

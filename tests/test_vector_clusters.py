@@ -12,10 +12,9 @@ import time
 import numpy as np
 import pytest
 
-from memory_service.pipeline.forgetting import forget
 from memory_service.recall import filtered_vectors as vector_search
 from memory_service.recall.clusters import ClusteredVectors
-from tests.test_recall_filters import Stores
+from tests.test_recall_filters import Stores, forget
 
 DIMS = 384
 

@@ -15,15 +15,14 @@ import contextlib
 import logging
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from memory_service.config import Settings
 from memory_service.consolidation import summary
 from memory_service.consolidation.groups import GROUP_MAX_FACTS, Group, group_facts
 from memory_service.embedding.embedder import Embedder
+from memory_service.extraction.client import LlamaClient
 from memory_service.extraction.errors import ExtractionError, LlmUnavailable
 from memory_service.llm.pool import ModelPool
-from memory_service.pipeline.passages import item_metadata
+from memory_service.pipeline.vector_items import consolidated_item
 from memory_service.storage.consolidation import DONE, FAILED, INTERRUPTED, YIELDED, ConsolidationStore, Item
 from memory_service.storage.vectors import VectorItem, VectorStore
 
@@ -148,7 +147,7 @@ class Consolidator:
         due.sort(key=lambda g: g.newest, reverse=True)
         return due, removed
 
-    async def _points(self, client, group: Group) -> list[str]:  # type: ignore[no-untyped-def]
+    async def _points(self, client: LlamaClient, group: Group) -> list[str]:
         """The model's points for a group, completed from the facts; cancelled at once when a save arrives."""
         call = asyncio.create_task(
             client.complete_json(
@@ -204,10 +203,7 @@ def index_items(store: ConsolidationStore, embedder: Embedder, vectors: VectorSt
     embeddings = embedder.embed([item.text for item in items])
     by_team: dict[str, list[VectorItem]] = {}
     for item, vec in zip(items, embeddings):
-        meta = item_metadata(item.memory_id, item.agent_id, None, item.created_at, item.tags)
-        by_team.setdefault(item.team, []).append(
-            VectorItem(id=item.id, text=item.text, embedding=np.asarray(vec), metadata={**meta, "kind": "consolidated"})
-        )
+        by_team.setdefault(item.team, []).append(consolidated_item(item, vec))
     for team, batch in by_team.items():
         vectors.upsert(team, batch)
     store.mark_indexed([item.id for item in items])

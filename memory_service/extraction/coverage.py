@@ -183,7 +183,9 @@ def _stems(text: str) -> set[str]:
 
 
 @dataclass
-class Completed:
+class GapsFilled:
+    """The facts once what the model left out is filled in, and what was filled in (for the job's report)."""
+
     facts: list[GroundedFact]
     speaker: str | None
     rewritten: int  # facts whose first person was rewritten
@@ -196,7 +198,7 @@ class Completed:
         return self.answered_id is not None
 
 
-def complete(facts: list[GroundedFact], text: str, asked: Asked | None = None) -> Completed:
+def fill_in_gaps(facts: list[GroundedFact], text: str, asked: Asked | None = None) -> GapsFilled:
     """The model's grounded facts in the speaker's third person, plus the text's uncovered statements, and,
     when the save before it ended on a question (`asked`), the answer with its question."""
     speaker = speaker_of(text)
@@ -239,7 +241,7 @@ def complete(facts: list[GroundedFact], text: str, asked: Asked | None = None) -
     if pair is not None and normalize(pair.text) not in seen:
         out.append(pair)  # it names the speaker: "Melanie, asked ... said: ..."
     answered_id = asked.memory_id if pair is not None and asked is not None else None
-    return Completed(out, speaker.name if speaker else None, rewritten, added, attributed, answered_id)
+    return GapsFilled(out, speaker.name if speaker else None, rewritten, added, attributed, answered_id)
 
 
 def mentions(text: str, name: str) -> bool:

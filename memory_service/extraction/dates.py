@@ -17,8 +17,9 @@ import re
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
-from typing import TypeVar
 from zoneinfo import ZoneInfo
+
+from memory_service.extraction.grounding import GroundedFact
 
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 NUMBER_WORDS = {
@@ -148,9 +149,6 @@ def resolve(text: str, today: date) -> str:
     return text
 
 
-F = TypeVar("F")
-
-
-def resolve_facts(facts: list[F], today: date) -> list[F]:
-    """Each fact (a dataclass with `text`) with its relative dates resolved; the rest unchanged."""
-    return [replace(f, text=resolve(f.text, today)) for f in facts]  # type: ignore[type-var]
+def resolve_facts(facts: list[GroundedFact], today: date) -> list[GroundedFact]:
+    """Each fact with its relative dates resolved; its spans and sources unchanged."""
+    return [replace(f, text=resolve(f.text, today)) for f in facts]

@@ -12,9 +12,9 @@ import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, TypeGuard
 
-from memory_service.extraction.client import LlamaClient, ServerProps
+from memory_service.extraction.client import Completion, LlamaClient, ServerProps
 from memory_service.extraction.errors import (
     BadReply,
     ContextOverflow,
@@ -26,7 +26,7 @@ from memory_service.extraction.errors import (
 from memory_service.extraction.grounding import GroundedFact, RejectedFact, ground, normalize, split_echoes
 from memory_service.extraction.parsing import parse_facts
 from memory_service.extraction.prompt import PROMPT_VERSION, SYSTEM_PROMPT, build_messages, facts_schema
-from memory_service.extraction.sizing import MIN_CHUNK_TOKENS, plan_chunks, text_budget, time_fit_tokens
+from memory_service.extraction.sizing import MIN_CHUNK_TOKENS, Chunk, plan_chunks, text_budget, time_fit_tokens
 from memory_service.extraction.throughput import Throughput
 
 MIN_OUTPUT_TOKENS = 48
@@ -90,7 +90,7 @@ def earlier_context(saves: list[tuple[str, str, str | None]], max_chars: int) ->
     return out
 
 
-def _clean(reply: str | None) -> bool:
+def _clean(reply: str | None) -> TypeGuard[str]:
     try:
         return reply is not None and isinstance(json.loads(reply).get("facts"), list)
     except (ValueError, AttributeError):
@@ -169,7 +169,24 @@ class Extractor:
         conversation, as past turns) is shown before a text that fits one call with it, so pronouns
         resolve; facts may borrow from it and keep it as a source.
         """
-        progress = progress or Progress()
+        run = await self._plan(text, budget_s, progress or Progress(), context)
+        progress = run.progress
+        for index, chunk in enumerate(run.chunks):
+            await self._extract_chunk(run, chunk)
+            progress.chunks += 1
+            last = index + 1 == len(run.chunks)
+            progress.offset = len(text) if last else run.base + run.chunks[index + 1].start
+            if on_chunk is not None and not last:
+                await on_chunk(progress)
+        kept = [
+            GroundedFact(f["text"], [tuple(s) for s in f["spans"]], [tuple(c) for c in f.get("context", [])])
+            for f in progress.facts
+        ]
+        rejected = [RejectedFact(r["text"], r["reason"], r.get("code", "other")) for r in progress.rejected]
+        return ExtractionResult(kept, rejected, progress.raws, dict(progress.totals), self._report(run))
+
+    async def _plan(self, text: str, budget_s: float, progress: Progress, context: list[Earlier] | None) -> _Run:
+        """Size the rest of the text (from where `progress` left off) into chunks, and pick the context shown."""
         schema = facts_schema(self.max_facts, self.max_fact_chars)
         system_tokens = await self.system_tokens()
         budget, by_context, by_time = await self.chunk_tokens(budget_s)
@@ -180,127 +197,162 @@ class Extractor:
             raise ContextOverflow(str(exc)) from exc
         seen = {normalize(f["text"]) for f in progress.facts}
         shown = await self._context_that_fits(context if base == 0 else None, chunks, budget)
+        return _Run(progress, budget_s, schema, system_tokens, budget, by_context, by_time, base, chunks, shown, seen)
 
-        def report() -> dict[str, Any]:
-            totals = progress.totals
-            seen_tokens = totals.get("cache_n", 0) + totals.get("prompt_n", 0)
-            return {
-                "prompt_version": PROMPT_VERSION + ("+context" if shown else ""),
-                "n_ctx": self.props.n_ctx,
-                "text_budget_tokens": by_context,
-                "time_budget_tokens": by_time,
-                "chunk_tokens": budget,
-                "chunks": progress.chunks,
-                "calls": progress.calls,
-                "proposed": len(progress.facts) + len(progress.rejected),
-                "truncated_calls": sum(1 for c in progress.calls if c.get("truncated")),
-                "split_echoes": progress.split_echoes,
-                "rejected": progress.rejected,
-                "cache_ratio": round(totals.get("cache_n", 0) / seen_tokens, 3) if seen_tokens else None,
-            }
+    def _report(self, run: _Run) -> dict[str, Any]:
+        """The job's report on the extraction so far (also put on an error, so a failed attempt shows it)."""
+        progress, totals = run.progress, run.progress.totals
+        seen_tokens = totals.get("cache_n", 0) + totals.get("prompt_n", 0)
+        return {
+            "prompt_version": PROMPT_VERSION + ("+context" if run.shown else ""),
+            "n_ctx": self.props.n_ctx,
+            "text_budget_tokens": run.by_context,
+            "time_budget_tokens": run.by_time,
+            "chunk_tokens": run.budget,
+            "chunks": progress.chunks,
+            "calls": progress.calls,
+            "proposed": len(progress.facts) + len(progress.rejected),
+            "truncated_calls": sum(1 for c in progress.calls if c.get("truncated")),
+            "split_echoes": progress.split_echoes,
+            "rejected": progress.rejected,
+            "cache_ratio": round(totals.get("cache_n", 0) / seen_tokens, 3) if seen_tokens else None,
+        }
 
-        for index, chunk in enumerate(chunks):
-            started = time.time()
-            uncached = 0 if self.throughput.system_cached() else system_tokens
-            cap = max(MIN_OUTPUT_TOKENS, self.output_cap(budget_s, chunk.tokens + uncached))
-            call: dict[str, Any] = {
-                "chunk": progress.chunks,
-                "start": base + chunk.start,
-                "end": base + chunk.start + len(chunk.text),
-                "tokens": chunk.tokens,
-                "max_tokens": cap,
-                "timeout_s": round(budget_s, 3),
-                "deadline_at": round(started + budget_s, 3),
+    async def _extract_chunk(self, run: _Run, chunk: Chunk) -> None:
+        """One model call on one chunk: its record on the progress, then its grounded facts kept."""
+        call = self._call_record(run, chunk)
+        run.progress.calls.append(call)
+        completion = await self._complete(run, chunk, call)
+        self._count(run.progress, completion, call, run.system_tokens)
+        facts = self._parse(run, chunk, call, completion)
+        self._keep(run, chunk, call, facts)
+
+    def _call_record(self, run: _Run, chunk: Chunk) -> dict[str, Any]:
+        """What a model call is given (its output cap fits the measured speed) and when its deadline is."""
+        started = time.time()
+        uncached = 0 if self.throughput.system_cached() else run.system_tokens
+        cap = max(MIN_OUTPUT_TOKENS, self.output_cap(run.budget_s, chunk.tokens + uncached))
+        call: dict[str, Any] = {
+            "chunk": run.progress.chunks,
+            "start": run.base + chunk.start,
+            "end": run.base + chunk.start + len(chunk.text),
+            "tokens": chunk.tokens,
+            "max_tokens": cap,
+            "timeout_s": round(run.budget_s, 3),
+            "deadline_at": round(started + run.budget_s, 3),
+        }
+        if run.shown:
+            call["context"] = {
+                "memories": [e.memory_id for e in run.shown],
+                "chars": sum(len(e.text) for e in run.shown),
             }
-            if shown:
-                call["context"] = {"memories": [e.memory_id for e in shown], "chars": sum(len(e.text) for e in shown)}
-            progress.calls.append(call)
-            try:
-                completion = await self.client.complete_json(
-                    build_messages(chunk.text, history_of(shown)),
-                    schema=schema,
-                    max_tokens=cap,
-                    timeout_s=budget_s,  # streamed: a call cut off at its deadline frees the slot at once
+        return call
+
+    async def _complete(self, run: _Run, chunk: Chunk, call: dict[str, Any]) -> Completion:
+        """The model's answer for a chunk; a timeout says whether a smaller chunk could still fit."""
+        budget_s = run.budget_s
+        try:
+            return await self.client.complete_json(
+                build_messages(chunk.text, history_of(run.shown)),
+                schema=run.schema,
+                max_tokens=call["max_tokens"],
+                timeout_s=budget_s,  # streamed: a call cut off at its deadline frees the slot at once
+            )
+        except ExtractionError as exc:
+            call["error"] = type(exc).__name__
+            exc.timings, exc.report = exc.timings or dict(run.progress.totals), self._report(run)
+            if isinstance(exc, LlmTimeout) and chunk.tokens > 2 * MIN_CHUNK_TOKENS:
+                raise TooSlow(
+                    f"chunk of {chunk.tokens} tokens did not finish within {budget_s:g}s: the "
+                    "machine is slower than measured",
+                    cause=exc,
+                    chunk_tokens=chunk.tokens,
+                ) from exc
+            if isinstance(exc, LlmTimeout):
+                # the smallest piece this text splits into still does not fit: say what would fix it
+                raise LlmTimeout(
+                    f"{exc}; this {chunk.tokens}-token piece is as small as the text splits, so the model is too "
+                    f"slow for MEMORY_EXTRACT_BUDGET_S={budget_s:g}: raise it, or use a faster model or build "
+                    "(memory-service doctor measures both)",
+                    timings=exc.timings,
+                    report=exc.report,
+                ) from exc
+            raise
+
+    def _count(self, progress: Progress, completion: Completion, call: dict[str, Any], system_tokens: int) -> None:
+        """The call's timings: into the measured speed, the caller's counter, the totals and the call's record."""
+        self.throughput.observe(completion.timings, system_tokens=system_tokens)
+        if self.on_timings is not None:
+            self.on_timings(completion.timings)
+        for key in TOTAL_KEYS:
+            progress.totals[key] = progress.totals.get(key, 0) + float(completion.timings.get(key) or 0)
+        call.update(
+            prompt_n=completion.timings.get("prompt_n"),
+            cache_n=completion.timings.get("cache_n"),
+            predicted_n=completion.timings.get("predicted_n"),
+            finish_reason=completion.finish_reason,
+            reasoning_chars=completion.reasoning_chars,
+        )
+        progress.raws.append(completion.content)
+
+    def _parse(self, run: _Run, chunk: Chunk, call: dict[str, Any], completion: Completion) -> list[str]:
+        """The facts of the answer; an answer cut at its cap keeps the items the grammar had finished."""
+        try:
+            return parse_facts(completion.content, completion.finish_reason, completion.reasoning)
+        except TruncatedReply as exc:
+            if exc.facts:
+                call["truncated"] = True  # cut at the cap: say so on the job
+                return exc.facts
+            call["error"] = "TruncatedReply"
+            exc.timings, exc.report = dict(run.progress.totals), self._report(run)
+            cap = call["max_tokens"]
+            if cap < self.max_output_tokens and chunk.tokens > 2 * MIN_CHUNK_TOKENS:
+                # the cap was lowered to fit the time: a smaller chunk needs a smaller answer
+                raise TooSlow(
+                    f"the answer did not fit the {cap}-token cap that {run.budget_s:g}s allows",
+                    cause=exc,
+                    chunk_tokens=chunk.tokens,
+                ) from exc
+            raise
+        except BadReply as exc:
+            call["error"] = "BadReply"
+            exc.timings, exc.report = dict(run.progress.totals), self._report(run)
+            raise
+
+    def _keep(self, run: _Run, chunk: Chunk, call: dict[str, Any], facts: list[str]) -> None:
+        """Ground the chunk's facts and keep the new ones on the progress (chunk overlaps repeat facts)."""
+        progress = run.progress
+        facts, split = split_echoes(facts, chunk.text)
+        progress.split_echoes += split
+        context = [(e.memory_id, e.text, e.offset) for e in run.shown]
+        result = ground(facts, chunk.text, offset=run.base + chunk.start, context=context)
+        call.update(facts=len(result.kept), rejected=len(result.rejected))
+        for fact in result.kept:
+            norm = normalize(fact.text)
+            if norm not in run.seen:  # the overlap between chunks yields the same fact twice
+                run.seen.add(norm)
+                progress.facts.append(
+                    {
+                        "text": fact.text,
+                        "spans": [list(s) for s in fact.spans],
+                        "context": [list(c) for c in fact.context],
+                    }
                 )
-            except ExtractionError as exc:
-                call["error"] = type(exc).__name__
-                exc.timings, exc.report = exc.timings or dict(progress.totals), report()
-                if isinstance(exc, LlmTimeout) and chunk.tokens > 2 * MIN_CHUNK_TOKENS:
-                    raise TooSlow(
-                        f"chunk of {chunk.tokens} tokens did not finish within {budget_s:g}s: the "
-                        "machine is slower than measured",
-                        cause=exc,
-                        chunk_tokens=chunk.tokens,
-                    ) from exc
-                if isinstance(exc, LlmTimeout):
-                    # the smallest piece this text splits into still does not fit: say what would fix it
-                    raise LlmTimeout(
-                        f"{exc}; this {chunk.tokens}-token piece is as small as the text splits, so the model is too "
-                        f"slow for MEMORY_EXTRACT_BUDGET_S={budget_s:g}: raise it, or use a faster model or build "
-                        "(memory-service doctor measures both)",
-                        timings=exc.timings,
-                        report=exc.report,
-                    ) from exc
-                raise
-            self.throughput.observe(completion.timings, system_tokens=system_tokens)
-            if self.on_timings is not None:
-                self.on_timings(completion.timings)
-            for key in TOTAL_KEYS:
-                progress.totals[key] = progress.totals.get(key, 0) + float(completion.timings.get(key) or 0)
-            call.update(
-                prompt_n=completion.timings.get("prompt_n"),
-                cache_n=completion.timings.get("cache_n"),
-                predicted_n=completion.timings.get("predicted_n"),
-                finish_reason=completion.finish_reason,
-                reasoning_chars=completion.reasoning_chars,
-            )
-            progress.raws.append(completion.content)
-            try:
-                facts = parse_facts(completion.content, completion.finish_reason, completion.reasoning)
-            except TruncatedReply as exc:
-                if not exc.facts:
-                    call["error"] = "TruncatedReply"
-                    exc.timings, exc.report = dict(progress.totals), report()
-                    if cap < self.max_output_tokens and chunk.tokens > 2 * MIN_CHUNK_TOKENS:
-                        # the cap was lowered to fit the time: a smaller chunk needs a smaller answer
-                        raise TooSlow(
-                            f"the answer did not fit the {cap}-token cap that {budget_s:g}s allows",
-                            cause=exc,
-                            chunk_tokens=chunk.tokens,
-                        ) from exc
-                    raise
-                # cut at the cap: keep the items the grammar had finished, and say so on the job
-                facts = exc.facts
-                call["truncated"] = True
-            except BadReply as exc:
-                call["error"] = "BadReply"
-                exc.timings, exc.report = dict(progress.totals), report()
-                raise
-            facts, split = split_echoes(facts, chunk.text)
-            progress.split_echoes += split
-            result = ground(
-                facts, chunk.text, offset=base + chunk.start, context=[(e.memory_id, e.text, e.offset) for e in shown]
-            )
-            call.update(facts=len(result.kept), rejected=len(result.rejected))
-            for fact in result.kept:
-                norm = normalize(fact.text)
-                if norm not in seen:  # the overlap between chunks yields the same fact twice
-                    seen.add(norm)
-                    progress.facts.append(
-                        {
-                            "text": fact.text,
-                            "spans": [list(s) for s in fact.spans],
-                            "context": [list(c) for c in fact.context],
-                        }
-                    )
-            progress.rejected.extend({"text": r.text, "reason": r.reason, "code": r.code} for r in result.rejected)
-            progress.chunks += 1
-            progress.offset = base + chunks[index + 1].start if index + 1 < len(chunks) else len(text)
-            if on_chunk is not None and index + 1 < len(chunks):
-                await on_chunk(progress)
-        kept = [
-            GroundedFact(f["text"], [tuple(s) for s in f["spans"]], [tuple(c) for c in f.get("context", [])])
-            for f in progress.facts
-        ]
-        rejected = [RejectedFact(r["text"], r["reason"], r.get("code", "other")) for r in progress.rejected]
-        return ExtractionResult(kept, rejected, progress.raws, dict(progress.totals), report())
+        progress.rejected.extend({"text": r.text, "reason": r.reason, "code": r.code} for r in result.rejected)
+
+
+@dataclass
+class _Run:
+    """One `extract` call: its chunks and their token budget, the context shown, and the progress it adds to."""
+
+    progress: Progress
+    budget_s: float
+    schema: dict[str, Any]
+    system_tokens: int
+    budget: int  # text tokens per chunk
+    by_context: int
+    by_time: int | None
+    base: int  # where in the text this call resumes
+    chunks: list[Chunk]
+    shown: list[Earlier]
+    seen: set[str]  # normalised facts already kept

@@ -269,7 +269,10 @@ def ground(
         verdict = check_fact(fact, reach)
         if isinstance(verdict, GroundedFact) and earlier:
             verdict = _with_context(fact, index, reach, earlier)
-        (result.kept if isinstance(verdict, GroundedFact) else result.rejected).append(verdict)  # type: ignore[arg-type]
+        if isinstance(verdict, GroundedFact):
+            result.kept.append(verdict)
+        else:
+            result.rejected.append(verdict)
     return result
 
 

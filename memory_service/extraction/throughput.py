@@ -72,7 +72,7 @@ class Throughput:
     def job_seconds(self) -> float | None:
         return self._job_s
 
-    def snapshot(self) -> dict[str, float | None]:
+    def snapshot(self) -> dict[str, float | str | None]:
         return {
             "prompt_tokens_per_s": round(self._prompt_tps, 1) if self._prompt_tps else None,
             "generation_tokens_per_s": round(self._gen_tps, 1) if self._gen_tps else None,

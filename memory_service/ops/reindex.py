@@ -16,7 +16,8 @@ import json
 from dataclasses import dataclass
 
 from memory_service.embedding.embedder import Embedder
-from memory_service.pipeline.passages import index_passages, item_metadata
+from memory_service.pipeline.passages import index_passages
+from memory_service.pipeline.vector_items import fact_item, item_metadata
 from memory_service.storage.consolidation import store_for
 from memory_service.storage.journal import DELETED, Journal, Memory
 from memory_service.storage.vectors import VectorItem, VectorStore
@@ -91,9 +92,7 @@ def _reindex_facts(journal: Journal, embedder: Embedder, vectors: VectorStore, t
             meta = item_metadata(
                 row["memory_id"], row["agent_id"], row["run_id"], row["created_at"], json.loads(row["tags"])
             )
-            by_team.setdefault(row["team"], []).append(
-                VectorItem(id=row["id"], text=row["text"], embedding=vec, metadata={**meta, "kind": "fact"})
-            )
+            by_team.setdefault(row["team"], []).append(fact_item(row["id"], row["text"], vec, meta))
         for team, items in by_team.items():
             vectors.upsert(team, items)
         done += len(rows)

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from memory_service.embedding.embedder import Embedder
-from memory_service.pipeline.passages import base_metadata
+from memory_service.pipeline.vector_items import memory_fact_item
 from memory_service.storage.catalog import ImportedFact, import_record
 from memory_service.storage.journal import Journal, Memory
-from memory_service.storage.vectors import VectorItem, VectorStore
+from memory_service.storage.vectors import VectorStore
 
 
 @dataclass
@@ -47,14 +45,6 @@ def import_batch(
         embeddings = embedder.embed([fact.text for _, fact in to_embed])
         vectors.upsert(
             team,
-            [
-                VectorItem(
-                    id=fact.id,
-                    text=fact.text,
-                    embedding=np.asarray(vec),
-                    metadata={**base_metadata(memory), "kind": "fact"},
-                )
-                for (memory, fact), vec in zip(to_embed, embeddings)
-            ],
+            [memory_fact_item(memory, fact.id, fact.text, vec) for (memory, fact), vec in zip(to_embed, embeddings)],
         )
     return tally

@@ -1,39 +1,30 @@
-"""Put passages and facts into the vector store; decide what a new fact is.
+"""Passages into the vector store, and the indexer that keeps the store caught up with the journal.
 
-Passages: every saved text is embedded as-is (in windows, for long texts)
-right after it is acked, so recall finds it whether or not extraction ever
-succeeds. Facts: deterministic dedup before anything else — an exact
-(normalised) duplicate adds a source to the existing fact; a fact with the same
-shape but different numbers supersedes the older one; a near-duplicate by
-cosine merges into it.
+Every saved text is embedded as-is (in windows, for long texts) right after it is acked, so recall
+finds it whether or not extraction ever succeeds. The same indexer, when idle, writes the fact vectors
+a stop cut off between a job's commit and its vector writes.
 """
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass
-
-import numpy as np
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 from memory_service.embedding.embedder import Embedder
-from memory_service.extraction.grounding import GroundedFact, identifiers, normalize, numbers, shape
-from memory_service.storage.journal import Fact, FactPlan, Journal, Memory, NewFact
-from memory_service.storage.vectors import VectorItem, VectorStore, tag_key
+from memory_service.pipeline.background import IDLE_POLL_S, lower_priority, wait_for
+from memory_service.pipeline.vector_items import journal_fact_item, passage_id, passage_item
+from memory_service.storage.journal import Journal, Memory
+from memory_service.storage.vectors import VectorItem, VectorStore
+
+log = logging.getLogger("memory_service.pipeline.passages")
 
 PASSAGE_WINDOW_CHARS = 1000
 PASSAGE_OVERLAP_CHARS = 150
-
-
-def item_metadata(memory_id: str, agent_id: str, run_id: str | None, created_at: float, tags: list[str]) -> dict:
-    """What recall filters and shows: the same for a passage or fact written now or rebuilt after a restore."""
-    meta: dict = {"memory_id": memory_id, "agent_id": agent_id, "run_id": run_id or "", "created_at": created_at}
-    for tag in tags:
-        meta[tag_key(tag)] = True
-    return meta
-
-
-def base_metadata(memory: Memory) -> dict:
-    return item_metadata(memory.id, memory.agent_id, memory.run_id, memory.created_at, memory.tags)
+FACT_SWEEP_S = 60.0
 
 
 def window_starts(length: int) -> list[int]:
@@ -47,6 +38,11 @@ def passage_windows(text: str) -> list[tuple[int, str]]:
     return [(start, text[start : start + PASSAGE_WINDOW_CHARS]) for start in window_starts(len(text))]
 
 
+def passage_ids(memory_id: str, text: str) -> list[str]:
+    """The vector ids `index_passages` gives a text's windows."""
+    return [passage_id(memory_id, start) for start, _ in passage_windows(text)]
+
+
 def index_passages(memories: list[Memory], embedder: Embedder, vectors: VectorStore) -> None:
     by_team: dict[str, list[tuple[Memory, int, str]]] = {}
     for memory in memories:
@@ -54,114 +50,75 @@ def index_passages(memories: list[Memory], embedder: Embedder, vectors: VectorSt
             by_team.setdefault(memory.team, []).append((memory, start, window))
     for team, rows in by_team.items():
         embeddings = embedder.embed([window for _, _, window in rows])
-        items = [
-            VectorItem(
-                id=f"p:{memory.id}:{start}",
-                text=window,
-                embedding=vec,
-                metadata={**base_metadata(memory), "kind": "passage", "start": start},
-            )
-            for (memory, start, window), vec in zip(rows, embeddings)
-        ]
+        items = [passage_item(memory, start, window, vec) for (memory, start, window), vec in zip(rows, embeddings)]
         vectors.upsert(team, items)
 
 
-def fact_id(team: str, norm: str) -> str:
-    return "f:" + hashlib.sha256(f"{team}\x00{norm}".encode()).hexdigest()[:32]
+def write_fact_vectors(journal: Journal, vectors: VectorStore, team: str, items: list[VectorItem]) -> None:
+    """After a commit: the new facts' vectors, then marked indexed (a stop in between: the sweep writes them)."""
+    if items:
+        vectors.upsert(team, items)
+        journal.mark_facts_indexed([item.id for item in items])
 
 
 @dataclass
-class FactStoreResult:
-    plan: FactPlan
-    stored: int
-    merged: int
-    superseded: int
+class PassageIndexer:
+    """Embeds newly saved texts as passages, oldest first, in small batches (recall shares the embedder).
 
-
-def _borrowed(plan: FactPlan, fact_id: str, fact: GroundedFact) -> None:
-    """The earlier saves (given as context) a fact also rests on become its sources too."""
-    plan.context_sources += [(fact_id, memory_id, (start, end)) for memory_id, start, end in fact.context]
-
-
-def decide_facts(
-    memory: Memory,
-    facts: list[GroundedFact],
-    *,
-    journal: Journal,
-    embedder: Embedder,
-    vectors: VectorStore,
-    near_duplicate: float,
-) -> tuple[FactPlan, list[VectorItem]]:
-    """Decide new/merged/superseded for each fact; writes nothing.
-
-    Returns the plan (the caller commits it in one transaction, under `journal.deciding`) and the vectors of
-    the new active facts, written only after that commit: a failed commit leaves no vector behind, and a
-    stop after it leaves facts marked unindexed, which the indexer picks up.
+    The embedding runs on a thread of its own at a lower OS priority: on a small machine whose other
+    core runs the model, a save's acknowledgement and a recall must not wait for CPU behind it.
+    `finish_pending` removes what forgets and supersedes left (the service's `Forgetter`).
     """
-    plan = FactPlan()
-    candidates: list[tuple[GroundedFact, str, str]] = []
-    batch: set[str] = set()
-    for fact in facts:
-        norm = normalize(fact.text)
-        if norm in batch:  # twice in one job (chunk overlap): one fact; a duplicate id would also break upsert
-            continue
-        batch.add(norm)
-        exact = journal.active_facts_by_norm(memory.team, norm)
-        if exact:
-            plan.merged.append((exact[0].id, fact.spans))
-            _borrowed(plan, exact[0].id, fact)
-            continue
-        candidates.append((fact, norm, shape(norm)))
-    if not candidates:
-        return plan, []
-    embeddings = embedder.embed([fact.text for fact, _, _ in candidates])
-    new_items: list[VectorItem] = []
-    for (fact, norm, fact_shape), vec in zip(candidates, embeddings):
-        new_id = fact_id(memory.team, norm)
-        retired_row = journal.facts_by_ids(memory.team, [new_id]).get(new_id)
-        if retired_row is not None and retired_row.superseded_by is not None:
-            # a value that comes back (500 -> 700 -> 500) is a new fact; the old row keeps its history
-            new_id = fact_id(memory.team, f"{norm}\x00{memory.id}")
-        changed = [f for f in journal.active_facts_by_shape(memory.team, fact_shape) if f.id != new_id]
-        if not changed and near_duplicate < 1.0:
-            hits = vectors.query(memory.team, vec, 2, kind="fact")
-            hit = next((h for h in hits if h.id != new_id and h.similarity >= near_duplicate), None)
-            existing = journal.facts_by_ids(memory.team, [hit.id]).get(hit.id) if hit is not None else None
-            if existing is not None and identifiers(existing.norm) != identifiers(norm):
-                existing = None  # "ticket 1000" and "ticket 1010": look-alikes about different things
-            if existing is not None and existing.superseded_by is None:
-                if sorted(numbers(existing.text)) == sorted(numbers(fact.text)):
-                    plan.merged.append((existing.id, fact.spans))
-                    _borrowed(plan, existing.id, fact)
+
+    journal: Journal
+    embedder: Embedder
+    vectors: VectorStore
+    finish_pending: Callable[[], int]
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    _embedding: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(1, "passages", initializer=lower_priority)
+    )
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_sweep = 0.0
+        while True:
+            try:
+                batch = await asyncio.to_thread(self.journal.unindexed, 16)
+                if not batch:
+                    if time.monotonic() >= next_sweep:  # at start, then now and then: see `_sweep_facts`
+                        next_sweep = time.monotonic() + FACT_SWEEP_S
+                        await loop.run_in_executor(self._embedding, self._sweep_facts)
+                    await wait_for(self.wake, IDLE_POLL_S)
                     continue
-                # the same statement with a changed number is an update, not a duplicate to fold away
-                changed = [existing]
-        if changed:
-            older = [f for f in changed if f.created_at <= memory.created_at]
-            newer = [f for f in changed if f.created_at > memory.created_at]
-            plan.superseded += [(f.id, new_id) for f in older if (f.id, new_id) not in plan.superseded]
-            if newer:  # a replayed or late job: this value is already out of date
-                plan.born_superseded.append((new_id, newer[0].id))
-                plan.new.append(NewFact(new_id, fact.text, norm, fact_shape, fact.spans))
-                _borrowed(plan, new_id, fact)
-                continue
-        plan.new.append(NewFact(new_id, fact.text, norm, fact_shape, fact.spans))
-        _borrowed(plan, new_id, fact)
-        new_items.append(
-            VectorItem(
-                id=new_id, text=fact.text, embedding=np.asarray(vec), metadata={**base_metadata(memory), "kind": "fact"}
-            )
-        )
-    return plan, new_items
+                await loop.run_in_executor(self._embedding, index_passages, batch, self.embedder, self.vectors)
+                await asyncio.to_thread(self.journal.mark_indexed, [m.id for m in batch])
+                await asyncio.to_thread(self._drop_forgotten, batch)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("passage indexer: unexpected error")
+                await asyncio.sleep(1.0)
 
+    def close(self) -> None:
+        self._embedding.shutdown(wait=False, cancel_futures=True)
 
-def fact_items(rows: list[tuple[Fact, str | None]], embedder: Embedder) -> dict[str, list[VectorItem]]:
-    """Vectors for facts already in the journal (left unindexed by a stop), by team."""
-    embeddings = embedder.embed([fact.text for fact, _ in rows]) if rows else []
-    out: dict[str, list[VectorItem]] = {}
-    for (fact, run_id), vec in zip(rows, embeddings):
-        meta = item_metadata(fact.memory_id, fact.agent_id, run_id, fact.created_at, fact.tags)
-        out.setdefault(fact.team, []).append(
-            VectorItem(id=fact.id, text=fact.text, embedding=np.asarray(vec), metadata={**meta, "kind": "fact"})
-        )
-    return out
+    def _sweep_facts(self) -> None:
+        """Finish what a stop cut off between a job's commit and its vector writes: vectors of facts still
+        marked unindexed, removal of superseded facts' vectors."""
+        while rows := self.journal.unindexed_facts(64):
+            embeddings = self.embedder.embed([fact.text for fact, _ in rows])
+            by_team: dict[str, list[VectorItem]] = {}
+            for (fact, run_id), vec in zip(rows, embeddings):
+                by_team.setdefault(fact.team, []).append(journal_fact_item(fact, run_id, vec))
+            for team, items in by_team.items():
+                write_fact_vectors(self.journal, self.vectors, team, items)
+                self.finish_pending()
+        self.finish_pending()
+
+    def _drop_forgotten(self, batch: list[Memory]) -> None:
+        """A text forgotten while it was being embedded: remove the passages just written for it."""
+        live = self.journal.live([m.id for m in batch])
+        for memory in batch:
+            if memory.id not in live:
+                self.vectors.delete(memory.team, passage_ids(memory.id, memory.text))

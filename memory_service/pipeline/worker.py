@@ -13,69 +13,32 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
-import threading
 import time
-import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import date
 from typing import Any
 
 from memory_service.config import Settings
 from memory_service.embedding.embedder import Embedder
-from memory_service.extraction.coverage import Asked, asked_in, complete, speaker_of
-from memory_service.extraction.dates import occurred, resolve_facts
+from memory_service.extraction.coverage import Asked, asked_in, speaker_of
 from memory_service.extraction.errors import ContextOverflow, ExtractionError, LlmUnavailable, TooSlow
-from memory_service.extraction.extractor import Earlier, Extractor, Progress, earlier_context
+from memory_service.extraction.extractor import Earlier, ExtractionResult, Extractor, Progress, earlier_context
 from memory_service.extraction.gate import small_talk_reason
-from memory_service.extraction.prompt import PROMPT_VERSION
 from memory_service.llm.handle import ModelHandle
 from memory_service.metrics import Metrics
-from memory_service.pipeline.forgetting import finish_pending, passage_ids
-from memory_service.pipeline.passages import decide_facts, fact_items, index_passages
+from memory_service.pipeline.background import IDLE_POLL_S, process_holder, wait_for
+from memory_service.pipeline.dedup import decide_facts
+from memory_service.pipeline.forgetting import Forgetter
+from memory_service.pipeline.passages import write_fact_vectors
+from memory_service.pipeline.postprocess import Postprocessed, postprocess, skipped_report
 from memory_service.storage.journal import DELETED, FAILED, LOST, QUEUED, FactPlan, Journal, Memory
-from memory_service.storage.vectors import VectorItem, VectorStore
+from memory_service.storage.vectors import VectorStore
 
 log = logging.getLogger("memory_service.pipeline.worker")
 
 MAX_RETRY_DELAY_S = 300.0
 # a failed attempt's outcome, by the status `fail_attempt` leaves the job in
 FAIL_OUTCOMES = {QUEUED: "retried", FAILED: "failed", DELETED: "forgotten", LOST: "lost"}
-IDLE_POLL_S = 1.0
-FACT_SWEEP_S = 60.0
-
-
-BACKGROUND_NICENESS = 10
-
-
-def lower_priority() -> None:
-    """Lower this thread's CPU priority (Linux: each thread has its own nice value); elsewhere a no-op."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICENESS)
-    except (AttributeError, OSError):
-        pass
-
-
-def _day_of(job: Memory, zone: str) -> date:
-    """The day the text was said: relative dates in its facts count from it (older journals: the save day)."""
-    return date.fromisoformat(job.occurred_day or occurred(None, job.created_at, zone)[1])
-
-
-def process_holder() -> str:
-    """Names this process in job leases: host, pid and a nonce (a pid is reused after a restart)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-
-
-async def wait_for(event: asyncio.Event, timeout: float) -> None:
-    """Until `event` is set or `timeout` passes; then clear it (one wake-up per notification)."""
-    try:
-        await asyncio.wait_for(event.wait(), timeout)
-    except TimeoutError:
-        pass
-    event.clear()
 
 
 @dataclass
@@ -83,7 +46,7 @@ class ExtractionWorker:
     """Takes jobs from the journal and extracts their facts: one per llama-server, `run` once per slot.
 
     It sees only what it uses: the journal, the model, the fact index, the metrics
-    (every attempt's outcome), and a callback for jobs that reach done or failed
+    (every attempt's outcome), the service's forgetter, and a callback for jobs that reach done or failed
     (so a saver waiting on one wakes).
     """
 
@@ -93,6 +56,7 @@ class ExtractionWorker:
     embedder: Embedder
     vectors: VectorStore
     metrics: Metrics
+    forgetter: Forgetter  # after a commit: removes the vectors of the facts it superseded
     settled: Callable[[str], None] = lambda memory_id: None
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     holder: str = field(default_factory=process_holder)  # this process, in job leases
@@ -101,9 +65,10 @@ class ExtractionWorker:
         while True:
             try:
                 extractor = await self.model.wait_ready()
+                worker = f"{self.holder}:{worker_no}"
                 job = await asyncio.to_thread(
                     self.journal.claim_next,
-                    f"{self.holder}:{worker_no}",
+                    worker,
                     self.settings.job_lease_s,
                     None,
                     self.settings.max_attempts,
@@ -111,7 +76,7 @@ class ExtractionWorker:
                 if job is None:
                     await wait_for(self.wake, IDLE_POLL_S)
                     continue
-                lease = asyncio.create_task(self._keep_lease(job))
+                lease = asyncio.create_task(self._keep_lease(job, worker))
                 try:
                     await self.process(extractor, job)
                 finally:
@@ -122,158 +87,130 @@ class ExtractionWorker:
                 log.exception("extraction worker %d: unexpected error", worker_no)
                 await asyncio.sleep(1.0)
 
-    async def _keep_lease(self, job: Memory) -> None:
-        """Renew the job's lease while it runs, so no other worker or process takes it over."""
+    async def _keep_lease(self, job: Memory, worker: str) -> None:
+        """Renew the job's lease (held by `worker`) while it runs, so no other worker or process takes it over."""
         lease_s = self.settings.job_lease_s
         while True:
             await asyncio.sleep(lease_s / 3)
-            if not await asyncio.to_thread(self.journal.renew, job.id, job.lease_owner, lease_s):
+            if not await asyncio.to_thread(self.journal.renew, job.id, worker, lease_s):
                 log.warning("job %s: lease lost to another worker; its result will not be stored", job.id)
                 return
 
     async def process(self, extractor: Extractor, job: Memory) -> None:
-        settings, journal = self.settings, self.journal
+        """One claimed job: extract, post-process, decide and store; every outcome is written on the job."""
         started = time.time()
-        attempt: dict[str, Any] = {
-            "queued_at": round(job.next_attempt_at, 3),
-            "started_at": round(started, 3),
-            "queue_wait_s": round(started - job.next_attempt_at, 3),
-            "budget_s": settings.extract_budget_s,
-            "server": self.model.client.base_url,  # which llama-server of the pool took it (for operators)
-        }
-        skipped = small_talk_reason(job.text) if settings.skip_small_talk else None
+        attempt = self._attempt_record(job, started)
+        skipped = small_talk_reason(job.text) if self.settings.skip_small_talk else None
         if skipped is not None:
-            # nothing to extract: done at once, no model call; the passage stays recallable
-            report = {
-                "skipped": skipped,
-                "prompt_version": PROMPT_VERSION,
-                "chunks": 0,
-                "calls": [],
-                "proposed": 0,
-                "stored": 0,
-                "merged": 0,
-                "superseded": 0,
-                "rejected": [],
-            }
-            await asyncio.to_thread(
-                journal.complete,
-                job,
-                FactPlan(),
-                raw_reply=None,
-                timings={"attempt": _finish(attempt, [])},
-                report=report,
-            )
-            self.metrics.job(job.team, "done")
-            self.settled(job.id)
+            await self._finish_skipped(job, skipped, attempt)
             return
         progress = Progress.from_dict(job.progress)
-
-        async def keep(progress: Progress) -> None:
-            await asyncio.to_thread(journal.save_progress, job.id, progress.to_dict(), job.lease_owner)
-
-        context: list[Earlier] = []
-        if settings.extract_context_saves and settings.extract_context_chars:
-            earlier = await asyncio.to_thread(
-                journal.context_for,
-                job,
-                block=settings.extract_context_saves,
-                window_s=settings.extract_context_window_s,
-            )
-            context = earlier_context([(m.id, m.text, m.raw_reply) for m in earlier], settings.extract_context_chars)
-        try:
-            result = await extractor.extract(
-                job.text, budget_s=settings.extract_budget_s, progress=progress, on_chunk=keep, context=context
-            )
-        except TooSlow as exc:
-            # Not an error: the machine is slower than measured. Resume at once with smaller chunks, in
-            # the job's place in the queue, without spending an attempt.
-            self.model.throughput.slow_down(
-                exc.chunk_tokens + await extractor.system_tokens(), settings.extract_budget_s
-            )
-            await asyncio.to_thread(journal.save_progress, job.id, progress.to_dict(), job.lease_owner)
-            await asyncio.to_thread(
-                journal.defer,
-                job.id,
-                until=job.next_attempt_at,
-                budget_s=settings.extract_budget_s,
-                reason=f"slower than measured, resuming with smaller chunks: {exc}",
-                owner=job.lease_owner,
-            )
-            self.metrics.job(job.team, "deferred", time.time() - started)
-            return
-        except LlmUnavailable as exc:
-            if await self.model.went_down(str(exc)):
-                await asyncio.to_thread(
-                    journal.defer,
-                    job.id,
-                    until=time.time() + 1.0,
-                    budget_s=settings.extract_budget_s,
-                    reason=f"model server unreachable, waiting: {exc}",
-                    owner=job.lease_owner,
-                )
-                self.metrics.job(job.team, "deferred", time.time() - started)
-                return
-            await self._fail(job, exc, attempt, progress)
-            return
-        except ContextOverflow as exc:
-            # the server may have been restarted with a smaller -c: re-read /props before the retry
-            await self.model.probe()
-            await self._fail(job, exc, attempt, progress)
-            return
-        except ExtractionError as exc:
-            await self._fail(job, exc, attempt, progress)
-            return
-        except Exception as exc:  # a bug must show on the job, not vanish
-            log.exception("job %s: unexpected error", job.id)
-            await self._fail(job, ExtractionError(f"internal error: {exc!r}"), attempt, progress)
+        result = await self._extract(extractor, job, attempt, progress, started)
+        if result is None:  # deferred or failed: the job says which
             return
         self.model.throughput.observe_job(time.time() - started)
-        if not await asyncio.to_thread(journal.live, [job.id]):
+        if not await asyncio.to_thread(self.journal.live, [job.id]):
             log.info("job %s: its memory was forgotten during extraction; nothing stored", job.id)
             self.metrics.job(job.team, "forgotten", time.time() - started)
             self.settled(job.id)
             return
         try:
-            facts = result.facts
-            base = {**result.report}
-            completed = None
-            if settings.extract_complete:
-                asked = await asyncio.to_thread(self._question_before, job) if speaker_of(job.text) else None
-                completed = complete(facts, job.text, asked)
-                facts = completed.facts
-            facts = resolve_facts(facts, _day_of(job, settings.timezone))
-            if completed is not None:
-                base["completed"] = {
-                    "speaker": completed.speaker,
-                    "first_person_rewritten": completed.rewritten,
-                    "sentences_added": completed.added,
-                    "answers_question_of": completed.answered_id,
-                    "speaker_named": completed.attributed,
-                    # which facts code added, not the model (they come after the model's): the evals tell them apart
-                    "added_facts": [f.text for f in facts[len(result.facts) :]],
-                }
-            if job.deferrals and (job.last_error or "").startswith("slower than measured"):
-                base["slow"] = (
-                    f"finished after {job.deferrals} deferral(s): the model was slower than the "
-                    "budget allowed, so the text was split into smaller chunks"
-                )
-            elif job.deferrals:  # not slowness: e.g. its llama-server died mid-request and another took it
-                base["deferred"] = f"finished after {job.deferrals} deferral(s); the last: {job.last_error}"
+            processed = await self._postprocess(result, job)
             timings = {**result.timings, "attempt": _finish(attempt, result.report.get("calls", []))}
-            await asyncio.to_thread(
-                self._decide_and_store,
-                job,
-                facts,
-                base,
-                "\n".join(result.raw_replies),
-                timings,
-                started,
-                [r.code for r in result.rejected],
-            )
+            raw_reply = "\n".join(result.raw_replies)
+            rejected = [r.code for r in result.rejected]
+            await asyncio.to_thread(self._decide_and_store, job, processed, raw_reply, timings, started, rejected)
             self.settled(job.id)
         except Exception as exc:  # storing failed: the job must not be left 'extracting'
             log.exception("job %s: storing facts failed", job.id)
             await self._fail(job, ExtractionError(f"storing facts failed: {exc!r}"), attempt, progress)
+
+    def _attempt_record(self, job: Memory, started: float) -> dict[str, Any]:
+        """The start of this attempt's record on the job's timings (`_finish` closes it)."""
+        return {
+            "queued_at": round(job.next_attempt_at, 3),
+            "started_at": round(started, 3),
+            "queue_wait_s": round(started - job.next_attempt_at, 3),
+            "budget_s": self.settings.extract_budget_s,
+            "server": self.model.client.base_url,  # which llama-server of the pool took it (for operators)
+        }
+
+    async def _finish_skipped(self, job: Memory, reason: str, attempt: dict[str, Any]) -> None:
+        """Nothing to extract: done at once, no model call; the passage stays recallable."""
+        timings = {"attempt": _finish(attempt, [])}
+        report = skipped_report(reason)
+        await asyncio.to_thread(self.journal.complete, job, FactPlan(), raw_reply=None, timings=timings, report=report)
+        self.metrics.job(job.team, "done")
+        self.settled(job.id)
+
+    async def _extract(
+        self, extractor: Extractor, job: Memory, attempt: dict[str, Any], progress: Progress, started: float
+    ) -> ExtractionResult | None:
+        """The model's facts; None when the attempt ended otherwise (deferred or failed, written on the job)."""
+        budget_s = self.settings.extract_budget_s
+
+        async def keep(progress: Progress) -> None:
+            await asyncio.to_thread(self.journal.save_progress, job.id, progress.to_dict(), job.lease_owner)
+
+        context = await self._earlier_context(job)
+        try:
+            return await extractor.extract(
+                job.text, budget_s=budget_s, progress=progress, on_chunk=keep, context=context
+            )
+        except TooSlow as exc:
+            # Not an error: the machine is slower than measured. Resume at once with smaller chunks, in
+            # the job's place in the queue, without spending an attempt.
+            self.model.throughput.slow_down(exc.chunk_tokens + await extractor.system_tokens(), budget_s)
+            await keep(progress)
+            reason = f"slower than measured, resuming with smaller chunks: {exc}"
+            await self._defer(job, started, until=job.next_attempt_at, reason=reason)
+        except LlmUnavailable as exc:
+            if await self.model.went_down(str(exc)):
+                await self._defer(
+                    job, started, until=time.time() + 1.0, reason=f"model server unreachable, waiting: {exc}"
+                )
+            else:
+                await self._fail(job, exc, attempt, progress)
+        except ContextOverflow as exc:
+            # the server may have been restarted with a smaller -c: re-read /props before the retry
+            await self.model.probe()
+            await self._fail(job, exc, attempt, progress)
+        except ExtractionError as exc:
+            await self._fail(job, exc, attempt, progress)
+        except Exception as exc:  # a bug must show on the job, not vanish
+            log.exception("job %s: unexpected error", job.id)
+            await self._fail(job, ExtractionError(f"internal error: {exc!r}"), attempt, progress)
+        return None
+
+    async def _earlier_context(self, job: Memory) -> list[Earlier]:
+        """The earlier saves of the job's conversation, shown to the model as past turns (when configured)."""
+        settings = self.settings
+        if not (settings.extract_context_saves and settings.extract_context_chars):
+            return []
+        earlier = await asyncio.to_thread(
+            self.journal.context_for,
+            job,
+            block=settings.extract_context_saves,
+            window_s=settings.extract_context_window_s,
+        )
+        return earlier_context([(m.id, m.text, m.raw_reply) for m in earlier], settings.extract_context_chars)
+
+    async def _defer(self, job: Memory, started: float, *, until: float, reason: str) -> None:
+        """Put the job back without spending an attempt (slowness, or the model server down)."""
+        await asyncio.to_thread(
+            self.journal.defer,
+            job.id,
+            until=until,
+            budget_s=self.settings.extract_budget_s,
+            reason=reason,
+            owner=job.lease_owner,
+        )
+        self.metrics.job(job.team, "deferred", time.time() - started)
+
+    async def _postprocess(self, result: ExtractionResult, job: Memory) -> Postprocessed:
+        fill = self.settings.extract_complete
+        asked = await asyncio.to_thread(self._question_before, job) if fill and speaker_of(job.text) else None
+        return postprocess(result, job, fill=fill, asked=asked, zone=self.settings.timezone)
 
     def _question_before(self, job: Memory) -> Asked | None:
         """The question the save just before this one in its conversation ended on (read only for a chat
@@ -284,8 +221,7 @@ class ExtractionWorker:
     def _decide_and_store(
         self,
         job: Memory,
-        facts: list,
-        base: dict[str, Any],
+        processed: Postprocessed,
         raw_reply: str,
         timings: dict[str, Any],
         started: float,
@@ -296,14 +232,14 @@ class ExtractionWorker:
         with self.journal.deciding(job.team):
             plan, items = decide_facts(
                 job,
-                facts,
+                processed.facts,
                 journal=self.journal,
                 embedder=self.embedder,
                 vectors=self.vectors,
                 near_duplicate=self.settings.dedup_threshold,
             )
             report = {
-                **base,
+                **processed.report,
                 "stored": len(plan.new),
                 "merged": len(plan.merged),
                 "superseded": len(plan.superseded) + len(plan.born_superseded),
@@ -323,12 +259,15 @@ class ExtractionWorker:
         )
         try:
             write_fact_vectors(self.journal, self.vectors, job.team, items)
+            self.forgetter.finish_pending()
         except Exception:  # the facts are stored and keyword-searchable; the indexer writes the vectors later
             log.warning(
                 "job %s: facts stored, writing their vectors failed; the indexer will retry", job.id, exc_info=True
             )
 
-    async def _fail(self, job: Memory, exc: ExtractionError, attempt: dict, progress: Progress | None) -> None:
+    async def _fail(
+        self, job: Memory, exc: ExtractionError, attempt: dict[str, Any], progress: Progress | None
+    ) -> None:
         settings = self.settings
         if progress is not None and progress.chunks:
             # chunks already extracted are kept: the retry resumes after them
@@ -358,15 +297,7 @@ class ExtractionWorker:
             self.settled(job.id)
 
 
-def write_fact_vectors(journal: Journal, vectors: VectorStore, team: str, items: list[VectorItem]) -> None:
-    """After a commit: the new facts' vectors, then the superseded facts' vectors removed (fact_purges)."""
-    if items:
-        vectors.upsert(team, items)
-        journal.mark_facts_indexed([item.id for item in items])
-    finish_pending(journal, vectors)
-
-
-def _finish(attempt: dict, calls: list[dict[str, Any]]) -> dict:
+def _finish(attempt: dict[str, Any], calls: list[dict[str, Any]]) -> dict[str, Any]:
     """Close an attempt's record: when it ended and how far past the deadline of its last model call."""
     ended = time.time()
     out = {
@@ -380,59 +311,3 @@ def _finish(attempt: dict, calls: list[dict[str, Any]]) -> dict:
         out["deadline_at"] = deadlines[-1]
         out["overrun_s"] = round(ended - deadlines[-1], 3)
     return out
-
-
-@dataclass
-class PassageIndexer:
-    """Embeds newly saved texts as passages, oldest first, in small batches (recall shares the embedder).
-
-    The embedding runs on a thread of its own at a lower OS priority: on a small machine whose other
-    core runs the model, a save's acknowledgement and a recall must not wait for CPU behind it.
-    """
-
-    journal: Journal
-    embedder: Embedder
-    vectors: VectorStore
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
-    _embedding: ThreadPoolExecutor = field(
-        default_factory=lambda: ThreadPoolExecutor(1, "passages", initializer=lower_priority)
-    )
-
-    async def run(self) -> None:
-        loop = asyncio.get_running_loop()
-        next_sweep = 0.0
-        while True:
-            try:
-                batch = await asyncio.to_thread(self.journal.unindexed, 16)
-                if not batch:
-                    if time.monotonic() >= next_sweep:  # at start, then now and then: see `_sweep_facts`
-                        next_sweep = time.monotonic() + FACT_SWEEP_S
-                        await loop.run_in_executor(self._embedding, self._sweep_facts)
-                    await wait_for(self.wake, IDLE_POLL_S)
-                    continue
-                await loop.run_in_executor(self._embedding, index_passages, batch, self.embedder, self.vectors)
-                await asyncio.to_thread(self.journal.mark_indexed, [m.id for m in batch])
-                await asyncio.to_thread(self._drop_forgotten, batch)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("passage indexer: unexpected error")
-                await asyncio.sleep(1.0)
-
-    def close(self) -> None:
-        self._embedding.shutdown(wait=False, cancel_futures=True)
-
-    def _sweep_facts(self) -> None:
-        """Finish what a stop cut off between a job's commit and its vector writes: vectors of facts still
-        marked unindexed, removal of superseded facts' vectors."""
-        while rows := self.journal.unindexed_facts(64):
-            for team, items in fact_items(rows, self.embedder).items():
-                write_fact_vectors(self.journal, self.vectors, team, items)
-        finish_pending(self.journal, self.vectors)
-
-    def _drop_forgotten(self, batch: list[Memory]) -> None:
-        """A text forgotten while it was being embedded: remove the passages just written for it."""
-        live = self.journal.live([m.id for m in batch])
-        for memory in batch:
-            if memory.id not in live:
-                self.vectors.delete(memory.team, passage_ids(memory.id, memory.text))

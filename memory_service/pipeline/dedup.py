@@ -1,0 +1,143 @@
+"""Decide what a new fact is: new, the same as one already stored, or an update of one.
+
+Deterministic before anything else: an exact (normalised) duplicate adds a source to the existing fact;
+a fact with the same shape but different numbers supersedes the older one; a near-duplicate by cosine
+merges into it (unless it names other identifiers, or its numbers changed: then it is an update).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, NamedTuple
+
+from memory_service.embedding.embedder import Embedder
+from memory_service.extraction.grounding import GroundedFact, identifiers, normalize, numbers, shape
+from memory_service.pipeline.vector_items import memory_fact_item
+from memory_service.storage.journal import Fact, FactPlan, Journal, Memory, NewFact
+from memory_service.storage.vectors import VectorItem, VectorStore
+
+
+def fact_id(team: str, norm: str) -> str:
+    """A fact's id is its team and normalised text: the same statement saved twice is one fact."""
+    return "f:" + hashlib.sha256(f"{team}\x00{norm}".encode()).hexdigest()[:32]
+
+
+class _Candidate(NamedTuple):
+    """A fact that is not an exact duplicate of a stored one: it is embedded and decided on."""
+
+    fact: GroundedFact
+    norm: str
+    shape: str
+
+
+def _borrowed(plan: FactPlan, fact_id: str, fact: GroundedFact) -> None:
+    """The earlier saves (given as context) a fact also rests on become its sources too."""
+    plan.context_sources += [(fact_id, memory_id, (start, end)) for memory_id, start, end in fact.context]
+
+
+def decide_facts(
+    memory: Memory,
+    facts: list[GroundedFact],
+    *,
+    journal: Journal,
+    embedder: Embedder,
+    vectors: VectorStore,
+    near_duplicate: float,
+) -> tuple[FactPlan, list[VectorItem]]:
+    """Decide new/merged/superseded for each fact; writes nothing.
+
+    Returns the plan (the caller commits it in one transaction, under `journal.deciding`) and the vectors of
+    the new active facts, written only after that commit: a failed commit leaves no vector behind, and a
+    stop after it leaves facts marked unindexed, which the indexer picks up.
+    """
+    plan = FactPlan()
+    candidates = _merge_exact_duplicates(memory, facts, journal, plan)
+    if not candidates:
+        return plan, []
+    embeddings = embedder.embed([candidate.fact.text for candidate in candidates])
+    new_items: list[VectorItem] = []
+    for candidate, vec in zip(candidates, embeddings):
+        item = _decide_one(memory, candidate, vec, plan, journal, vectors, near_duplicate)
+        if item is not None:
+            new_items.append(item)
+    return plan, new_items
+
+
+def _merge_exact_duplicates(
+    memory: Memory, facts: list[GroundedFact], journal: Journal, plan: FactPlan
+) -> list[_Candidate]:
+    """Fold each fact whose normalised text an active fact already has into it; the rest are candidates."""
+    candidates: list[_Candidate] = []
+    batch: set[str] = set()
+    for fact in facts:
+        norm = normalize(fact.text)
+        if norm in batch:  # twice in one job (chunk overlap): one fact; a duplicate id would also break upsert
+            continue
+        batch.add(norm)
+        exact = journal.active_facts_by_norm(memory.team, norm)
+        if exact:
+            plan.merged.append((exact[0].id, fact.spans))
+            _borrowed(plan, exact[0].id, fact)
+            continue
+        candidates.append(_Candidate(fact, norm, shape(norm)))
+    return candidates
+
+
+def _decide_one(
+    memory: Memory,
+    candidate: _Candidate,
+    vec: Any,
+    plan: FactPlan,
+    journal: Journal,
+    vectors: VectorStore,
+    near_duplicate: float,
+) -> VectorItem | None:
+    """Add one candidate to the plan; returns its vector when it becomes a new active fact."""
+    fact, norm, fact_shape = candidate
+    new_id = _new_fact_id(memory, norm, journal)
+    changed = [f for f in journal.active_facts_by_shape(memory.team, fact_shape) if f.id != new_id]
+    if not changed and near_duplicate < 1.0:
+        existing = _near_duplicate(memory.team, vec, new_id, norm, journal, vectors, near_duplicate)
+        if existing is not None:
+            if sorted(numbers(existing.text)) == sorted(numbers(fact.text)):
+                plan.merged.append((existing.id, fact.spans))
+                _borrowed(plan, existing.id, fact)
+                return None
+            # the same statement with a changed number is an update, not a duplicate to fold away
+            changed = [existing]
+    if changed:
+        older = [f for f in changed if f.created_at <= memory.created_at]
+        newer = [f for f in changed if f.created_at > memory.created_at]
+        plan.superseded += [(f.id, new_id) for f in older if (f.id, new_id) not in plan.superseded]
+        if newer:  # a replayed or late job: this value is already out of date
+            plan.born_superseded.append((new_id, newer[0].id))
+            plan.new.append(NewFact(new_id, fact.text, norm, fact_shape, fact.spans))
+            _borrowed(plan, new_id, fact)
+            return None
+    plan.new.append(NewFact(new_id, fact.text, norm, fact_shape, fact.spans))
+    _borrowed(plan, new_id, fact)
+    return memory_fact_item(memory, new_id, fact.text, vec)
+
+
+def _new_fact_id(memory: Memory, norm: str, journal: Journal) -> str:
+    """The id a new fact gets: its text's, unless a fact with that id was superseded already."""
+    new_id = fact_id(memory.team, norm)
+    retired_row = journal.facts_by_ids(memory.team, [new_id]).get(new_id)
+    if retired_row is not None and retired_row.superseded_by is not None:
+        # a value that comes back (500 -> 700 -> 500) is a new fact; the old row keeps its history
+        new_id = fact_id(memory.team, f"{norm}\x00{memory.id}")
+    return new_id
+
+
+def _near_duplicate(
+    team: str, vec: Any, new_id: str, norm: str, journal: Journal, vectors: VectorStore, threshold: float
+) -> Fact | None:
+    """The active fact whose vector is at least `threshold` close and that names the same identifiers."""
+    hits = vectors.query(team, vec, 2, kind="fact")
+    hit = next((h for h in hits if h.id != new_id and h.similarity >= threshold), None)
+    existing = journal.facts_by_ids(team, [hit.id]).get(hit.id) if hit is not None else None
+    if existing is not None and identifiers(existing.norm) != identifiers(norm):
+        return None  # "ticket 1000" and "ticket 1010": look-alikes about different things
+    if existing is not None and existing.superseded_by is not None:
+        return None
+    return existing
