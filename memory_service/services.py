@@ -22,8 +22,11 @@ from memory_service.pipeline.background import process_holder
 from memory_service.pipeline.forgetting import Forgetter
 from memory_service.pipeline.passages import PassageIndexer
 from memory_service.pipeline.worker import ExtractionWorker
+from memory_service.recall.background import BackgroundWork
 from memory_service.recall.filtered_vectors import FilteredVectors
+from memory_service.recall.query_embeddings import QueryEmbeddings
 from memory_service.recall.search import Hit, RecallQuery, recall
+from memory_service.recall.vector_view import VectorView
 from memory_service.storage.consolidation import store_for
 from memory_service.storage.database import DRIVER_ERRORS, Database, open_database
 from memory_service.storage.datalock import DataDirBusy, DataDirLock
@@ -80,8 +83,13 @@ class Services:
             self.consolidator = Consolidator(
                 self.settings, store_for(self.journal), self.models, self.embedder, self.vectors, holder=self.holder
             )
-        # created before any write, so it sees them all (it listens to the vector store)
-        self.search = FilteredVectors(self.journal, self.vectors)
+        # recall's view of the vectors follows every write: registered with the store before any worker starts
+        vector_view = VectorView(self.journal)
+        self.vectors.add_listener(vector_view)
+        # the filtered search's loads, index builds and hubness passes run here; joined in `close`
+        self._vector_background = BackgroundWork()
+        self.search = FilteredVectors(self.journal, self.vectors, view=vector_view, background=self._vector_background)
+        self._query_embeddings = QueryEmbeddings(self.embedder)  # repeated queries skip the embedder
         # recall's keyword leg runs here while the request's thread embeds the query (see `recall`)
         self._recall_legs = ThreadPoolExecutor(max_workers=4, thread_name_prefix="recall-keyword")
 
@@ -152,6 +160,7 @@ class Services:
         except DRIVER_ERRORS as exc:  # the database is down: the leases run out and another process takes over
             log.warning("could not hand this process's jobs back (%s); they are retried when their lease ends", exc)
         self._recall_legs.shutdown(wait=True)
+        self._vector_background.close()  # before the store it reads closes
         self.vectors.close()
         self.journal.close()
         self.limits.close()
@@ -177,6 +186,7 @@ class Services:
             embedder=self.embedder,
             search=self.search,
             legs=self._recall_legs,
+            queries=self._query_embeddings,
         )
 
     def forget(self, team: str, **selector: Any) -> list[str]:

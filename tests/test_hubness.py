@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from memory_service.embedding.embedder import load_embedder
-from memory_service.recall import filtered_vectors as vector_search
-from memory_service.recall import hubness
+from memory_service.recall import hub_scores, hubness
 from memory_service.recall.filtered_vectors import VectorFilter
 from tests.test_recall_filters import TEAM, Stores
 
@@ -104,7 +103,7 @@ def test_the_vector_leg_ranks_the_answer_above_generic_items_near_everything(tmp
 
 
 def test_scores_are_computed_again_once_the_team_has_grown(tmp_path, embedder, monkeypatch):
-    monkeypatch.setattr(vector_search, "HUB_REFRESH_MIN", 5)
+    monkeypatch.setattr(hub_scores, "HUB_REFRESH_MIN", 5)
     stores = Stores(tmp_path)
     stores.embedder = embedder
     try:
@@ -115,9 +114,9 @@ def test_scores_are_computed_again_once_the_team_has_grown(tmp_path, embedder, m
         def settled_ids() -> list[str]:
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
-                state = stores.search._hubness.get((TEAM, "passage"))
+                state = stores.search.hub_scores.states.get((TEAM, "passage"))
                 if state is not None and not state.running and state.live_at >= 0:
-                    return list(stores.search._dirs[(TEAM, "passage")].row)  # live ids
+                    return list(stores.search.view.directories[(TEAM, "passage")].row)  # live ids
                 time.sleep(0.02)
             raise AssertionError("no hubness pass finished")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from memory_service.recall.search import Hit, diversify
+from memory_service.recall.rank import Hit, diversify
 from memory_service.storage.journal import fts_query
 
 
@@ -34,7 +34,7 @@ def test_a_strong_sibling_still_beats_a_weak_other_source():
 def _greedy(hits: list[Hit], k: int) -> list[tuple[str, float]]:
     """The specification of the pick: at each step scan everything for the best effective score, ties to the
     earlier in (score, similarity) order; an item whose text was shown n times keeps REPEAT_DECAY ** n."""
-    from memory_service.recall.search import REPEAT_DECAY
+    from memory_service.recall.rank import REPEAT_DECAY
 
     remaining = sorted(hits, key=lambda h: (h.score, h.similarity or 0.0), reverse=True)
     shown: dict[str, int] = {}
@@ -55,7 +55,7 @@ def test_the_lazy_pick_equals_a_full_scan_on_every_draw():
     import copy
     import random
 
-    from memory_service.recall.search import SIBLING_SUPPORT
+    from memory_service.recall.rank import SIBLING_SUPPORT
 
     rng = random.Random(7)
     for draw in range(300):
@@ -89,7 +89,9 @@ def test_keyword_query_is_quoted_and_skips_stopwords():
 
 
 def test_a_query_word_most_candidates_hold_weighs_less_than_a_rare_one():
-    from memory_service.recall.search import QueryWords, _term_weights, _terms
+    from memory_service.recall.words import QueryWords
+    from memory_service.recall.words import stems as _terms
+    from memory_service.recall.words import term_weights as _term_weights
 
     texts = [f"Caroline talked about her day number {n}" for n in range(20)] + ["Caroline researched adoption agencies"]
     words = QueryWords("What did Caroline research?")
@@ -105,7 +107,8 @@ def test_a_query_word_most_candidates_hold_weighs_less_than_a_rare_one():
 
 def test_the_query_words_a_text_holds_are_the_stems_both_share():
     """QueryWords searches a text for the query's stems; it must find exactly what splitting the text finds."""
-    from memory_service.recall.search import QueryWords, _terms
+    from memory_service.recall.words import QueryWords
+    from memory_service.recall.words import stems as _terms
 
     query = "Did Caroline’s 2023 adoption research mention O'Brien, other agencies or the café?"
     texts = [

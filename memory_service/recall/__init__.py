@@ -1,0 +1,10 @@
+"""The read path: recall's two legs, fused by rank, over the stores the write path filled.
+
+- `search`: `recall` and `RecallQuery`: the keyword and vector legs, the journal rows they show, fusion;
+- `rank`: reciprocal-rank fusion, keyword weighting and spreading the top k over saved texts;
+- `words`: the query's word stems, which of them a text holds, how rare each is;
+- `query_embeddings`: the cache of query vectors Services owns;
+- `filtered_vectors`: the vector leg's planner (exact, clustered, over-fetch or Chroma's `where`), over
+  `vector_view` (directories, cached `matrices`, `clustered_indexes`, kept current by every write),
+  `directory`, `clusters`, `hubness` and `hub_scores`; `background` runs its work off the request path.
+"""
