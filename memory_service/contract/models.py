@@ -133,13 +133,20 @@ class MemoryOut(MemoryHead):
     )
 
 
+ItemKind = Literal["fact", "passage", "consolidated"]
+
+
+def _default_kinds() -> list[ItemKind]:
+    return ["fact", "passage"]
+
+
 class RecallRequest(Strict):
     query: FreeText = Field(min_length=1, max_length=4096)
     agent_id: AgentId | None = None
     scope: Literal["team", "agent"] = "team"
     k: JsonInt = Field(default=10, ge=1, le=100)
-    kinds: list[Literal["fact", "passage", "consolidated"]] = Field(
-        default_factory=lambda: ["fact", "passage"],
+    kinds: list[ItemKind] = Field(
+        default_factory=_default_kinds,
         min_length=1,
         description="consolidated (asked for explicitly): one line per subject summing up its facts "
         "(MEMORY_CONSOLIDATE), with all their sources.",
