@@ -12,15 +12,10 @@ while a service holds it.
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
 from typing import Any
 
 from memory_service.config import Settings
-from memory_service.storage.datalock import DataDirBusy, DataDirLock
-
-JOURNAL = "journal.sqlite3"
-VECTORS = "chroma"
+from memory_service.storage.datadir import JOURNAL_FILE, DataDir, DataDirBusy
 
 
 class ReindexError(RuntimeError):
@@ -31,53 +26,45 @@ def run_reindex(settings: Settings, team: str | None = None) -> dict[str, Any]:
     """Drop the vectors of `team` (of every team when None) and embed them again; returns a summary."""
     from memory_service.storage.vectors import ChromaUnreachable
 
-    data_dir = settings.data_dir.absolute()
-    if not settings.database_url and not (data_dir / JOURNAL).is_file():
+    data = DataDir(settings.data_dir.absolute())
+    if not settings.database_url and not data.has_journal():
         raise ReindexError(
-            f"no {JOURNAL} in {data_dir}: is it a memory-service data dir? (--data-dir, env MEMORY_DATA_DIR)"
+            f"no {JOURNAL_FILE} in {data.path}: is it a memory-service data dir? (--data-dir, env MEMORY_DATA_DIR)"
         )
-    lock = DataDirLock(data_dir)
     try:
-        lock.acquire(exclusive=True, wait=False)
+        lock = data.lock(exclusive=True)
     except DataDirBusy:
         raise ReindexError(
-            f"a memory-service is running on {data_dir}: stop it, then reindex (the rebuild drops the vectors first)"
+            f"a memory-service is running on {data.path}: stop it, then reindex (the rebuild drops the vectors first)"
         ) from None
     try:
-        return _rebuild(settings, data_dir, team)
+        return _rebuild(settings, data, team)
     except ChromaUnreachable as exc:
         raise ReindexError(str(exc)) from None
     finally:
         lock.release()
 
 
-def _rebuild(settings: Settings, data_dir: Path, team: str | None) -> dict[str, Any]:
-    from memory_service.embedding.embedder import load_embedder
+def _rebuild(settings: Settings, data: DataDir, team: str | None) -> dict[str, Any]:
+    from memory_service.embedding.embedder import embedder_for
     from memory_service.ops.reindex import reindex
-    from memory_service.storage.database import open_database
-    from memory_service.storage.journal import Journal
-    from memory_service.storage.vectors import VectorStore
 
-    database = open_database(settings)  # MEMORY_DATABASE_URL: the shared journal (stop every process first)
-    journal = Journal(database or data_dir / JOURNAL)
+    stores = data.open_stores(settings)  # MEMORY_DATABASE_URL: the shared journal (stop every process first)
     try:
-        store = settings.chroma_url or str(data_dir / VECTORS)
+        store = settings.chroma_url or str(data.vectors_dir)
         if settings.chroma_url is None and team is None:
             # the whole embedded store goes: also what mends one that no longer opens
-            shutil.rmtree(data_dir / VECTORS, ignore_errors=True)
-            vectors, dropped = VectorStore(data_dir / VECTORS), None
+            data.remove_vectors()
+            vectors, dropped = data.open_vectors(), None
         else:
-            vectors = VectorStore(data_dir / VECTORS, url=settings.chroma_url)
+            vectors = data.open_vectors(settings.chroma_url)
             dropped = vectors.drop(team)
         try:
-            embedder = load_embedder(settings.embedder, threads=settings.embed_threads, cache_dir=settings.cache_dir)
-            done = reindex(journal, embedder, vectors, team=team)
+            done = reindex(stores.journal, embedder_for(settings), vectors, team=team)
         finally:
             vectors.close()
     finally:
-        journal.close()
-        if database is not None:
-            database.close()
+        stores.close()
     return {
         "reindexed": store,
         "team": team,

@@ -27,7 +27,7 @@ from typing import Protocol
 
 import numpy as np
 
-from memory_service.config import DEFAULT_CACHE_DIR
+from memory_service.config import DEFAULT_CACHE_DIR, Settings
 
 log = logging.getLogger("memory_service")
 
@@ -199,3 +199,8 @@ def load_embedder(backend: str = "onnx-q8", threads: int = 1, cache_dir: Path | 
     if backend == "torch":
         return TorchEmbedder(threads)
     raise EmbedderError(f"unknown embedder {backend!r}; choose one of: {', '.join(BACKENDS)}")
+
+
+def embedder_for(settings: Settings) -> Embedder:
+    """The embedder the settings name, with their thread count and model cache: how every part loads it."""
+    return load_embedder(settings.embedder, threads=settings.embed_threads, cache_dir=settings.cache_dir)

@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memory_service.config import Settings
-from memory_service.storage.datalock import LOCK_NAME, DataDirBusy, DataDirLock
+from memory_service.storage.datadir import DATABASE_FILES, JOURNAL_FILE, LOCK_NAME, VECTORS_DIR, DataDir, DataDirBusy
+from memory_service.storage.datalock import DataDirLock
 
 if TYPE_CHECKING:
     from memory_service.ops.reindex import Reindexed
@@ -41,9 +42,9 @@ if TYPE_CHECKING:
 FORMAT = "memory-service-backup"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
-JOURNAL = "journal.sqlite3"
-DATABASES = (JOURNAL, "limits.sqlite3", "keys.sqlite3")  # keys: API keys with roles, as hashes
-VECTORS = "chroma"
+JOURNAL = JOURNAL_FILE
+DATABASES = DATABASE_FILES  # the journal, the limits store, the API keys (as hashes)
+VECTORS = VECTORS_DIR
 
 
 class BackupError(RuntimeError):
@@ -69,7 +70,7 @@ def backup(data_dir: Path, dest: Path) -> dict[str, Any]:
     staging = dest.parent / f".{dest.name}.partial-{os.getpid()}"
     lock = DataDirLock(data_dir)
     try:
-        lock.acquire(exclusive=True, wait=False)
+        lock = DataDir(data_dir).lock(exclusive=True)
         quiescent = True  # no service: the vector files hold still and can be copied
     except DataDirBusy:
         quiescent = False
@@ -214,41 +215,12 @@ def restore(src: Path, settings: Settings, *, force: bool = False, rebuild_vecto
             "restore rebuilds the vector store under the data dir, but MEMORY_CHROMA_URL points at a "
             "Chroma server: unset it to restore into the embedded store"
         )
-    if data_dir.exists() and not data_dir.is_dir():
-        raise BackupError(f"{data_dir} is not a directory")
-    lock = DataDirLock(data_dir)
-    if data_dir.is_dir():
-        try:
-            lock.acquire(exclusive=True, wait=False)
-        except DataDirBusy:
-            raise BackupError(f"a memory-service is running on {data_dir}: stop it, then restore") from None
-    occupied = data_dir.is_dir() and any(p.name != LOCK_NAME for p in data_dir.iterdir())
-    if occupied and not force:
-        lock.release()
-        raise BackupError(
-            f"{data_dir} already holds data: pass --force to restore over it (the current data "
-            "is moved aside, not deleted)"
-        )
-    data_dir.parent.mkdir(parents=True, exist_ok=True)
+    lock, occupied = _lock_for_restore(data_dir, force)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     staging = data_dir.parent / f".{data_dir.name}.restoring-{stamp}-{os.getpid()}"
-    kept_aside: Path | None = None
     try:
         staging.mkdir()
-        for name, info in manifest["files"].items():
-            shutil.copyfile(src / name, staging / name)
-            problem = _file_problem(staging, name, info)  # the copy, not only the original, is what counts
-            if problem:
-                raise BackupError(f"copying the backup failed: {problem}; nothing was restored")
-            conn = sqlite3.connect(staging / name)
-            try:
-                problem = _check_database(conn)
-            finally:
-                conn.close()
-            if problem:
-                raise BackupError(
-                    f"{src / name} fails SQLite's check ({problem}): the backup is damaged; nothing was restored"
-                )
+        _stage_databases(src, staging, manifest)
         copied = manifest.get("vectors", {}).get("mode") == "copied" and not rebuild_vectors
         if copied:
             shutil.copytree(src / VECTORS, staging / VECTORS)
@@ -256,20 +228,7 @@ def restore(src: Path, settings: Settings, *, force: bool = False, rebuild_vecto
         else:
             embedded = _rebuild_vectors(staging, settings)
         _sync_tree(staging)
-        if data_dir.exists():
-            if occupied:
-                kept_aside = data_dir.with_name(f"{data_dir.name}.before-restore-{stamp}")
-                data_dir.rename(kept_aside)
-            else:
-                (data_dir / LOCK_NAME).unlink(missing_ok=True)
-                data_dir.rmdir()
-        try:
-            staging.rename(data_dir)
-        except BaseException:
-            if kept_aside is not None:
-                kept_aside.rename(data_dir)
-                kept_aside = None
-            raise
+        kept_aside = _swap_in(staging, data_dir, occupied, stamp)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -290,18 +249,74 @@ def restore(src: Path, settings: Settings, *, force: bool = False, rebuild_vecto
     return summary
 
 
+def _lock_for_restore(data_dir: Path, force: bool) -> tuple[DataDirLock, bool]:
+    """The data dir's exclusive lock (none to take if it does not exist yet), and whether it holds data."""
+    if data_dir.exists() and not data_dir.is_dir():
+        raise BackupError(f"{data_dir} is not a directory")
+    lock = DataDirLock(data_dir)
+    if data_dir.is_dir():
+        try:
+            lock = DataDir(data_dir).lock(exclusive=True)
+        except DataDirBusy:
+            raise BackupError(f"a memory-service is running on {data_dir}: stop it, then restore") from None
+    occupied = data_dir.is_dir() and any(p.name != LOCK_NAME for p in data_dir.iterdir())
+    if occupied and not force:
+        lock.release()
+        raise BackupError(
+            f"{data_dir} already holds data: pass --force to restore over it (the current data "
+            "is moved aside, not deleted)"
+        )
+    data_dir.parent.mkdir(parents=True, exist_ok=True)
+    return lock, occupied
+
+
+def _stage_databases(src: Path, staging: Path, manifest: dict[str, Any]) -> None:
+    """Copy the backup's databases into `staging`, checking each copy (checksum, then SQLite's own check)."""
+    for name, info in manifest["files"].items():
+        shutil.copyfile(src / name, staging / name)
+        problem = _file_problem(staging, name, info)  # the copy, not only the original, is what counts
+        if problem:
+            raise BackupError(f"copying the backup failed: {problem}; nothing was restored")
+        conn = sqlite3.connect(staging / name)
+        try:
+            problem = _check_database(conn)
+        finally:
+            conn.close()
+        if problem:
+            raise BackupError(
+                f"{src / name} fails SQLite's check ({problem}): the backup is damaged; nothing was restored"
+            )
+
+
+def _swap_in(staging: Path, data_dir: Path, occupied: bool, stamp: str) -> Path | None:
+    """Rename the staged data dir into place; the current data, if any, is moved aside (returned), not deleted."""
+    kept_aside: Path | None = None
+    if data_dir.exists():
+        if occupied:
+            kept_aside = data_dir.with_name(f"{data_dir.name}.before-restore-{stamp}")
+            data_dir.rename(kept_aside)
+        else:
+            (data_dir / LOCK_NAME).unlink(missing_ok=True)
+            data_dir.rmdir()
+    try:
+        staging.rename(data_dir)
+    except BaseException:
+        if kept_aside is not None:
+            kept_aside.rename(data_dir)
+        raise
+    return kept_aside
+
+
 def _rebuild_vectors(staging: Path, settings: Settings) -> Reindexed:
     """Embed the restored journal into a new vector store beside it (the model loads only here)."""
-    from memory_service.embedding.embedder import load_embedder
+    from memory_service.embedding.embedder import embedder_for
     from memory_service.ops.reindex import reindex
-    from memory_service.storage.journal import Journal
-    from memory_service.storage.vectors import VectorStore
 
-    journal = Journal(staging / JOURNAL)
+    data = DataDir(staging)
+    journal = data.open_journal()
     try:
-        vectors = VectorStore(staging / VECTORS)
-        embedder = load_embedder(settings.embedder, threads=settings.embed_threads, cache_dir=settings.cache_dir)
-        return reindex(journal, embedder, vectors)
+        vectors = data.open_vectors()
+        return reindex(journal, embedder_for(settings), vectors)
     finally:
         journal.close()
 

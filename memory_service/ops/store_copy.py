@@ -17,13 +17,13 @@ from typing import Any
 
 from memory_service.config import Settings
 from memory_service.storage.database import PostgresDatabase, describe, is_postgres_url
-from memory_service.storage.datalock import DataDirBusy, DataDirLock
+from memory_service.storage.datadir import JOURNAL_FILE, KEYS_FILE, LIMITS_FILE, DataDir, DataDirBusy
 
 # (SQLite file, tables in copy order); each table is copied in its rowid order
 SOURCES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("journal.sqlite3", ("memories", "facts", "fact_sources", "fact_purges", "job_attempts")),
-    ("limits.sqlite3", ("limit_defs", "limit_usage", "limit_idempotency", "handled")),
-    ("keys.sqlite3", ("api_keys",)),
+    (JOURNAL_FILE, ("memories", "facts", "fact_sources", "fact_purges", "job_attempts")),
+    (LIMITS_FILE, ("limit_defs", "limit_usage", "limit_idempotency", "handled")),
+    (KEYS_FILE, ("api_keys",)),
 )
 BATCH = 500
 
@@ -35,16 +35,15 @@ class MigrateError(RuntimeError):
 def run_migrate(settings: Settings, url: str, *, reindex_vectors: bool = True) -> dict[str, Any]:
     if not is_postgres_url(url):
         raise MigrateError(f"--to {describe(url)!r}: give a postgresql://user@host:port/database URL")
-    data_dir = settings.data_dir.absolute()
-    if not (data_dir / "journal.sqlite3").is_file():
+    data = DataDir(settings.data_dir.absolute())
+    if not data.has_journal():
         raise MigrateError(
-            f"no journal.sqlite3 in {data_dir}: is it a memory-service data dir? (--data-dir, env MEMORY_DATA_DIR)"
+            f"no {JOURNAL_FILE} in {data.path}: is it a memory-service data dir? (--data-dir, env MEMORY_DATA_DIR)"
         )
-    lock = DataDirLock(data_dir)
     try:
-        lock.acquire(exclusive=True, wait=False)
+        lock = data.lock(exclusive=True)
     except DataDirBusy:
-        raise MigrateError(f"a memory-service is running on {data_dir}: stop it, then migrate") from None
+        raise MigrateError(f"a memory-service is running on {data.path}: stop it, then migrate") from None
     try:
         try:
             database = PostgresDatabase(url)
@@ -53,7 +52,7 @@ def run_migrate(settings: Settings, url: str, *, reindex_vectors: bool = True) -
                 f"PostgreSQL at {describe(url)} is unreachable or refused the connection: {exc}"
             ) from None
         try:
-            copied = copy_stores(data_dir, database)
+            copied = copy_stores(data.path, database)
         finally:
             database.close()
     finally:
@@ -68,12 +67,9 @@ def run_migrate(settings: Settings, url: str, *, reindex_vectors: bool = True) -
 
 def copy_stores(data_dir: Path, database: PostgresDatabase) -> dict[str, int]:
     """Copy every table the data dir has into `database` (schema created first); rows newly copied per table."""
-    from memory_service.storage.journal import Journal
-    from memory_service.storage.keys import KeyStore
-    from memory_service.storage.limits import LimitStore
-
+    data = DataDir(data_dir)
     # the stores create their PostgreSQL schema; none of them owns (or closes) the shared database
-    Journal(database), LimitStore(database), KeyStore(database)
+    data.open_journal(database), data.open_limits(database), data.open_keys(database)
     copied: dict[str, int] = {}
     for filename, tables in SOURCES:
         path = data_dir / filename

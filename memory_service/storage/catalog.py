@@ -52,7 +52,8 @@ def list_memories(
     journal: Journal, team: str, flt: ListFilter, *, limit: int, after: Cursor | None = None, newest_first: bool = True
 ) -> tuple[list[Listed], Cursor | None]:
     """One page of the team's memories and the cursor of the next page (None on the last)."""
-    where, args = ["m.team = ?", "m.status != ?"], [team, DELETED]
+    where: list[str] = ["m.team = ?", "m.status != ?"]
+    args: list[Any] = [team, DELETED]
     for column, value in (("agent_id", flt.agent_id), ("run_id", flt.run_id), ("status", flt.status)):
         if value is not None:
             where.append(f"m.{column} = ?")

@@ -78,7 +78,7 @@ def _serve(conn: Any, path: str) -> None:
             return
         try:
             if op == "close":
-                client.close()
+                client.close()  # type: ignore[attr-defined]  # on chromadb's Client, not on its ClientAPI stub
                 conn.send(("ok", None))
                 return
             if op == "list":
@@ -172,20 +172,16 @@ class ChromaProcess:
             if self._closed:
                 raise ChromaProcessFailed("the vector store is closed")
             for attempt in (1, 2):
-                if self._process is None or self._process.poll() is not None:
-                    self._stop()
-                    self._start()
-                if not self._ready:
-                    self._wait_ready()
+                process, conn = self._running()
                 try:
-                    self._conn.send((op, name, kwargs))
-                    if not self._conn.poll(CALL_TIMEOUT_S):
+                    conn.send((op, name, kwargs))
+                    if not conn.poll(CALL_TIMEOUT_S):
                         raise TimeoutError(f"no answer in {CALL_TIMEOUT_S:.0f} s")
-                    status, value = self._conn.recv()
+                    status, value = conn.recv()
                     break
                 except (EOFError, OSError, TimeoutError) as exc:
-                    self._process.kill()  # a hung child too: the next call needs a fresh one
-                    code = self._process.wait()
+                    process.kill()  # a hung child too: the next call needs a fresh one
+                    code = process.wait()
                     self._stop()
                     if attempt == 2 or isinstance(exc, TimeoutError):
                         raise ChromaProcessFailed(
@@ -198,6 +194,17 @@ class ChromaProcess:
         if status == "error":
             _raise(*value)
         return value
+
+    def _running(self) -> tuple[subprocess.Popen, Connection]:
+        """The child and its pipe, started again if it died and waited for until its store is open."""
+        if self._process is None or self._conn is None or self._process.poll() is not None:
+            self._stop()
+            self._start()
+        process, conn = self._process, self._conn
+        assert process is not None and conn is not None  # _start set both
+        if not self._ready:
+            self._wait_ready(process, conn)
+        return process, conn
 
     def _start(self) -> None:
         """Start the child; it opens the store while this process goes on (the first call waits for it)."""
@@ -213,8 +220,7 @@ class ChromaProcess:
         self._process, self._conn, self._ready = process, Connection(mine.detach()), False
         log.debug("vector store process %d serves %s", process.pid, self._path)
 
-    def _wait_ready(self) -> None:
-        conn, process = self._conn, self._process
+    def _wait_ready(self, process: subprocess.Popen, conn: Connection) -> None:
         try:
             if not conn.poll(START_TIMEOUT_S):
                 raise TimeoutError(f"it did not open the store in {START_TIMEOUT_S:.0f} s")
@@ -235,7 +241,7 @@ class ChromaProcess:
         process, conn, ready = self._process, self._conn, self._ready
         self._process = self._conn = None
         self._ready = False
-        if process is None:
+        if process is None or conn is None:
             return
         try:
             if process.poll() is None:

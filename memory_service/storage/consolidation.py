@@ -14,14 +14,32 @@ Kept in tables of their own next to the journal (same database, SQLite or Postgr
 from __future__ import annotations
 
 import json
-import threading
 import time
-import uuid
-import weakref
 from dataclasses import dataclass, field
-from typing import Any
 
+from memory_service.storage.consolidation_runs import (
+    DONE,
+    FAILED,
+    INTERRUPTED,
+    RUNNING,
+    STALE_RUN_S,
+    YIELDED,
+    RunLog,
+)
 from memory_service.storage.journal import DELETED, Journal
+
+__all__ = [
+    "DONE",
+    "FAILED",
+    "INTERRUPTED",
+    "RUNNING",
+    "STALE_RUN_S",
+    "YIELDED",
+    "ConsolidationStore",
+    "Item",
+    "SourceFact",
+    "store_for",
+]
 
 CHUNK = 500  # ids per statement, well under SQLite's variable limit
 
@@ -72,9 +90,6 @@ CREATE INDEX IF NOT EXISTS consolidation_runs_started ON consolidation_runs(star
 SQLITE_SCHEMA = _TABLES.format(real="REAL")
 POSTGRES_SCHEMA = _TABLES.format(real="DOUBLE PRECISION")
 
-RUNNING, DONE, YIELDED, INTERRUPTED, FAILED = "running", "done", "yielded", "interrupted", "failed"
-STALE_RUN_S = 120.0  # a run whose holder has not beaten for this long died with its process
-
 
 @dataclass
 class SourceFact:
@@ -118,7 +133,7 @@ def _chunks(ids: list[str]) -> list[list[str]]:
     return [ids[i : i + CHUNK] for i in range(0, len(ids), CHUNK)]
 
 
-class ConsolidationStore:
+class ConsolidationStore(RunLog):
     """The tables above on the journal's database (created on first use, both dialects)."""
 
     def __init__(self, journal: Journal) -> None:
@@ -364,71 +379,10 @@ class ConsolidationStore:
                 "DELETE FROM consolidated_purges WHERE team = ? AND item_id = ?", [(team, i) for i in item_ids]
             )
 
-    # -- the run log ----------------------------------------------------------------------------------
-
-    def start_run(self, holder: str, groups_due: int, now: float | None = None) -> str:
-        now = time.time() if now is None else now
-        run_id = uuid.uuid4().hex[:16]
-        with self.journal.transaction() as conn:
-            conn.execute(
-                "INSERT INTO consolidation_runs (id, holder, started_at, beat_at, outcome, groups_due) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (run_id, holder, now, now, RUNNING, groups_due),
-            )
-        return run_id
-
-    def beat(self, run_id: str, written: int, removed: int) -> None:
-        with self.journal.transaction() as conn:
-            conn.execute(
-                "UPDATE consolidation_runs SET beat_at = ?, written = ?, removed = ? WHERE id = ?",
-                (time.time(), written, removed, run_id),
-            )
-
-    def end_run(self, run_id: str, outcome: str, written: int, removed: int, detail: str | None = None) -> None:
-        now = time.time()
-        with self.journal.transaction() as conn:
-            conn.execute(
-                "UPDATE consolidation_runs SET ended_at = ?, beat_at = ?, outcome = ?, written = ?, "
-                "removed = ?, detail = ? WHERE id = ?",
-                (now, now, outcome, written, removed, detail, run_id),
-            )
-
-    def close_dead_runs(self, holder: str | None = None, now: float | None = None) -> int:
-        """Runs cut off by a stop: this holder's (at start-up on a data dir), or any whose beat stopped."""
-        now = time.time() if now is None else now
-        with self.journal.transaction() as conn:
-            if holder is None:
-                cur = conn.execute(
-                    "UPDATE consolidation_runs SET outcome = ?, ended_at = beat_at WHERE outcome = ? AND beat_at < ?",
-                    (INTERRUPTED, RUNNING, now - STALE_RUN_S),
-                )
-            else:
-                cur = conn.execute(
-                    "UPDATE consolidation_runs SET outcome = ?, ended_at = beat_at WHERE outcome = ? AND holder != ?",
-                    (INTERRUPTED, RUNNING, holder),
-                )
-            return int(cur.rowcount or 0)
-
-    def runs(self, limit: int = 5) -> list[dict[str, Any]]:
-        """The latest runs, newest first: what ran, when, and what it wrote."""
-        with self.journal.reading() as conn:
-            rows = conn.execute(
-                "SELECT id, holder, started_at, ended_at, outcome, groups_due, written, removed, detail "
-                "FROM consolidation_runs ORDER BY started_at DESC LIMIT ?",
-                (limit,),
-            ).fetchall()
-        keys = ("id", "holder", "started_at", "ended_at", "outcome", "groups_due", "written", "removed", "detail")
-        return [dict(zip(keys, tuple(r))) for r in rows]
-
-
-_STORES: weakref.WeakKeyDictionary[Journal, ConsolidationStore] = weakref.WeakKeyDictionary()
-_STORES_LOCK = threading.Lock()
-
 
 def store_for(journal: Journal) -> ConsolidationStore:
-    """The one store of a journal (its tables created once), for the paths that only hold the journal."""
-    with _STORES_LOCK:
-        store = _STORES.get(journal)
-        if store is None:
-            store = _STORES[journal] = ConsolidationStore(journal)
-        return store
+    """The one store of a journal (its tables created once), for the paths that only hold the journal.
+
+    The journal keeps it (`Journal.consolidation`): no registry outside the objects that own it.
+    """
+    return journal.consolidation

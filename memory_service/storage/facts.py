@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from memory_service.storage.database import Database
+from memory_service.storage.jobs import end_attempt, held_by
 from memory_service.storage.records import DELETED, DONE, Fact, FactPlan, Memory, tags_of
 from memory_service.storage.records import dumps_or_none as _dumps
 from memory_service.storage.records import fact_from_row as _fact_from_row
@@ -59,7 +60,7 @@ class FactStore:
         """
         now = time.time() if now is None else now
         tags = json.dumps(memory.tags)
-        held, args = self._held(memory.lease_owner)
+        held, args = held_by(memory.lease_owner)
         lock = " FOR UPDATE" if self.db.dialect == "postgresql" else ""
         with self.db.transaction() as conn:
             live = conn.execute(
@@ -67,7 +68,7 @@ class FactStore:
             ).fetchone()
             if live is None:
                 return False
-            self._end_attempt(conn, memory.id, memory.lease_owner, "done", now)
+            end_attempt(conn, memory.id, memory.lease_owner, "done", now)
             born_old = {new_id for new_id, _ in plan.born_superseded}
             for fact in plan.new:
                 # its vector is written after this commit (`indexed` says whether that happened yet)

@@ -19,6 +19,20 @@ EXACT_BACKLOG = 200  # jobs ahead counted exactly on every save; past this, see 
 LONG_BACKLOG_REFRESH_S = 1.0
 
 
+def held_by(owner: str | None) -> tuple[str, tuple[Any, ...]]:
+    """The condition that the job is still this worker's (none when no owner is named)."""
+    return ("", ()) if owner is None else (" AND status = 'extracting' AND lease_owner = ?", (owner,))
+
+
+def end_attempt(conn: Any, memory_id: str, owner: str | None, outcome: str, now: float) -> None:
+    """Close the worker's open attempt record of this job (a settle without an owner has none)."""
+    if owner is not None:
+        conn.execute(
+            "UPDATE job_attempts SET ended_at = ?, outcome = ? WHERE memory_id = ? AND worker = ? AND ended_at IS NULL",
+            (now, outcome, memory_id, owner),
+        )
+
+
 class JobQueue:
     """The journal's job methods (a mixin over the journal's `db`)."""
 
@@ -131,20 +145,6 @@ class JobQueue:
             ).fetchall()
         return [(r[0], float(r[1]), None if r[2] is None else float(r[2]), r[3]) for r in rows]
 
-    @staticmethod
-    def _held(owner: str | None) -> tuple[str, tuple[Any, ...]]:
-        """The condition that the job is still this worker's (none when no owner is named)."""
-        return ("", ()) if owner is None else (" AND status = 'extracting' AND lease_owner = ?", (owner,))
-
-    @staticmethod
-    def _end_attempt(conn: Any, memory_id: str, owner: str | None, outcome: str, now: float) -> None:
-        if owner is not None:
-            conn.execute(
-                "UPDATE job_attempts SET ended_at = ?, outcome = ? WHERE memory_id = ? AND worker = ? "
-                "AND ended_at IS NULL",
-                (now, outcome, memory_id, owner),
-            )
-
     def context_for(self, memory: Memory, *, block: int, window_s: float) -> list[Memory]:
         """The saves just before `memory` in its conversation, oldest first.
 
@@ -180,7 +180,7 @@ class JobQueue:
 
     def save_progress(self, memory_id: str, progress: dict[str, Any], owner: str | None = None) -> None:
         """The chunks of a long text extracted so far: a deferral, retry or restart resumes after them."""
-        held, args = self._held(owner)
+        held, args = held_by(owner)
         with self.db.transaction() as conn:
             conn.execute(
                 f"UPDATE memories SET progress = ? WHERE id = ? AND status != ?{held}",
@@ -189,14 +189,14 @@ class JobQueue:
 
     def defer(self, memory_id: str, *, until: float, budget_s: float, reason: str, owner: str | None = None) -> None:
         """Not now, and not an error (model down, machine slower than measured): requeue without an attempt."""
-        held, args = self._held(owner)
+        held, args = held_by(owner)
         with self.db.transaction() as conn:
             conn.execute(
                 "UPDATE memories SET status = ?, deferrals = deferrals + 1, next_attempt_at = ?, deadline_at = ?, "
                 f"started_at = NULL, last_error = ?, lease_owner = NULL WHERE id = ? AND status != ?{held}",
                 (QUEUED, until, until + budget_s, reason, memory_id, DELETED, *args),
             )
-            self._end_attempt(conn, memory_id, owner, "deferred", time.time())
+            end_attempt(conn, memory_id, owner, "deferred", time.time())
 
     def fail_attempt(
         self,
@@ -218,7 +218,7 @@ class JobQueue:
         """
         now = time.time() if now is None else now
         status = QUEUED if retry_at is not None else FAILED
-        held, args = self._held(owner)
+        held, args = held_by(owner)
         with self.db.transaction() as conn:
             updated = conn.execute(
                 "UPDATE memories SET status = ?, attempts = attempts + 1, last_error = ?, "
@@ -239,7 +239,7 @@ class JobQueue:
                     *args,
                 ),
             ).rowcount
-            self._end_attempt(conn, memory_id, owner, "retry" if retry_at is not None else "failed", now)
+            end_attempt(conn, memory_id, owner, "retry" if retry_at is not None else "failed", now)
             if not updated and owner is not None:
                 alive = conn.execute(
                     "SELECT 1 FROM memories WHERE id = ? AND status != ?", (memory_id, DELETED)
@@ -272,7 +272,8 @@ class JobQueue:
         `LONG_BACKLOG_REFRESH_S`: the full count is a scan of the queue (22 ms at 20k jobs, measured),
         and a figure one second old serves an estimate as well.
         """
-        where, args = "status IN (?, ?)", (QUEUED, EXTRACTING)
+        where = "status IN (?, ?)"
+        args: tuple[Any, ...] = (QUEUED, EXTRACTING)
         if created_at is not None:
             where, args = where + " AND created_at <= ?", (*args, created_at)
         with self.db.reading() as conn:

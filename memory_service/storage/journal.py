@@ -7,9 +7,9 @@ index is written in the same transaction, so a saved text is findable by recall 
 before any embedding or model work.
 
 `Journal` is assembled from one module per job: `jobs` (the queue and its leases), `facts` (storing and
-reading facts), `keyword` (the keyword leg of recall); the tables are in `schema`, the records in
-`records`. All methods are synchronous and thread-safe; the async code calls them through
-`asyncio.to_thread`.
+reading facts), `keyword` (the keyword leg of recall); the tables are in `schema` (older journals are
+upgraded by `schema_upgrades`), the records in `records`. All methods are synchronous and thread-safe;
+the async code calls them through `asyncio.to_thread`.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memory_service.storage.database import Database, SqliteDatabase
 from memory_service.storage.facts import FactStore
 from memory_service.storage.jobs import JobQueue
-from memory_service.storage.keyword import KeywordSearch, fts_query, fts_words, has_tag, json_items
+from memory_service.storage.keyword import KeywordSearch, PorterStems, fts_query, fts_words, has_tag, json_items
 from memory_service.storage.records import (
     DELETED,
     DONE,
@@ -40,6 +40,10 @@ from memory_service.storage.records import (
     tags_of,
 )
 from memory_service.storage.schema import POSTGRES_SCHEMA, SCHEMA
+from memory_service.storage.schema_upgrades import open_journal_schema
+
+if TYPE_CHECKING:
+    from memory_service.storage.consolidation import ConsolidationStore
 
 __all__ = [
     "DELETED",
@@ -69,28 +73,15 @@ class Journal(JobQueue, FactStore, KeywordSearch):
     def __init__(self, store: Path | Database) -> None:
         self._owns = not isinstance(store, Database)  # a shared database is closed by whoever opened it
         self.db: Database = store if isinstance(store, Database) else SqliteDatabase(store, synchronous="FULL")
-        self.db.create_schema(SCHEMA, POSTGRES_SCHEMA)
+        open_journal_schema(self.db)
         if isinstance(self.db, SqliteDatabase):
-            conn = self.db.writer()
-            columns = {row[1] for row in conn.execute("PRAGMA table_info(memories)")}
-            # journals written before these columns existed: chunk progress, when a text happened, job leases
-            for column, kind in (
-                ("progress", "TEXT"),
-                ("occurred_at", "REAL"),
-                ("occurred_day", "TEXT"),
-                ("lease_owner", "TEXT"),
-                ("lease_until", "REAL"),
-            ):
-                if column not in columns:
-                    conn.execute(f"ALTER TABLE memories ADD COLUMN {column} {kind}")
-            if "indexed" not in {row[1] for row in conn.execute("PRAGMA table_info(facts)")}:
-                conn.execute("ALTER TABLE facts ADD COLUMN indexed INTEGER NOT NULL DEFAULT 1")
-            conn.execute("CREATE INDEX IF NOT EXISTS facts_unindexed ON facts(indexed) WHERE indexed = 0")
-            conn.execute("CREATE INDEX IF NOT EXISTS memories_leases ON memories(status, lease_until)")
             for fts in ("memories_fts", "facts_fts"):  # document frequencies, for the bounded keyword search
                 self.db.on_reader(
                     f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{fts}_vocab USING fts5vocab(main, {fts}, 'row')"
                 )
+        self._stems = PorterStems()
+        self._consolidation: ConsolidationStore | None = None
+        self._consolidation_lock = threading.Lock()
         self._df_cache: dict[tuple[str, str], tuple[int, float]] = {}
         self._long_backlog: tuple[float, int, int] | None = None  # (counted at, jobs, chars): see backlog()
         self._team_locks: dict[str, threading.Lock] = {}
@@ -100,7 +91,18 @@ class Journal(JobQueue, FactStore, KeywordSearch):
     def dialect(self) -> str:
         return self.db.dialect
 
+    @property
+    def consolidation(self) -> ConsolidationStore:
+        """The consolidated items' tables on this journal's database: one store per journal, made on first use."""
+        from memory_service.storage.consolidation import ConsolidationStore
+
+        with self._consolidation_lock:
+            if self._consolidation is None:
+                self._consolidation = ConsolidationStore(self)
+            return self._consolidation
+
     def close(self) -> None:
+        self._stems.close()
         if self._owns:
             self.db.close()
 

@@ -46,22 +46,36 @@ def fts_words(text: str) -> list[str]:
     return list(dict.fromkeys(w for w in _FTS_TOKEN.findall(text.lower()) if len(w) > 1 and w not in STOPWORDS))
 
 
-_STEMMER = sqlite3.connect(":memory:", check_same_thread=False)
-_STEMMER.executescript(
-    "CREATE VIRTUAL TABLE t USING fts5(x, tokenize='porter unicode61');"
-    "CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance');"
-)
-_STEMMER_LOCK = threading.Lock()
+class PorterStems:
+    """The index terms the FTS tokenizer makes of a word (its porter stems), to look them up in fts5vocab.
 
+    Asks SQLite's own tokenizer, so the terms match the index exactly. Its in-memory connection opens on
+    first use (importing opens nothing) and belongs to the journal that holds this object.
+    """
 
-@lru_cache(maxsize=8192)
-def _stems(word: str) -> tuple[str, ...]:
-    """The index terms the FTS tokenizer makes of a word (its porter stems), to look them up in fts5vocab."""
-    with _STEMMER_LOCK:
-        _STEMMER.execute("INSERT INTO t(rowid, x) VALUES (1, ?)", (word,))
-        terms = tuple(row[0] for row in _STEMMER.execute("SELECT term FROM v ORDER BY offset"))
-        _STEMMER.execute("DELETE FROM t")
-    return terms
+    def __init__(self) -> None:
+        self._conn: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+        self.of = lru_cache(maxsize=8192)(self._terms)
+
+    def _terms(self, word: str) -> tuple[str, ...]:
+        with self._lock:
+            if self._conn is None:
+                self._conn = sqlite3.connect(":memory:", check_same_thread=False)
+                self._conn.executescript(
+                    "CREATE VIRTUAL TABLE t USING fts5(x, tokenize='porter unicode61');"
+                    "CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance');"
+                )
+            self._conn.execute("INSERT INTO t(rowid, x) VALUES (1, ?)", (word,))
+            terms = tuple(row[0] for row in self._conn.execute("SELECT term FROM v ORDER BY offset"))
+            self._conn.execute("DELETE FROM t")
+        return terms
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
 
 
 def json_items(dialect: str, column: str, alias: str) -> str:
@@ -132,6 +146,7 @@ class KeywordSearch:
 
     db: Database
     _df_cache: dict[tuple[str, str], tuple[int, float]]
+    _stems: PorterStems
 
     def keyword_search(
         self,
@@ -296,7 +311,7 @@ class KeywordSearch:
             return cached[0]
         counts = [
             conn.execute(f"SELECT doc FROM temp.{fts}_vocab WHERE term = ?", (term,)).fetchone()
-            for term in _stems(word)
+            for term in self._stems.of(word)
         ]
         df = min((int(c[0]) if c else 0 for c in counts), default=0)
         if len(self._df_cache) > 20_000:

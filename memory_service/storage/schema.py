@@ -3,6 +3,8 @@
 SQLite: FTS5 tables kept by triggers give keyword search. PostgreSQL: `rowid` is a real column (keyset
 paging and the copy order use it) and keyword search is a generated `tsvector` column with a GIN index.
 Either way the keyword index is written in the save's own transaction.
+
+These are the current tables; an older journal is brought to them by `schema_upgrades` first.
 """
 
 SCHEMA = """
@@ -37,6 +39,7 @@ CREATE TABLE IF NOT EXISTS memories (
 CREATE UNIQUE INDEX IF NOT EXISTS memories_idem ON memories(team, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
 CREATE INDEX IF NOT EXISTS memories_queue ON memories(status, next_attempt_at);
+CREATE INDEX IF NOT EXISTS memories_leases ON memories(status, lease_until);
 CREATE INDEX IF NOT EXISTS memories_unindexed ON memories(indexed) WHERE indexed = 0;
 CREATE INDEX IF NOT EXISTS memories_team_time ON memories(team, created_at, id);
 CREATE INDEX IF NOT EXISTS memories_team_agent ON memories(team, agent_id);
@@ -60,6 +63,7 @@ CREATE TABLE IF NOT EXISTS facts (
 CREATE INDEX IF NOT EXISTS facts_norm ON facts(team, norm);
 CREATE INDEX IF NOT EXISTS facts_shape ON facts(team, shape);
 CREATE INDEX IF NOT EXISTS facts_team_agent ON facts(team, agent_id);
+CREATE INDEX IF NOT EXISTS facts_unindexed ON facts(indexed) WHERE indexed = 0;
 
 CREATE TABLE IF NOT EXISTS fact_sources (
     fact_id TEXT NOT NULL,

@@ -5,8 +5,10 @@
   facts each get a full candidate list instead of crowding each other out of one.
 - We always pass embeddings: Chroma's own embedding function would try a hub download.
 - Deterministic ids + `upsert`, so a batch replayed after a crash stores nothing twice.
-- The embedded store runs in a child process of its own by default (`process=True`, see
-  `chroma_process`): chromadb's calls hold Python's lock, and requests must not wait behind them.
+- The service runs the embedded store in a child process of its own (`process=True`, see
+  `chroma_process`; on by default through `MEMORY_CHROMA_PROCESS`): chromadb's calls hold Python's
+  lock, and requests must not wait behind them. The class's own default is in-process, for the
+  one-shot commands (reindex, restore) that have no requests to keep waiting.
 - Embedded `PersistentClient` allows one writer process per path; pointing
   `MEMORY_CHROMA_URL` at a Chroma server is the multi-process deployment. Its client gets a
   heartbeat at start-up (an unreachable server is one clear error, not a traceback mid-request)
@@ -118,7 +120,9 @@ class VectorStore:
         """Each item goes to the collection of its `metadata["kind"]`."""
         for kind in KINDS:
             of_kind = [i for i in items if i.metadata.get("kind", "passage") == kind]
-            coll = self._collection(team, kind) if of_kind else None
+            if not of_kind:
+                continue
+            coll = self._collection(team, kind)
             for start in range(0, len(of_kind), self._batch):
                 batch = of_kind[start : start + self._batch]
                 coll.upsert(
