@@ -14,7 +14,7 @@ from typing import Any
 
 from memory_service.config import Settings
 from memory_service.consolidation.worker import Consolidator
-from memory_service.embedding.embedder import Embedder, load_embedder
+from memory_service.embedding.embedder import Embedder, embedder_for
 from memory_service.llm.handle import ModelHandle
 from memory_service.llm.pool import ModelPool
 from memory_service.metrics import Metrics
@@ -28,8 +28,10 @@ from memory_service.recall.query_embeddings import QueryEmbeddings
 from memory_service.recall.search import Hit, RecallQuery, recall
 from memory_service.recall.vector_view import VectorView
 from memory_service.storage.consolidation import store_for
-from memory_service.storage.database import DRIVER_ERRORS, Database, open_database
-from memory_service.storage.datalock import DataDirBusy, DataDirLock
+from memory_service.storage.database import DRIVER_ERRORS, Database
+from memory_service.storage.datadir import KEYS_FILE as KEYS_FILE  # named from here by the app and the CLI
+from memory_service.storage.datadir import DataDir, DataDirBusy
+from memory_service.storage.datalock import DataDirLock
 from memory_service.storage.journal import DONE, FAILED, Journal, Memory
 from memory_service.storage.keys import KeyStore
 from memory_service.storage.limits import LimitStore
@@ -37,7 +39,6 @@ from memory_service.storage.vectors import VectorStore
 
 log = logging.getLogger("memory_service")
 
-KEYS_FILE = "keys.sqlite3"
 SETTLE_POLL_S = 0.5
 
 
@@ -95,24 +96,23 @@ class Services:
 
     @classmethod
     def open(cls, settings: Settings, *, speed_prior: tuple[float, float] | None = None) -> Services:
-        data = settings.data_dir
-        data.mkdir(parents=True, exist_ok=True)
+        data = DataDir(settings.data_dir)
+        data.path.mkdir(parents=True, exist_ok=True)
         if not settings.llm_url:
             raise ValueError("no llama-server URL: set MEMORY_LLM_URL, or start with `memory-service serve`")
-        lock = DataDirLock(data)
         try:
-            lock.acquire(exclusive=False, wait=False)
+            lock = data.lock(exclusive=False)
         except DataDirBusy:
-            log.info("waiting for the restore or backup running on %s to finish", data)
-            lock.acquire(exclusive=False, wait=True)
-        database = open_database(settings)
-        journal = Journal(database or data / "journal.sqlite3")
+            log.info("waiting for the restore or backup running on %s to finish", data.path)
+            lock = data.lock(exclusive=False, wait=True)
+        stores = data.open_stores(settings)
+        database, journal = stores.database, stores.journal
         if database is None:  # one process owns the file: whatever was mid-extraction was cut off
             recovered = journal.recover()
             if recovered:
                 log.info("resumed %d job(s) that were mid-extraction at the last stop", recovered)
         # shared database: jobs held by processes that died come back when their lease runs out
-        vectors = VectorStore(data / "chroma", url=settings.chroma_url, process=settings.chroma_process)
+        vectors = data.open_vectors(settings.chroma_url, process=settings.chroma_process)
         forgetter = Forgetter(journal, vectors, store_for(journal))
         purged = forgetter.finish_pending()
         if purged:
@@ -121,10 +121,10 @@ class Services:
             settings=settings,
             journal=journal,
             vectors=vectors,
-            embedder=load_embedder(settings.embedder, threads=settings.embed_threads, cache_dir=settings.cache_dir),
-            limits=LimitStore(database or data / "limits.sqlite3"),
+            embedder=embedder_for(settings),
+            limits=data.open_limits(database),
             models=ModelPool.open(settings, speed_prior=speed_prior),
-            keys=KeyStore(database or data / KEYS_FILE),
+            keys=data.open_keys(database),
             forgetter=forgetter,
             lock=lock,
             database=database,
