@@ -145,12 +145,18 @@ class Services:
             log.info("consolidation on: runs while no save waits")
 
     async def stop(self) -> None:
+        await self.stop_workers()
+        self.close()
+
+    async def stop_workers(self) -> None:
+        """End what `start` began, on the loop that ran it, and leave the stores open: an in-process app's
+        lifespan stops its workers while the test that opened the services still reads them."""
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
         self.passages.close()
         await self.models.aclose()
-        self.close()
 
     def close(self) -> None:
         """Close the stores; a job cut off mid-extraction is queued again (on a shared database: this

@@ -1,21 +1,29 @@
-"""Fixtures that run the real thing: llama-server with real GGUF models, the service as a subprocess.
+"""Fixtures that run the real thing: the service in this process or as a subprocess, llama-server with real
+GGUF models, or the fault-injecting fake llama-server (tests/fakes) on a thread.
 
-Everything talks over real HTTP on loopback. The fault-injecting fake
-llama-server (tests/fakes) is used only where a real server can't produce the
-fault on demand.
+Everything talks over real HTTP on loopback. The tiers (pyproject.toml's markers):
+- `process`: the test starts a subprocess (`serve`, the CLI, llama-server, `chroma run`, Chromium, a child
+  interpreter). Added here from the fixtures a test uses, and by the test's own mark when it spawns one itself.
+- `model`: the test needs a real GGUF model, hence llama-server (always a `process` test too).
+- neither: the fast tier, `pytest -m "not process and not model"`. The session's PostgreSQL cluster is part of
+  it: started once (initdb + pg_ctl, a couple of seconds) like a database the suite is given, not a process
+  a test drives. MEMORY_TESTS_NO_SUBPROCESS=1 makes any other subprocess a fast-tier test starts an error.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 from chroma_server import ChromaServer
 from fastapi.testclient import TestClient
+from inprocess import InProcessService
 
 from memory_service.api.app import create_app
 from memory_service.bench.common import ServiceRunner
@@ -30,6 +38,62 @@ from memory_service.storage.journal import Journal
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = Settings.from_env().cache_dir
 KEYS = {"key-a": "team-a", "key-b": "team-b"}
+
+# fixtures that start a subprocess, and those that start llama-server on a real model
+PROCESS_FIXTURES = frozenset({"service_factory", "tiny_service", "chroma_server"})
+MODEL_FIXTURES = frozenset({"tiny_llama", "default_llama", "tiny_model"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tiers from what a test uses: a test cannot reach a subprocess fixture without being marked."""
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        if used & MODEL_FIXTURES or item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.model)
+            item.add_marker(pytest.mark.process)  # the model runs in llama-server
+        elif used & PROCESS_FIXTURES:
+            item.add_marker(pytest.mark.process)
+
+
+class SubprocessForbidden(AssertionError):
+    """A test outside the `process` and `model` tiers started a subprocess: mark it, or keep it in-process."""
+
+
+_spawn_allowed = [False]  # set while the session's PostgreSQL cluster starts or stops
+
+
+@contextmanager
+def spawning_allowed() -> Iterator[None]:
+    _spawn_allowed[0] = True
+    try:
+        yield
+    finally:
+        _spawn_allowed[0] = False
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """With MEMORY_TESTS_NO_SUBPROCESS=1, a fast-tier test (setup and teardown included) cannot spawn."""
+    tiered = item.get_closest_marker("process") or item.get_closest_marker("model")
+    if tiered or os.environ.get("MEMORY_TESTS_NO_SUBPROCESS") != "1":
+        yield
+        return
+    # ignore[attr-defined]: a private method of Popen, the one every way of starting a child goes through
+    execute_child = subprocess.Popen._execute_child  # type: ignore[attr-defined]
+    fork = os.fork
+
+    def refuse(*args, **kwargs):
+        if _spawn_allowed[0]:
+            return (execute_child if args and isinstance(args[0], subprocess.Popen) else fork)(*args, **kwargs)
+        raise SubprocessForbidden(f"{item.nodeid} started a subprocess but is not marked `process`")
+
+    subprocess.Popen._execute_child = refuse  # type: ignore[attr-defined]
+    os.fork = refuse
+    try:
+        yield
+    finally:
+        subprocess.Popen._execute_child = execute_child  # type: ignore[attr-defined]
+        os.fork = fork
 
 
 def start_llama(model: str, tmp: Path, **kwargs) -> LlamaServerProcess:
@@ -46,9 +110,15 @@ def start_llama(model: str, tmp: Path, **kwargs) -> LlamaServerProcess:
 @pytest.fixture(scope="session")
 def pg_cluster(tmp_path_factory) -> Iterator[PostgresCluster]:
     """A throwaway PostgreSQL cluster (initdb + pg_ctl, loopback only); tests create a database each."""
-    cluster = PostgresCluster(tmp_path_factory.mktemp("postgres")).start()
+    with spawning_allowed():
+        cluster = PostgresCluster(tmp_path_factory.mktemp("postgres")).start()
     yield cluster
-    cluster.remove()
+    with spawning_allowed():
+        # no shutdown checkpoint: it would write every database the tests made (seconds to a minute) just
+        # before they are deleted
+        stop = [*cluster._as, str(cluster.bin / "pg_ctl"), "-D", str(cluster.data), "-m", "immediate", "-w", "stop"]
+        subprocess.run(stop, capture_output=True)
+        cluster.remove()
 
 
 @pytest.fixture
@@ -97,14 +167,17 @@ def chroma_server(tmp_path_factory) -> Iterator[ChromaServer]:
 
 
 class InProcessApp:
-    """The real app and its real stores (SQLite, Chroma, embedder) in this process, with no model server.
+    """The real app and its real stores (SQLite, Chroma, embedder) in this process, with no model server and
+    no workers (InProcessService runs both).
 
     For tests that never reach the model (validation, auth, error shapes): no subprocess, same handlers.
     """
 
     def __init__(self, data_dir: Path) -> None:
         # a port nothing listens on: a test that reached the model would fail, not pass by accident
-        self.settings = Settings(data_dir=data_dir, api_keys=KEYS, llm_url=f"http://127.0.0.1:{free_port()}")
+        self.settings = Settings(
+            data_dir=data_dir, api_keys=KEYS, llm_url=f"http://127.0.0.1:{free_port()}", chroma_process=False
+        )
         self.services = Services.open(self.settings)
         self.app = create_app(self.settings, services=self.services)
 
@@ -122,6 +195,24 @@ def inprocess(tmp_path_factory) -> Iterator[InProcessApp]:
     app = InProcessApp(tmp_path_factory.mktemp("inprocess") / "data")
     yield app
     app.services.close()
+
+
+@pytest.fixture
+def inprocess_service(tmp_path: Path) -> Iterator:
+    """Make InProcessService(s) (the app with its workers, served on a thread) on this test's data dirs;
+    all are stopped at the end."""
+    started: list[InProcessService] = []
+
+    def make(
+        llm_url: str | None, *, data_dir: Path | None = None, env: dict[str, str] | None = None, start: bool = True
+    ) -> InProcessService:
+        svc = InProcessService(data_dir or tmp_path / f"data{len(started)}", llm_url, env)
+        started.append(svc)
+        return svc.start() if start else svc
+
+    yield make
+    for svc in started:
+        svc.stop()
 
 
 class ServiceProcess(ServiceRunner):

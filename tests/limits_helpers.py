@@ -6,11 +6,9 @@ so they run the production app over a limit store alone.
 
 from __future__ import annotations
 
-import socket
 import sqlite3
 import ssl
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -18,8 +16,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import httpx
-import uvicorn
 from fastapi import FastAPI
+from inprocess import LoopbackServer
 
 from memory_service.api.app import create_app
 from memory_service.client.service import service_client
@@ -58,30 +56,11 @@ def make_app(store: LimitStore, keys_path: Path) -> FastAPI:
     return create_app(settings, services=services)  # type: ignore[arg-type]
 
 
-class Server:
-    """uvicorn in a background thread, bound to a free 127.0.0.1 port before it starts."""
+class Server(LoopbackServer):
+    """uvicorn in a background thread around the limit routes (no lifespan: the test owns the stores)."""
 
     def __init__(self, app: FastAPI) -> None:
-        self._sock = socket.socket()
-        self._sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
-
-    def __enter__(self) -> Server:
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("test server did not start")
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.should_exit = True
-        self._thread.join(10)
-        self._sock.close()
+        super().__init__(app, lifespan="off")
 
     def client(self, key: str | None = "ka") -> httpx.Client:
         return service_client(self.url, key, timeout=30, verify=_SSL)

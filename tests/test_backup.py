@@ -28,6 +28,8 @@ from memory_service.storage.journal import Journal
 from memory_service.storage.limits import LimitStore
 from tests.fakes.fake_llama_server import FakeLlamaServer
 
+pytestmark = pytest.mark.process  # backup and restore run as the CLI, beside a serve subprocess
+
 BACKUP_TEXT = "The staging database backups run every night at 02:00 and are kept for fourteen days."
 PARAPHRASE = "How long are snapshots retained?"
 TICKET_TEXT = "Escalation for ticket INC-48213 goes to Priya Raman on the platform team."

@@ -193,6 +193,7 @@ def test_limits_client_fails_sniffio_imports_fast_only_when_run(monkeypatch: pyt
         import sniffio  # noqa: F401
 
 
+@pytest.mark.process  # the benchmark starts its own serve
 def test_transfer_benchmark_quick_mode(tmp_path: Path) -> None:
     """List, export and forget on 500 imported memories, end to end: each section measured, nothing forgotten back."""
     shares = {

@@ -228,6 +228,7 @@ def test_build_progress_is_one_line_per_tenth_in_a_log():
     assert lines[-1].startswith("[bootstrap] building llama-server (native): 100% [208/208]")
 
 
+@pytest.mark.process  # a stand-in ninja script
 def test_build_progress_reads_ninja_output(tmp_path):
     script = tmp_path / "fake-ninja"
     write_exe(script, 'for i in 1 2 3 4; do echo "[$i/4] Building CXX object x$i.o"; done; echo done')
@@ -238,6 +239,8 @@ def test_build_progress_reads_ninja_output(tmp_path):
     assert (tmp_path / "build.log").read_text().count("Building CXX") == 4
 
 
+@pytest.mark.model
+@pytest.mark.process  # runs the proven llama-server binary
 def test_the_build_in_use_here_was_proven_on_this_cpu():
     if os.environ.get("MEMORY_LLAMA_BIN"):
         pytest.skip("MEMORY_LLAMA_BIN chooses the binary; nothing to prove")

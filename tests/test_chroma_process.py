@@ -19,6 +19,8 @@ from memory_service.llm.runtime.server import free_port
 from memory_service.storage.chroma_process import ChromaCallError
 from memory_service.storage.vectors import VectorItem, VectorStore
 
+pytestmark = pytest.mark.process  # the embedded store's child process, killed and replaced
+
 
 def _items(n: int, seed: int = 0) -> list[VectorItem]:
     rng = np.random.default_rng(seed)

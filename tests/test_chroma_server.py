@@ -22,6 +22,8 @@ from memory_service.llm.runtime.server import free_port
 from memory_service.storage.vectors import collection_name
 from tests.fakes.fake_llama_server import FakeLlamaServer
 
+pytestmark = pytest.mark.process  # a chroma run server and serve subprocesses
+
 TEXT = "The night shift at the Gdansk depot starts at 22:00 and Piotr Nowak leads it ({marker})."
 
 

@@ -1,4 +1,4 @@
-"""The Python client against the real service (a subprocess, over HTTP) with the fake model."""
+"""The Python client against the real service (in this process, over loopback HTTP) with the fake model."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from conftest import ROOT, ServiceProcess
+from conftest import ROOT
+from inprocess import InProcessService
 
 from memory_service.client import AsyncMemoryClient, MemoryClient, MemoryServiceError
 from memory_service.contract.limits import ConsumeAnswer, HandledOut
@@ -21,11 +22,11 @@ from tests.fakes.fake_llama_server import FakeLlamaServer
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessService]:
     with FakeLlamaServer("ok", tokens_per_s=20_000) as fake:
-        svc = ServiceProcess(tmp_path_factory.mktemp("client") / "data", fake.url).start()
+        svc = InProcessService(tmp_path_factory.mktemp("client") / "data", fake.url).start()
         yield svc
-        svc.kill()
+        svc.stop()
 
 
 class Flaky(httpx.BaseTransport):
@@ -52,6 +53,7 @@ class Flaky(httpx.BaseTransport):
         return response
 
 
+@pytest.mark.process  # a fresh interpreter: this one has the server loaded
 def test_importing_the_client_loads_no_part_of_the_server():
     """The client is contract/ + httpx: an agent's process pays for neither the server nor its stores."""
     probe = (

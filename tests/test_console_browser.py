@@ -21,6 +21,8 @@ import pytest
 from tests.conftest import ServiceProcess, wait_status
 from tests.fakes.fake_llama_server import FakeLlamaServer
 
+pytestmark = pytest.mark.process  # Chromium, against a serve subprocess
+
 WAIT_MS = 60_000
 TEXT = "Ines Ortega approved the Plover launch for May 3. The Plover budget is 400 dollars."
 

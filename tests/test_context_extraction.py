@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import ServiceProcess, wait_status
+from conftest import wait_status
+from inprocess import InProcessService
 
 from memory_service.extraction.extractor import NO_FACTS, earlier_context, history_of
 from memory_service.extraction.grounding import ground
@@ -106,7 +107,7 @@ def test_the_model_sees_the_previous_turn_and_the_fact_keeps_it_as_a_source(tmp_
     """With context turned on (MEMORY_EXTRACT_CONTEXT_SAVES; off by default), and what code adds after the
     model turned off, so only the model's facts are stored (tests/test_coverage.py covers the rest)."""
     with FakeLlamaServer("ok", tokens_per_s=20_000) as fake:
-        service = ServiceProcess(
+        service = InProcessService(
             tmp_path / "data", fake.url, env={"MEMORY_EXTRACT_CONTEXT_SAVES": "4", "MEMORY_EXTRACT_COMPLETE": "0"}
         ).start()
         try:
@@ -146,4 +147,4 @@ def test_the_model_sees_the_previous_turn_and_the_fact_keeps_it_as_a_source(tmp_
                 ).json()["items"][0]
                 assert item["source_memory_ids"] == [answered]
         finally:
-            service.kill()
+            service.stop()

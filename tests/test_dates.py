@@ -6,7 +6,8 @@ from datetime import UTC, date, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
-from conftest import ServiceProcess, wait_status
+from conftest import wait_status
+from inprocess import InProcessService
 
 from memory_service.extraction.dates import add_months, occurred, resolve
 from tests.fakes.fake_llama_server import FakeLlamaServer
@@ -92,7 +93,7 @@ def test_the_day_counts_where_it_was_said_across_dst() -> None:
 def test_stored_facts_carry_absolute_dates_from_occurred_at(tmp_path) -> None:
     """Through the service: a save with occurred_at; its fact says the date, the text stays as said."""
     with FakeLlamaServer("ok", tokens_per_s=20_000) as fake:
-        service = ServiceProcess(tmp_path / "data", fake.url, env={"MEMORY_TIMEZONE": "Europe/Madrid"}).start()
+        service = InProcessService(tmp_path / "data", fake.url, env={"MEMORY_TIMEZONE": "Europe/Madrid"}).start()
         try:
             with service.client() as http:
                 said = "Caroline went to the LGBTQ support group yesterday."
@@ -112,4 +113,4 @@ def test_stored_facts_carry_absolute_dates_from_occurred_at(tmp_path) -> None:
                 exported = http.get("/v1/export").text
                 assert '"occurred_day": "2023-05-08"' in exported
         finally:
-            service.kill()
+            service.stop()

@@ -82,6 +82,8 @@ def test_doctor_on_a_real_server_without_thinking_mode(tiny_llama) -> None:
     assert verdicts(report)["budget"] in {"OK", "WARN"} and speed["typical_save_s"] < speed["budget_s"]
 
 
+@pytest.mark.model
+@pytest.mark.process  # doctor starts llama-server on the tiny model
 def test_doctor_starts_a_server_like_serve_and_verifies_a_real_qwen3_thinking_template() -> None:
     template = qwen3_thinking_template()
     code, report = doctor_cli("--model", "tiny", env={"MEMORY_CHAT_TEMPLATE_FILE": str(template)})
@@ -96,6 +98,8 @@ def test_doctor_starts_a_server_like_serve_and_verifies_a_real_qwen3_thinking_te
         httpx.get(started["url"] + "/health", timeout=2, trust_env=False)
 
 
+@pytest.mark.model
+@pytest.mark.process  # doctor starts llama-server on the tiny model
 def test_doctor_fails_on_a_real_template_that_ignores_enable_thinking(tmp_path: Path) -> None:
     source = qwen3_thinking_template().read_text()
     broken = tmp_path / "always-thinks.jinja"

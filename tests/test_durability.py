@@ -8,9 +8,12 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import pytest
 from conftest import wait_status
 
 from memory_service.llm.runtime.server import free_port
+
+pytestmark = pytest.mark.process  # SIGKILL and restarts of serve
 
 
 def test_saves_wait_for_a_dead_model_and_resume_after_restart(tiny_llama, service_factory, tmp_path):

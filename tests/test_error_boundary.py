@@ -37,7 +37,7 @@ class App:
 
     def __init__(self, data_dir: Path) -> None:
         # a port nothing listens on: nothing here reaches the model
-        self.settings = Settings(data_dir=data_dir, api_keys=KEYS, llm_url="http://127.0.0.1:9")
+        self.settings = Settings(data_dir=data_dir, api_keys=KEYS, llm_url="http://127.0.0.1:9", chroma_process=False)
         self.services = Services.open(self.settings)
         self.app = create_app(self.settings, services=self.services)
         self.api = TestClient(self.app, headers={"Authorization": "Bearer key-a"})

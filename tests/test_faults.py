@@ -1,4 +1,4 @@
-"""Every field failure, injected: the real service (a subprocess, over HTTP) against the fault-injecting fake.
+"""Every field failure, injected: the real service (in this process, over HTTP) against the fault-injecting fake.
 
 One test per failure mode seen running agents on small local models. Each asserts behaviour the service
 shows on the job (`GET /v1/memories/{id}`: status, attempts, last_error, raw_reply, timings,
@@ -17,7 +17,8 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import ServiceProcess, wait_status
+from conftest import wait_status
+from inprocess import InProcessService
 
 from memory_service.extraction.errors import BadReply
 from memory_service.extraction.parsing import parse_facts
@@ -49,19 +50,19 @@ def fake() -> Iterator[FakeLlamaServer]:
 
 
 @pytest.fixture(scope="module")
-def service(fake: FakeLlamaServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
+def service(fake: FakeLlamaServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessService]:
     env = {
         "MEMORY_EXTRACT_BUDGET_S": str(BUDGET_S),
         "MEMORY_MAX_ATTEMPTS": str(MAX_ATTEMPTS),
         "MEMORY_RETRY_BASE_S": "0.2",
     }
-    svc = ServiceProcess(tmp_path_factory.mktemp("faults") / "data", fake.url, env).start()
+    svc = InProcessService(tmp_path_factory.mktemp("faults") / "data", fake.url, env).start()
     yield svc
-    svc.kill()
+    svc.stop()
 
 
 @pytest.fixture
-def client(service: ServiceProcess) -> Iterator[httpx.Client]:
+def client(service: InProcessService) -> Iterator[httpx.Client]:
     with service.client("key-a") as c:
         yield c
 
@@ -451,17 +452,17 @@ def test_a_changed_value_supersedes_the_old_fact(
 # (last in the module: they move the service's measured speed and context size, and put them back)
 
 
-def test_a_model_too_slow_for_any_window_is_still_tried_not_deferred_forever(service_factory) -> None:
+def test_a_model_too_slow_for_any_window_is_still_tried_not_deferred_forever(inprocess_service) -> None:
     # 12 tokens/s from the first reply on: a minimal 48-token answer alone needs 4 s, more than the
     # whole 3 s budget, so deferring "until there is enough time" would spin forever and never re-measure.
     with FakeLlamaServer("ok", n_ctx=N_CTX, tokens_per_s=12, facts=["The Kite is red."]) as slow_fake:
-        svc = service_factory(
+        svc = inprocess_service(
             slow_fake.url, env={"MEMORY_EXTRACT_BUDGET_S": str(BUDGET_S), "MEMORY_MAX_ATTEMPTS": str(MAX_ATTEMPTS)}
         )
         with svc.client("key-a") as slow_client:
             wait_status(slow_client, save(slow_client, "The Kite is red."), timeout=30)  # measured: 12 tokens/s
             memory = wait_status(slow_client, save(slow_client, "The Kite is red, said its owner."), timeout=30)
-        svc.kill()
+        svc.stop()
     assert memory["status"] == "done" and memory["deferrals"] == 0 and memory["attempts"] == 1
     assert fact_texts(memory) == ["The Kite is red."]
 

@@ -1,4 +1,4 @@
-"""List, forget and export/import on the real service (a subprocess, over HTTP) with the fake model.
+"""List, forget and export/import on the real service (in this process, over HTTP) with the fake model.
 
 The fake answers with the saved text's own sentences as facts, so two texts sharing a sentence share
 a fact, and "the quota is 50" then "the quota is 70" is a superseded value.
@@ -15,7 +15,8 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from conftest import ServiceProcess, wait_status
+from conftest import wait_status
+from inprocess import InProcessService
 
 from memory_service.api.routes.transfer import export_chunks
 from tests.fakes.fake_llama_server import FakeLlamaServer
@@ -28,10 +29,10 @@ def fake() -> Iterator[FakeLlamaServer]:
 
 
 @pytest.fixture(scope="module")
-def service(fake: FakeLlamaServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
-    svc = ServiceProcess(tmp_path_factory.mktemp("forget") / "data", fake.url).start()
+def service(fake: FakeLlamaServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessService]:
+    svc = InProcessService(tmp_path_factory.mktemp("forget") / "data", fake.url).start()
     yield svc
-    svc.kill()
+    svc.stop()
 
 
 def save(client: httpx.Client, text: str, agent_id: str, **extra) -> str:
@@ -325,6 +326,7 @@ def test_sigkill_during_bulk_forget_never_brings_a_forgotten_text_back(fake, ser
         assert [r["id"] for r in export(client)] == [keeper]
 
 
+@pytest.mark.process  # the CLI in its own process
 def test_cli_export_import_list_and_forget(service, tmp_path):
     import subprocess
     import sys

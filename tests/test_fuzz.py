@@ -1,9 +1,11 @@
 """The real service fuzzed over HTTP: schemathesis from its own /openapi.json, then the inputs it never makes.
 
-One `memory-service serve` subprocess, with the fake llama-server in "ok" mode so extraction is instant,
-and 2-second header and body timeouts so the slowloris cases take seconds. Every refusal must be a 4xx
-with the JSON error body the OpenAPI document declares for its route: never a 5xx, a hang, or a connection
-dropped before the answer.
+The service runs in this process (InProcessService: the app, its workers and the guarded HTTP protocol
+`serve` runs, on a loopback uvicorn thread), with the fake llama-server in "ok" mode so extraction is
+instant, and 2-second header and body timeouts. The schemathesis run and the slow-client cases go to a
+`memory-service serve` subprocess (`served`) with the same settings: they are the `process` tier. Every
+refusal must be a 4xx with the JSON error body the OpenAPI document declares for its route: never a 5xx,
+a hang, or a connection dropped before the answer.
 
 The schemathesis run is bounded (FUZZ_EXAMPLES per operation and phase, default 100; FUZZ_SEED, fixed by
 default so CI is repeatable): about a minute on two cores.
@@ -26,6 +28,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import ServiceProcess
+from inprocess import InProcessService
 from test_openapi_contract import Contract
 
 from tests.fakes.fake_llama_server import FakeLlamaServer
@@ -61,27 +64,45 @@ JSON_ROUTES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
-    with FakeLlamaServer("ok", tokens_per_s=20_000) as fake:
-        svc = ServiceProcess(
-            tmp_path_factory.mktemp("fuzz") / "data",
-            fake.url,
-            env={"MEMORY_HEADER_TIMEOUT_S": str(TIMEOUT_S), "MEMORY_BODY_TIMEOUT_S": str(TIMEOUT_S)},
-        )
-        svc.start()
-        yield svc
-        svc.kill()
+SERVICE_ENV = {"MEMORY_HEADER_TIMEOUT_S": str(TIMEOUT_S), "MEMORY_BODY_TIMEOUT_S": str(TIMEOUT_S)}
 
 
 @pytest.fixture(scope="module")
-def contract(service: ServiceProcess) -> Contract:
+def fake() -> Iterator[FakeLlamaServer]:
+    with FakeLlamaServer("ok", tokens_per_s=20_000) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def service(fake: FakeLlamaServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessService]:
+    svc = InProcessService(tmp_path_factory.mktemp("fuzz") / "data", fake.url, env=SERVICE_ENV).start()
+    yield svc
+    svc.stop()
+
+
+@pytest.fixture(scope="module")
+def served(fake: FakeLlamaServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
+    """`serve` itself, for what is kept to a process: the fuzzer's long run and the slow clients."""
+    svc = ServiceProcess(tmp_path_factory.mktemp("fuzz-served") / "data", fake.url, env=SERVICE_ENV)
+    svc.start()
+    yield svc
+    svc.kill()
+
+
+@pytest.fixture(scope="module")
+def contract(service: InProcessService) -> Contract:
     return Contract(httpx.get(service.url + "/openapi.json", timeout=30).json())
 
 
 @pytest.fixture
-def client(service: ServiceProcess) -> Iterator[httpx.Client]:
+def client(service: InProcessService) -> Iterator[httpx.Client]:
     with service.client("key-a") as c:
+        yield c
+
+
+@pytest.fixture
+def served_client(served: ServiceProcess) -> Iterator[httpx.Client]:
+    with served.client("key-a") as c:
         yield c
 
 
@@ -105,7 +126,7 @@ def memories(client: httpx.Client) -> int:
 # ---------------------------------------------------------------- raw HTTP
 
 
-def connect(service: ServiceProcess, timeout: float = 15) -> socket.socket:
+def connect(service: InProcessService | ServiceProcess, timeout: float = 15) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", service.port), timeout=timeout)
     sock.settimeout(timeout)
     return sock
@@ -134,8 +155,9 @@ def request_head(method: str, path: str, *extra: str) -> bytes:
 # ---------------------------------------------------------------- schemathesis
 
 
+@pytest.mark.process  # schemathesis' own CLI, against `serve`
 def test_schemathesis_finds_no_server_error_and_no_undocumented_response(
-    service: ServiceProcess, tmp_path: Path
+    served: ServiceProcess, tmp_path: Path
 ) -> None:
     """All phases (examples, coverage, fuzzing, stateful) against every operation, as an admin env key (env keys
     cannot be revoked, so the stateful phase's key revocations never lock the run out)."""
@@ -146,7 +168,7 @@ def test_schemathesis_finds_no_server_error_and_no_undocumented_response(
             "-m",
             "schemathesis.cli",
             "run",
-            f"{service.url}/openapi.json",
+            f"{served.url}/openapi.json",
             "--max-examples",
             str(EXAMPLES),
             "--seed",
@@ -172,7 +194,7 @@ def test_schemathesis_finds_no_server_error_and_no_undocumented_response(
     assert run.returncode == 0, f"failed after {elapsed:.0f}s:\n{run.stdout[-20000:]}\n{run.stderr[-3000:]}"
     # warnings (say, operations that mostly answered 404 to made-up ids) are advice, not failures
     assert re.search(r"(\d+) generated, \1 passed", run.stdout), run.stdout[-5000:]
-    assert "Internal Server Error" not in service.log()
+    assert "Internal Server Error" not in served.log()
 
 
 # ---------------------------------------------------------------- bodies schemathesis never sends
@@ -204,7 +226,7 @@ def test_a_10mb_body_is_a_413_and_the_connection_stays_usable(
     assert client.get("/health").status_code == 200  # same client, same pool: nothing was dropped
 
 
-def test_a_10mb_body_is_refused_before_it_is_sent(service: ServiceProcess) -> None:
+def test_a_10mb_body_is_refused_before_it_is_sent(service: InProcessService) -> None:
     """With a Content-Length the 413 comes from the headers alone; chunked, right after the limit is passed.
     Neither waits for (or holds) the rest of the body."""
     with connect(service) as sock:
@@ -362,7 +384,7 @@ NUL_CASES: list[tuple[str, str, str, dict[str, Any], int, str]] = [
 
 
 @pytest.fixture(scope="module")
-def limit_fuzz(service: ServiceProcess) -> None:
+def limit_fuzz(service: InProcessService) -> None:
     with service.client("key-a") as c:
         assert c.put("/v1/limits/fuzz", json=SPEC).status_code in (200, 201)
 
@@ -424,7 +446,7 @@ def test_nul_in_every_field_of_an_import_line_is_reported(client: httpx.Client) 
     ],
     ids=["nul-in-authorization", "nul-in-request-id", "nul-in-path", "control-char-in-header"],
 )
-def test_nul_in_the_request_line_or_headers_is_a_json_400(service: ServiceProcess, head: bytes) -> None:
+def test_nul_in_the_request_line_or_headers_is_a_json_400(service: InProcessService, head: bytes) -> None:
     with connect(service) as sock:
         sock.sendall(head)
         status, headers, body = parse(read_all(sock))
@@ -432,7 +454,7 @@ def test_nul_in_the_request_line_or_headers_is_a_json_400(service: ServiceProces
     assert body["error"] == "bad_request" and "malformed" in body["detail"]
 
 
-def test_headers_over_64kib_are_a_json_431_without_a_reset(service: ServiceProcess) -> None:
+def test_headers_over_64kib_are_a_json_431_without_a_reset(service: InProcessService) -> None:
     with connect(service) as sock:
         sock.sendall(request_head("GET", "/v1/team", *(["X-Pad: " + "p" * 100] * 2000)))
         status, _, body = parse(read_all(sock))
@@ -442,12 +464,13 @@ def test_headers_over_64kib_are_a_json_431_without_a_reset(service: ServiceProce
 # ---------------------------------------------------------------- slow clients
 
 
-def test_slowloris_headers_get_a_408_while_others_are_served(service: ServiceProcess) -> None:
+@pytest.mark.process  # a slow client, against `serve` itself
+def test_slowloris_headers_get_a_408_while_others_are_served(served: ServiceProcess) -> None:
     """Headers one byte at a time: the service keeps answering everyone else, and after MEMORY_HEADER_TIMEOUT_S
     answers the slow one 408 and closes, instead of holding the connection for as long as it drips."""
     drip = b"GET /health HTTP/1.1\r\nHost: fuzz\r\nX-Slow: " + b"y" * 300
     stop = threading.Event()
-    with connect(service) as slow:
+    with connect(served) as slow:
         started = time.monotonic()
 
         def trickle() -> None:
@@ -461,7 +484,7 @@ def test_slowloris_headers_get_a_408_while_others_are_served(service: ServicePro
                 time.sleep(0.1)
 
         threading.Thread(target=trickle, daemon=True).start()
-        with httpx.Client(base_url=service.url, timeout=10) as other:
+        with httpx.Client(base_url=served.url, timeout=10) as other:
             for _ in range(4):
                 t = time.monotonic()
                 assert other.get("/health").status_code == 200
@@ -476,9 +499,10 @@ def test_slowloris_headers_get_a_408_while_others_are_served(service: ServicePro
     assert TIMEOUT_S - 0.5 <= elapsed < TIMEOUT_S + 6, elapsed
 
 
-def test_a_stalled_body_gets_a_408_and_stores_nothing(service: ServiceProcess, client: httpx.Client) -> None:
-    before = memories(client)
-    with connect(service) as sock:
+@pytest.mark.process  # a slow client, against `serve` itself
+def test_a_stalled_body_gets_a_408_and_stores_nothing(served: ServiceProcess, served_client: httpx.Client) -> None:
+    before = memories(served_client)
+    with connect(served) as sock:
         sock.sendall(
             request_head("POST", "/v1/remember", "Content-Type: application/json", "Content-Length: 200")
             + b'{"text": "half a bo'
@@ -487,14 +511,15 @@ def test_a_stalled_body_gets_a_408_and_stores_nothing(service: ServiceProcess, c
         status, _, body = parse(read_all(sock))
     assert status == 408 and "MEMORY_BODY_TIMEOUT_S" in body["detail"], body
     assert time.monotonic() - started < TIMEOUT_S + 6
-    assert memories(client) == before
+    assert memories(served_client) == before
 
 
-def test_a_slow_but_steady_body_is_not_cut(service: ServiceProcess) -> None:
+@pytest.mark.process  # a slow client, against `serve` itself
+def test_a_slow_but_steady_body_is_not_cut(served: ServiceProcess) -> None:
     """The body timeout is between bytes, not for the whole body: a slow link still gets its save in."""
     raw = json.dumps({"text": "Sent slowly but surely.", "agent_id": "fuzzer"}).encode()
     pieces = [raw[i : i + 8] for i in range(0, len(raw), 8)]
-    with connect(service) as sock:
+    with connect(served) as sock:
         sock.sendall(
             request_head(
                 "POST",
@@ -513,8 +538,9 @@ def test_a_slow_but_steady_body_is_not_cut(service: ServiceProcess) -> None:
     assert status == 202, body
 
 
-def test_an_idle_connection_is_closed_without_an_answer(service: ServiceProcess) -> None:
-    with connect(service) as sock:
+@pytest.mark.process  # a slow client, against `serve` itself
+def test_an_idle_connection_is_closed_without_an_answer(served: ServiceProcess) -> None:
+    with connect(served) as sock:
         started = time.monotonic()
         assert read_all(sock) == b""
     assert TIMEOUT_S - 0.5 <= time.monotonic() - started < TIMEOUT_S + 4

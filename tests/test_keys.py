@@ -159,6 +159,7 @@ def test_keys_are_team_scoped_and_revocation_is_immediate(app: InProcessApp) -> 
         assert refused.status_code == 401 and "revoked" in refused.json()["detail"]
 
 
+@pytest.mark.process  # the keys CLI in its own process, beside the app
 def test_cli_creates_and_revokes_keys_that_a_running_app_honours_at_once(app: InProcessApp) -> None:
     def cli(*args: str) -> str:
         done = subprocess.run(

@@ -1,5 +1,8 @@
 """`memory-service mcp` with the MCP SDK's own client, over stdio and streamable HTTP, against a real service
-(real llama-server with the tiny model, real Chroma, SQLite and embedder)."""
+(in this process: the real app and workers, Chroma, SQLite and embedder, with the fake llama-server).
+
+The MCP server itself is always a subprocess (`python -m memory_service mcp`): those tests are the `process` tier.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +18,8 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from conftest import ROOT, ServiceProcess
+from conftest import ROOT
+from inprocess import InProcessService
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
@@ -23,15 +27,17 @@ from memory_service.contract import limits as contract_limits
 from memory_service.contract import models as api_models
 from memory_service.llm.runtime.server import free_port
 from memory_service.mcp_server.tools import TOOL_NAMES, TOOLS
+from tests.fakes.fake_llama_server import FakeLlamaServer
 
 READ_TOOLS = tuple(spec.name for spec in TOOLS if not spec.writes)
 
 
 @pytest.fixture(scope="module")
-def service(tiny_llama, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
-    svc = ServiceProcess(tmp_path_factory.mktemp("mcp") / "data", tiny_llama.url).start()
-    yield svc
-    svc.kill()
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessService]:
+    with FakeLlamaServer("ok", tokens_per_s=20_000) as fake:
+        svc = InProcessService(tmp_path_factory.mktemp("mcp") / "data", fake.url).start()
+        yield svc
+        svc.stop()
 
 
 def _env(url: str, key: str | None, **extra: str) -> dict[str, str]:
@@ -88,7 +94,8 @@ async def _round_trip(client: Client, marker: str) -> None:
     assert not failed and memory_id not in after, after
 
 
-def test_stdio_lists_tools_and_remembers_recalls_gets_forgets(service: ServiceProcess) -> None:
+@pytest.mark.process  # the MCP server, spawned as a harness does
+def test_stdio_lists_tools_and_remembers_recalls_gets_forgets(service: InProcessService) -> None:
     async def scenario() -> None:
         async with stdio(service.url) as client:
             assert "recall" in (client.instructions or "")
@@ -97,7 +104,8 @@ def test_stdio_lists_tools_and_remembers_recalls_gets_forgets(service: ServicePr
     run(scenario)
 
 
-def test_streamable_http_round_trip(service: ServiceProcess, tmp_path) -> None:
+@pytest.mark.process  # the MCP server, spawned as a harness does
+def test_streamable_http_round_trip(service: InProcessService, tmp_path) -> None:
     port = free_port()
     log = open(tmp_path / "mcp-http.log", "wb")
     proc = subprocess.Popen(
@@ -132,7 +140,8 @@ def test_streamable_http_round_trip(service: ServiceProcess, tmp_path) -> None:
 # ---------------------------------------------------------------- stale ids and empty answers
 
 
-def test_stale_ids_and_unknown_limits_are_tool_errors_that_say_what_exists(service: ServiceProcess) -> None:
+@pytest.mark.process  # the MCP server, spawned as a harness does
+def test_stale_ids_and_unknown_limits_are_tool_errors_that_say_what_exists(service: InProcessService) -> None:
     with service.client("key-b") as http:  # team-b: its own limits, invisible to team-a
         for name in ("emails", "posts"):
             assert http.put(f"/v1/limits/{name}", json={"daily_limit": 1, "timezone": "UTC"}).status_code in (200, 201)
@@ -169,15 +178,16 @@ def test_stale_ids_and_unknown_limits_are_tool_errors_that_say_what_exists(servi
     run(scenario)
 
 
-def test_empty_recall_says_memory_works_and_what_to_filter_on(service: ServiceProcess, tmp_path) -> None:
+@pytest.mark.process  # the MCP server, spawned as a harness does
+def test_empty_recall_says_memory_works_and_what_to_filter_on(service: InProcessService, tmp_path) -> None:
     async def scenario() -> None:
-        empty = ServiceProcess(tmp_path / "empty", service.env["MEMORY_LLM_URL"]).start()
+        empty = InProcessService(tmp_path / "empty", service.env["MEMORY_LLM_URL"]).start()
         try:
             async with stdio(empty.url) as client:
                 failed, text = await call(client, "recall", query="anything at all")
                 assert not failed and "empty so far" in text, text
         finally:
-            empty.kill()
+            empty.stop()
         async with stdio(service.url) as client:
             failed, saved = await call(
                 client, "remember", text="The staging database moved to host db-7.", tags=["infra"]
@@ -194,6 +204,7 @@ def test_empty_recall_says_memory_works_and_what_to_filter_on(service: ServicePr
 # ---------------------------------------------------------------- tools that can't work are not listed
 
 
+@pytest.mark.process  # the MCP server, spawned as a harness does
 def test_unreachable_service_lists_no_tools_and_says_why(tmp_path) -> None:
     async def scenario() -> None:
         async with stdio(f"http://127.0.0.1:{free_port()}") as client:
@@ -203,7 +214,8 @@ def test_unreachable_service_lists_no_tools_and_says_why(tmp_path) -> None:
     run(scenario)
 
 
-def test_refused_key_lists_no_tools_and_names_the_setting(service: ServiceProcess) -> None:
+@pytest.mark.process  # the MCP server, spawned as a harness does
+def test_refused_key_lists_no_tools_and_names_the_setting(service: InProcessService) -> None:
     async def scenario() -> None:
         async with stdio(service.url, "not-a-key") as client:
             assert (await client.list_tools()).tools == []
@@ -212,7 +224,8 @@ def test_refused_key_lists_no_tools_and_names_the_setting(service: ServiceProces
     run(scenario)
 
 
-def test_read_only_hides_every_tool_that_writes(service: ServiceProcess) -> None:
+@pytest.mark.process  # the MCP server, spawned as a harness does
+def test_read_only_hides_every_tool_that_writes(service: InProcessService) -> None:
     async def scenario() -> None:
         async with stdio(service.url, "key-a", "--read-only") as client:
             assert tuple(t.name for t in (await client.list_tools()).tools) == READ_TOOLS
@@ -223,7 +236,8 @@ def test_read_only_hides_every_tool_that_writes(service: ServiceProcess) -> None
     run(scenario)
 
 
-def test_tools_follow_the_keys_role(service: ServiceProcess) -> None:
+@pytest.mark.process  # the MCP server, spawned as a harness does
+def test_tools_follow_the_keys_role(service: InProcessService) -> None:
     with service.client("key-a") as admin:
         keys = {role: admin.post("/v1/keys", json={"role": role}).json()["key"] for role in ("read", "write")}
 
@@ -272,7 +286,8 @@ async def _everything_the_model_reads(client: Client) -> tuple[list[str], set[st
     return texts, visible, arguments
 
 
-def test_every_tool_name_the_model_reads_is_a_tool_it_can_see(service: ServiceProcess) -> None:
+@pytest.mark.process  # the MCP server, spawned as a harness does
+def test_every_tool_name_the_model_reads_is_a_tool_it_can_see(service: InProcessService) -> None:
     """Instructions, descriptions, argument docs and error messages may name only visible tools."""
     fields = _api_field_names()
 
@@ -299,7 +314,8 @@ def test_every_tool_name_the_model_reads_is_a_tool_it_can_see(service: ServicePr
     run(scenario)
 
 
-def test_tool_list_token_count_with_the_models_tokenizer(service: ServiceProcess, default_llama) -> None:
+@pytest.mark.process  # the MCP server, spawned as a harness does
+def test_tool_list_token_count_with_the_models_tokenizer(service: InProcessService, default_llama) -> None:
     """Small models pay for every token of the tool list in every prompt: measure it with the model's
     own tokenizer and keep it small."""
 
@@ -317,7 +333,7 @@ def test_tool_list_token_count_with_the_models_tokenizer(service: ServiceProcess
     assert tokens < 1500, f"the tool list costs {tokens} tokens in every prompt; keep it under 1500"
 
 
-def test_team_view_counts_only_the_callers_team(service: ServiceProcess) -> None:
+def test_team_view_counts_only_the_callers_team(service: InProcessService) -> None:
     """/v1/team (what the MCP server probes) is team-scoped: another team's agents, tags and counts never show."""
     with service.client("key-a") as a, service.client("key-b") as b:
         before_b = b.get("/v1/team").json()

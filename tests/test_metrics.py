@@ -1,6 +1,6 @@
 """`/metrics` in Prometheus' text format, `/v1/stats` as JSON, and JSON logs that carry the request id.
 
-The service runs as a subprocess (JSON logs, one access line per request) against the fault-injecting
+The service runs in this process (JSON logs, one access line per request) against the fault-injecting
 fake llama-server, so each job outcome can be produced on demand. Every assertion is on a value that
 moved between two scrapes, parsed with prometheus_client's own parser, not on a name being present.
 """
@@ -14,7 +14,8 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import ServiceProcess, wait_status
+from conftest import wait_status
+from inprocess import InProcessService
 from prometheus_client.parser import text_string_to_metric_families
 
 from memory_service.extraction.grounding import REJECT_CODES, ground
@@ -35,20 +36,20 @@ def fake() -> Iterator[FakeLlamaServer]:
 
 
 @pytest.fixture(scope="module")
-def service(fake: FakeLlamaServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
+def service(fake: FakeLlamaServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessService]:
     env = {
         "MEMORY_MAX_ATTEMPTS": "2",
         "MEMORY_RETRY_BASE_S": "0.2",
         "MEMORY_LOG_FORMAT": "json",
         "MEMORY_ACCESS_LOG": "1",
     }
-    svc = ServiceProcess(tmp_path_factory.mktemp("metrics") / "data", fake.url, env).start()
+    svc = InProcessService(tmp_path_factory.mktemp("metrics") / "data", fake.url, env).start()
     yield svc
-    svc.kill()
+    svc.stop()
 
 
 @pytest.fixture
-def client(service: ServiceProcess) -> Iterator[httpx.Client]:
+def client(service: InProcessService) -> Iterator[httpx.Client]:
     with service.client("key-a") as c:
         yield c
 
@@ -90,7 +91,7 @@ def extract(
     return wait_status(client, save(client, text), timeout=60)
 
 
-def test_requests_move_their_histograms_and_counters(client: httpx.Client, service: ServiceProcess) -> None:
+def test_requests_move_their_histograms_and_counters(client: httpx.Client, service: InProcessService) -> None:
     before = scrape(client)
     save(client, "Request metrics: the Heron digest goes out on Fridays.")
     assert client.post("/v1/recall", json={"query": "Heron digest", "k": 3}).status_code == 200
@@ -174,7 +175,7 @@ def test_stats_is_the_json_summary(client: httpx.Client) -> None:
     assert body["consolidation"]["enabled"] is False and body["consolidation"]["running"] is False
 
 
-def test_json_logs_carry_the_request_id_it_answered_with(client: httpx.Client, service: ServiceProcess) -> None:
+def test_json_logs_carry_the_request_id_it_answered_with(client: httpx.Client, service: InProcessService) -> None:
     response = client.get("/v1/stats", headers={"X-Request-ID": "metrics-test-0042"})
     assert response.headers["x-request-id"] == "metrics-test-0042"
     generated = client.get("/health").headers["x-request-id"]

@@ -8,11 +8,15 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from memory_service.storage.catalog import export_records
 from memory_service.storage.database import PostgresDatabase
 from memory_service.storage.journal import QUEUED, FactPlan, Journal, NewFact
 from memory_service.storage.keys import KeyStore
 from memory_service.storage.limits import LimitStore
+
+pytestmark = pytest.mark.process  # migrate runs as the CLI
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -23,6 +23,8 @@ from limits_helpers import concurrently
 from memory_service.bench.common import AGENT_TEXTS
 from memory_service.bench.group import ServiceGroup, shared_env
 
+pytestmark = pytest.mark.process  # several serve processes on shared stores
+
 LEASE_S = 4.0
 PROCESSES = 3
 

@@ -6,7 +6,11 @@ from __future__ import annotations
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import pytest
+
 from memory_service.llm.runtime.server import free_port
+
+pytestmark = pytest.mark.process  # the environment of a serve subprocess
 
 
 class _Collector(BaseHTTPRequestHandler):

@@ -122,6 +122,7 @@ INSTALLED_PROBE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.process  # pip and a fresh venv
 def test_wheel_installed_in_a_fresh_venv_runs_bench_and_eval(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     env.update(PYTHONNOUSERSITE="1", PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1")

@@ -22,6 +22,8 @@ from memory_service.llm.runtime.server import free_port
 from memory_service.storage.vectors import KINDS, VectorStore
 from tests.fakes.fake_llama_server import FakeLlamaServer
 
+pytestmark = pytest.mark.process  # reindex runs as the CLI, beside serve subprocesses
+
 TEXTS = {
     "a": [
         "The staging database backups run every night at 02:00 and are kept for fourteen days.",

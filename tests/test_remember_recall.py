@@ -7,6 +7,8 @@ import uuid
 import pytest
 from conftest import wait_status
 
+pytestmark = pytest.mark.process  # serve on a real model
+
 EMAIL_TEXT = (
     "Sent the weekly digest to alice@example.com; the daily quota for outbound emails is 50 and we have used 12."
 )

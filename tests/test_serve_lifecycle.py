@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import ServiceProcess
 
+pytestmark = pytest.mark.process  # serve's start-up, SIGTERM and parent death
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -43,6 +43,7 @@ def serve(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess
     )
 
 
+@pytest.mark.process  # serve's own refusal, as a process exits with it
 def test_serve_refuses_several_workers_on_the_embedded_stores(tmp_path):
     started = time.monotonic()
     result = serve(tmp_path, "--workers", "2")
@@ -56,6 +57,7 @@ def test_serve_refuses_several_workers_on_the_embedded_stores(tmp_path):
     assert time.monotonic() - started < 30
 
 
+@pytest.mark.process  # serve's own refusal, as a process exits with it
 def test_serve_names_only_the_missing_backend(tmp_path):
     result = serve(tmp_path, "--workers", "4", MEMORY_CHROMA_URL="http://127.0.0.1:9")
     assert result.returncode == 2

@@ -17,6 +17,8 @@ from conftest import wait_status
 
 from tests.fakes.fake_llama_server import FakeLlamaServer
 
+pytestmark = pytest.mark.process  # serve subprocesses on a slow model, one killed mid-text
+
 SCALE = float(os.environ.get("MEMORY_TEST_SPEED_SCALE", "10"))
 PROMPT_TPS, GEN_TPS, BUDGET_S = 40 * SCALE, 12 * SCALE, 20 / SCALE
 

@@ -11,6 +11,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from memory_service.storage.catalog import ListFilter, export_records, facets, list_memories
 from memory_service.storage.database import Database
 from memory_service.storage.forget import mark_forgotten, pending, purge
@@ -313,6 +315,7 @@ def test_api_keys_work_across_store_instances(database: Database, tmp_path: Path
     assert other.lookup(created.key) is None
 
 
+@pytest.mark.process  # its own PostgreSQL cluster, stopped under a serve subprocess
 def test_postgres_down_is_a_503_and_the_service_recovers_when_it_is_back(tmp_path: Path) -> None:
     """Never a 500 and nothing half-written: while PostgreSQL is down every route that needs it says so."""
     from memory_service.bench.common import ServiceRunner

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, HTTPException
@@ -115,21 +115,26 @@ def telemetry_off() -> dict[str, Any]:
     }
 
 
-def create_app(
-    settings: Settings, *, speed_prior: tuple[float, float] | None = None, services: Services | None = None
-) -> FastAPI:
-    """The app. With `services`, the caller owns them (in-process tests); otherwise the lifespan opens them.
-
-    `speed_prior`: the model's (prompt, generation) tokens/s measured when its build was proven, so the
-    first estimates before any extraction rest on a measurement.
-    """
-    check_exposure(settings)
+def _lifespan(
+    settings: Settings,
+    speed_prior: tuple[float, float] | None,
+    services: Services | None,
+    run_workers: bool,
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """What runs around the app's life: the caller's services (and, if asked, their workers), or its own."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if services is not None:
             app.state.services = services
-            yield
+            if not run_workers:
+                yield
+                return
+            await services.start()
+            try:
+                yield
+            finally:
+                await services.stop_workers()
             return
         opened = Services.open(settings, speed_prior=speed_prior)
         app.state.services = opened
@@ -139,11 +144,29 @@ def create_app(
         finally:
             await opened.stop()
 
+    return lifespan
+
+
+def create_app(
+    settings: Settings,
+    *,
+    speed_prior: tuple[float, float] | None = None,
+    services: Services | None = None,
+    run_workers: bool = False,
+) -> FastAPI:
+    """The app. With `services`, the caller owns them (in-process tests); otherwise the lifespan opens them.
+
+    `speed_prior`: the model's (prompt, generation) tokens/s measured when its build was proven, so the
+    first estimates before any extraction rest on a measurement.
+    `run_workers`: with `services`, the lifespan also runs their extraction, passage and consolidation loops
+    (and stops them, leaving the stores open to their owner), so jobs reach `done` with no `serve` process.
+    """
+    check_exposure(settings)
     app = FastAPI(
         title="memory-service",
         version="0.1.0",
         description="Durable memory for agent teams: remember, recall, daily limits. Local llama.cpp extraction.",
-        lifespan=lifespan,
+        lifespan=_lifespan(settings, speed_prior, services, run_workers),
         **telemetry_off(),
     )
     if services is not None:
