@@ -12,30 +12,30 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from memory_service.config import Settings
-from memory_service.consolidation.worker import Consolidator
-from memory_service.embedding.embedder import Embedder, embedder_for
-from memory_service.llm.handle import ModelHandle
-from memory_service.llm.pool import ModelPool
-from memory_service.metrics import Metrics
-from memory_service.pipeline.background import process_holder
-from memory_service.pipeline.forgetting import Forgetter
-from memory_service.pipeline.passages import PassageIndexer
-from memory_service.pipeline.worker import ExtractionWorker
-from memory_service.recall.background import BackgroundWork
-from memory_service.recall.filtered_vectors import FilteredVectors
-from memory_service.recall.query_embeddings import QueryEmbeddings
-from memory_service.recall.search import Hit, RecallQuery, recall
-from memory_service.recall.vector_view import VectorView
-from memory_service.storage.consolidation import store_for
-from memory_service.storage.database import DRIVER_ERRORS, Database
-from memory_service.storage.datadir import KEYS_FILE as KEYS_FILE  # named from here by the app and the CLI
-from memory_service.storage.datadir import DataDir, DataDirBusy
-from memory_service.storage.datalock import DataDirLock
-from memory_service.storage.journal import DONE, FAILED, Journal, Memory
-from memory_service.storage.keys import KeyStore
-from memory_service.storage.limits import LimitStore
-from memory_service.storage.vectors import VectorStore
+from .config import Settings
+from .consolidation.worker import Consolidator
+from .embedding.embedder import Embedder, embedder_for
+from .llm.handle import ModelHandle
+from .llm.pool import ModelPool
+from .metrics import Metrics
+from .pipeline.background import process_holder
+from .pipeline.forgetting import Forgetter
+from .pipeline.passages import PassageIndexer
+from .pipeline.worker import ExtractionWorker
+from .recall.background import BackgroundWork
+from .recall.filtered_vectors import FilteredVectors
+from .recall.query_embeddings import QueryEmbeddings
+from .recall.search import Hit, RecallQuery, recall
+from .recall.vector_view import VectorView
+from .storage.consolidation import store_for
+from .storage.database import DRIVER_ERRORS, Database
+from .storage.datadir import KEYS_FILE as KEYS_FILE  # named from here by the app and the CLI
+from .storage.datadir import DataDir, DataDirBusy
+from .storage.datalock import DataDirLock
+from .storage.journal import DONE, FAILED, Journal, Memory
+from .storage.keys import KeyStore
+from .storage.limits import LimitStore
+from .storage.vectors import VectorStore
 
 log = logging.getLogger("memory_service")
 

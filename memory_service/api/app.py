@@ -11,25 +11,25 @@ from fastapi import FastAPI, HTTPException
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from memory_service import console
-from memory_service.api import errors
-from memory_service.api.request_id import RequestId
-from memory_service.api.routes import health as routes_health
-from memory_service.api.routes import keys as routes_keys
-from memory_service.api.routes import limits as routes_limits
-from memory_service.api.routes import memories as routes_memories
-from memory_service.api.routes import recall as routes_recall
-from memory_service.api.routes import team as routes_team
-from memory_service.api.routes import transfer as routes_transfer
-from memory_service.config import ConfigError, Settings, is_loopback
-from memory_service.services import KEYS_FILE, Services
-from memory_service.storage.keys import KeyStore
+from .. import console
+from ..config import ConfigError, Settings, is_loopback
+from ..services import KEYS_FILE, Services
+from ..storage.keys import KeyStore
+from . import errors
+from .request_id import RequestId
+from .routes import health as routes_health
+from .routes import keys as routes_keys
+from .routes import limits as routes_limits
+from .routes import memories as routes_memories
+from .routes import recall as routes_recall
+from .routes import team as routes_team
+from .routes import transfer as routes_transfer
 
 BODY_OVERHEAD_BYTES = 64 * 1024
 
 
 def _stored_keys(settings: Settings) -> bool:
-    from memory_service.storage.database import open_database
+    from ..storage.database import open_database
 
     database = open_database(settings)
     path = settings.data_dir / KEYS_FILE

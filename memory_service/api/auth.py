@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, HTTPException, Request
 
-from memory_service.config import Settings, is_loopback
-from memory_service.storage.keys import Role, role_allows
+from ..config import Settings, is_loopback
+from ..storage.keys import Role, role_allows
 
 if TYPE_CHECKING:
-    from memory_service.services import Services
+    from ..services import Services
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 from fastapi import Depends, Request
 
 if TYPE_CHECKING:
-    from memory_service.services import Services
+    from ..services import Services
 
 
 async def get_services(request: Request) -> Services:

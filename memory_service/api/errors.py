@@ -21,12 +21,12 @@ from starlette.responses import Response
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from memory_service.contract.limit_rules import IdempotencyConflict, InvalidInput, LimitNotFound
-from memory_service.contract.models import ErrorOut
-from memory_service.logs import REQUEST_ID
-from memory_service.storage.chroma_process import ChromaProcessFailed
-from memory_service.storage.database import storage_unavailable
-from memory_service.storage.keys import KeyNotFound
+from ..contract.limit_rules import IdempotencyConflict, InvalidInput, LimitNotFound
+from ..contract.models import ErrorOut
+from ..logs import REQUEST_ID
+from ..storage.chroma_process import ChromaProcessFailed
+from ..storage.database import storage_unavailable
+from ..storage.keys import KeyNotFound
 
 log = logging.getLogger("memory_service.api")
 

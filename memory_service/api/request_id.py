@@ -15,7 +15,7 @@ import uuid
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from memory_service.logs import ACCESS_LOGGER, REQUEST_ID
+from ..logs import ACCESS_LOGGER, REQUEST_ID
 
 HEADER = b"x-request-id"
 _SANE = re.compile(rb"^[A-Za-z0-9._:-]{1,128}$")

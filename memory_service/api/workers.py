@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from memory_service.config import ConfigError, Settings, speed_prior_variable, worker_speed_prior
+from ..config import ConfigError, Settings, speed_prior_variable, worker_speed_prior
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -59,8 +59,8 @@ def worker_environment(settings: Settings, speed_prior: tuple[float, float] | No
 
 def app() -> FastAPI:
     """The app factory uvicorn calls in each worker."""
-    from memory_service.api.app import create_app
-    from memory_service.logs import configure as configure_logging
+    from ..logs import configure as configure_logging
+    from .app import create_app
 
     settings = Settings.from_env()
     configure_logging(settings.log_format, settings.log_level)
@@ -71,7 +71,7 @@ def app() -> FastAPI:
 def __getattr__(name: str) -> Any:
     """`http_protocol`: the guarded protocol with this worker's timeouts, built when uvicorn asks for it."""
     if name == "http_protocol":
-        from memory_service.api.http_guard import guarded_protocol
+        from .http_guard import guarded_protocol
 
         settings = Settings.from_env()
         return guarded_protocol(settings.header_timeout_s, settings.body_timeout_s)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from memory_service.llm.runtime.server import free_port, stop_group
+from ..llm.runtime.server import free_port, stop_group
 
 
 def chroma_command() -> list[str]:

@@ -21,13 +21,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from memory_service.bench import consolidation, extraction, recall, remember, rss, scale, transfer
-from memory_service.bench.options import add_bench_arguments
-from memory_service.bench.plots import pyplot, save_plot, write_figure
-from memory_service.bench.probes import machine_info
-from memory_service.bench.report import write_json
-from memory_service.bench.service_runner import ServiceRunner, start_llama
-from memory_service.bench.stats import goal
+from . import consolidation, extraction, recall, remember, rss, scale, transfer
+from .options import add_bench_arguments
+from .plots import pyplot, save_plot, write_figure
+from .probes import machine_info
+from .report import write_json
+from .service_runner import ServiceRunner, start_llama
+from .stats import goal
 
 LIMITS_CONCURRENCY = 32
 LIMITS_MODULE = "memory_service.bench.limits"  # run with `python -m`, in a process of its own

@@ -9,12 +9,12 @@ service and llama-server processes), report (the shared command line and JSON ou
 
 from __future__ import annotations
 
-from memory_service.bench.plots import plots_available, pyplot, save_plot, write_figure
-from memory_service.bench.probes import machine_info, rss_mb, scrape
-from memory_service.bench.report import main_with_llama, main_without_llama, report, write_json
-from memory_service.bench.service_runner import ServiceRunner, llama_busy, start_llama, wait_queue_empty
-from memory_service.bench.stats import goal, latency_summary, ms, percentile
-from memory_service.bench.texts import AGENT_TEXTS, agent_text
+from .plots import plots_available, pyplot, save_plot, write_figure
+from .probes import machine_info, rss_mb, scrape
+from .report import main_with_llama, main_without_llama, report, write_json
+from .service_runner import ServiceRunner, llama_busy, start_llama, wait_queue_empty
+from .stats import goal, latency_summary, ms, percentile
+from .texts import AGENT_TEXTS, agent_text
 
 __all__ = [
     "AGENT_TEXTS",

@@ -27,15 +27,15 @@ from typing import Any
 
 import httpx
 
-from memory_service.bench.plots import pyplot, write_figure
-from memory_service.bench.probes import machine_info
-from memory_service.bench.report import main_with_llama
-from memory_service.bench.service_runner import ServiceRunner, llama_busy
-from memory_service.bench.stats import goal, latency_summary
-from memory_service.bench.texts import agent_text
-from memory_service.bench.transfer_data import ndjson
-from memory_service.bench.transfer_timing import wait_indexed
-from memory_service.client.service import service_client
+from ..client.service import service_client
+from .plots import pyplot, write_figure
+from .probes import machine_info
+from .report import main_with_llama
+from .service_runner import ServiceRunner, llama_busy
+from .stats import goal, latency_summary
+from .texts import agent_text
+from .transfer_data import ndjson
+from .transfer_timing import wait_indexed
 
 TEAM = "bench-consolidation"
 SUBJECTS = (

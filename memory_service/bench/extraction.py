@@ -34,12 +34,12 @@ from typing import Any
 
 import httpx
 
-from memory_service.bench.plots import pyplot, write_figure
-from memory_service.bench.probes import machine_info
-from memory_service.bench.report import main_with_llama
-from memory_service.bench.service_runner import ServiceRunner, start_llama
-from memory_service.bench.stats import goal
-from memory_service.bench.texts import AGENT_TEXTS
+from .plots import pyplot, write_figure
+from .probes import machine_info
+from .report import main_with_llama
+from .service_runner import ServiceRunner, start_llama
+from .stats import goal
+from .texts import AGENT_TEXTS
 
 GOALS = {"wall_ratio": 1.10, "predicted_tokens_median": 60, "cache_share": 0.70}
 POLL_S = 0.02
@@ -47,8 +47,8 @@ POLL_S = 0.02
 
 def direct_body(text: str, max_tokens: int) -> dict[str, Any]:
     """Exactly what LlamaClient.complete_json sends for one chunk, with the service's default settings."""
-    from memory_service.config import Settings
-    from memory_service.extraction.prompt import build_messages, facts_schema
+    from ..config import Settings
+    from ..extraction.prompt import build_messages, facts_schema
 
     settings = Settings.from_env()
     schema = facts_schema(settings.max_facts, settings.max_fact_chars)
@@ -79,7 +79,7 @@ def read_stream(response: httpx.Response) -> dict[str, Any]:
 
 def service_cap(llm: httpx.Client) -> int:
     """The service's output cap before any throughput is measured: min(MEMORY_MAX_OUTPUT_TOKENS, n_ctx/4)."""
-    from memory_service.config import Settings
+    from ..config import Settings
 
     props = llm.get("/props").json()
     n_ctx = (props.get("default_generation_settings") or {}).get("n_ctx") or props.get("n_ctx") or 4096

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from memory_service.bench.service_runner import ServiceRunner
+from .service_runner import ServiceRunner
 
 
 def shared_env(database_url: str | None, chroma_url: str | None, lease_s: float | None = None) -> dict[str, str]:

@@ -38,8 +38,8 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import httpx
 
-from memory_service.client.service import async_service_client, auth_headers
-from memory_service.config import ClientEnv
+from ..client.service import async_service_client, auth_headers
+from ..config import ClientEnv
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -59,12 +59,12 @@ def build_app(data_dir: Path, api_key: str | None, synchronous: Synchronous = "N
 
     from fastapi import FastAPI
 
-    from memory_service.api.routes import limits as routes_limits
-    from memory_service.config import Settings
-    from memory_service.metrics import Metrics
-    from memory_service.services import KEYS_FILE
-    from memory_service.storage.keys import KeyStore
-    from memory_service.storage.limits import LimitStore
+    from ..api.routes import limits as routes_limits
+    from ..config import Settings
+    from ..metrics import Metrics
+    from ..services import KEYS_FILE
+    from ..storage.keys import KeyStore
+    from ..storage.limits import LimitStore
 
     settings = Settings.from_env().with_overrides(data_dir=data_dir, api_keys={api_key: "bench"} if api_key else {})
 

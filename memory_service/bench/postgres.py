@@ -17,7 +17,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from memory_service.llm.runtime.server import free_port
+from ..llm.runtime.server import free_port
 
 
 class NoPostgres(RuntimeError):

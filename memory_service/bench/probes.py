@@ -64,7 +64,7 @@ def machine_info() -> dict[str, Any]:
         "python": sys.version.split()[0],
     }
     try:  # which embedder the services started here use: it changes recall latency and RSS a lot
-        from memory_service.config import Settings
+        from ..config import Settings
 
         info["service_embedder"] = getattr(Settings.from_env(), "embedder", "torch")
     except Exception:

@@ -38,11 +38,11 @@ from typing import Any
 
 import numpy as np
 
-from memory_service.bench.plots import pyplot, write_figure
-from memory_service.bench.probes import machine_info
-from memory_service.bench.recall_data import BIG_AGENT, FACTS_PER_MEMORY, SMALL_AGENT, TAGS, TEAM, fact_text, queries
-from memory_service.bench.recall_loader import NOISE_SIGMA, Loader
-from memory_service.bench.recall_measure import (
+from .plots import pyplot, write_figure
+from .probes import machine_info
+from .recall_data import BIG_AGENT, FACTS_PER_MEMORY, SMALL_AGENT, TAGS, TEAM, fact_text, queries
+from .recall_loader import NOISE_SIGMA, Loader
+from .recall_measure import (
     DEAD_LLM_URL,
     VARIANTS,
     indexes_for,
@@ -51,9 +51,9 @@ from memory_service.bench.recall_measure import (
     service_embedder,
     variants_at,
 )
-from memory_service.bench.report import main_with_llama
-from memory_service.bench.service_runner import ServiceRunner
-from memory_service.bench.stats import goal, latency_summary
+from .report import main_with_llama
+from .service_runner import ServiceRunner
+from .stats import goal, latency_summary
 
 GOALS_100K = {"p50_ms": 10.0, "p95_ms": 25.0}
 BASELINE_STEPS = ("hnsw_k30_ids_only", "chroma_query_k30", "keyword_leg_limit30", "chroma_where_agent_2pct_k30")

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from memory_service.bench.recall_data import FACTS_PER_MEMORY, SMALL_AGENT, TAGS, TEAM, agent_of, fact_text
-from memory_service.bench.stats import latency_summary
+from .recall_data import FACTS_PER_MEMORY, SMALL_AGENT, TAGS, TEAM, agent_of, fact_text
+from .stats import latency_summary
 
 if TYPE_CHECKING:
-    from memory_service.storage.vectors import VectorItem
+    from ..storage.vectors import VectorItem
 
 NOISE_SIGMA = 0.012  # per dimension on a unit 384-d vector: cosine to the pool vector ~0.97
 UPSERT_BATCH = 5000
@@ -51,8 +51,8 @@ class Loader:
         self.facts_in_journal = 0
 
     def load_to(self, total: int) -> None:
-        from memory_service.storage.journal import Journal
-        from memory_service.storage.vectors import VectorStore
+        from ..storage.journal import Journal
+        from ..storage.vectors import VectorStore
 
         started = time.monotonic()
         Journal(self.data_dir / "journal.sqlite3").close()  # creates the schema and triggers
@@ -83,7 +83,7 @@ class Loader:
         self, conn: sqlite3.Connection, group: range, rng: np.random.Generator, now: float
     ) -> list[VectorItem]:
         """One memory of up to FACTS_PER_MEMORY facts: its journal rows, and the vector items to upsert."""
-        from memory_service.storage.vectors import VectorItem, tag_key
+        from ..storage.vectors import VectorItem, tag_key
 
         first = group.start
         memory_no = first // FACTS_PER_MEMORY
@@ -142,9 +142,9 @@ class Loader:
         now: float,
     ) -> list[VectorItem]:
         """The facts not loaded before: rows in facts and fact_sources, and their vector items."""
-        from memory_service.extraction.grounding import normalize, shape
-        from memory_service.pipeline.dedup import fact_id
-        from memory_service.storage.vectors import VectorItem
+        from ..extraction.grounding import normalize, shape
+        from ..pipeline.dedup import fact_id
+        from ..storage.vectors import VectorItem
 
         items = []
         memory_id, agent, created = meta["memory_id"], meta["agent_id"], meta["created_at"]
@@ -167,8 +167,8 @@ class Loader:
 
     def inprocess_timings(self, query_vectors: np.ndarray, query_texts: list[str]) -> dict[str, Any]:
         """Chroma and FTS alone, in this process, before the service opens the path (breakdown only)."""
-        from memory_service.storage.journal import Journal
-        from memory_service.storage.vectors import VectorStore
+        from ..storage.journal import Journal
+        from ..storage.vectors import VectorStore
 
         vectors = VectorStore(self.data_dir / "chroma", url=self.chroma_url)
         journal = Journal(self.data_dir / "journal.sqlite3")

@@ -15,13 +15,13 @@ from typing import Any
 
 import httpx
 
-from memory_service.bench.probes import scrape
-from memory_service.bench.recall_data import BIG_AGENT, FACTS_PER_MEMORY, SMALL_AGENT, TEAM, queries
-from memory_service.bench.service_runner import ServiceRunner
-from memory_service.bench.stats import latency_summary
-from memory_service.bench.texts import agent_text
-from memory_service.client.service import service_client
-from memory_service.recall.filtered_vectors import UNFILTERED_EXACT_MAX_ROWS
+from ..client.service import service_client
+from ..recall.filtered_vectors import UNFILTERED_EXACT_MAX_ROWS
+from .probes import scrape
+from .recall_data import BIG_AGENT, FACTS_PER_MEMORY, SMALL_AGENT, TEAM, queries
+from .service_runner import ServiceRunner
+from .stats import latency_summary
+from .texts import agent_text
 
 DEAD_LLM_URL = "http://127.0.0.1:9"  # recall never touches the model: the idle rows start none
 BUSY_TEAM = "bench-recall-busy-writer"  # the saves that keep the model busy: not the measured team
@@ -54,8 +54,8 @@ def indexes_for(level: int) -> int:
 
 def service_embedder() -> tuple[Any, str]:
     """The embedder the service would use (MEMORY_EMBEDDER), one thread, as the service runs it."""
-    from memory_service.config import Settings
-    from memory_service.embedding.embedder import load_embedder
+    from ..config import Settings
+    from ..embedding.embedder import load_embedder
 
     settings = Settings.from_env()
     return load_embedder(settings.embedder, threads=1, cache_dir=settings.cache_dir), settings.embedder

@@ -24,14 +24,14 @@ from typing import Any
 
 import httpx
 
-from memory_service.bench.plots import pyplot, write_figure
-from memory_service.bench.probes import machine_info, scrape
-from memory_service.bench.remember_load import Load, disk_sync_latency, load
-from memory_service.bench.report import main_with_llama
-from memory_service.bench.service_runner import ServiceRunner
-from memory_service.bench.stats import goal, latency_summary
-from memory_service.bench.texts import agent_text
-from memory_service.client.service import service_client
+from ..client.service import service_client
+from .plots import pyplot, write_figure
+from .probes import machine_info, scrape
+from .remember_load import Load, disk_sync_latency, load
+from .report import main_with_llama
+from .service_runner import ServiceRunner
+from .stats import goal, latency_summary
+from .texts import agent_text
 
 CLIENTS = 32
 INTERVAL_S = 1.0  # mean think time per client: 32 agents saving about once a second each

@@ -16,9 +16,9 @@ from typing import Any, NamedTuple
 
 import httpx
 
-from memory_service.bench.raw_http import RawHttpClient, RawHttpError
-from memory_service.bench.texts import agent_text
-from memory_service.client.service import async_service_client
+from ..client.service import async_service_client
+from .raw_http import RawHttpClient, RawHttpError
+from .texts import agent_text
 
 Send = Callable[[str, str, Any], Awaitable[int]]
 

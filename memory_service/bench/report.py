@@ -8,8 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from memory_service.bench.plots import save_plot
-from memory_service.bench.service_runner import start_llama
+from .plots import save_plot
+from .service_runner import start_llama
 
 Plot = Callable[[Any, Path], None]
 

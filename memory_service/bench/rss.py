@@ -17,12 +17,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from memory_service.bench.plots import pyplot, write_figure
-from memory_service.bench.probes import machine_info
-from memory_service.bench.report import main_with_llama
-from memory_service.bench.service_runner import ServiceRunner, wait_queue_empty
-from memory_service.bench.stats import goal
-from memory_service.bench.texts import agent_text
+from .plots import pyplot, write_figure
+from .probes import machine_info
+from .report import main_with_llama
+from .service_runner import ServiceRunner, wait_queue_empty
+from .stats import goal
+from .texts import agent_text
 
 GOAL_MB = 500.0
 

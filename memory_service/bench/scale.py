@@ -30,28 +30,28 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from memory_service.bench import remember
-from memory_service.bench.chroma_server import ChromaServer
-from memory_service.bench.group import ServiceGroup, shared_env
-from memory_service.bench.limits import GOAL as CONSUME_GOAL
-from memory_service.bench.limits import process_cpu_s
-from memory_service.bench.plots import pyplot, write_figure
-from memory_service.bench.postgres import PostgresCluster
-from memory_service.bench.probes import machine_info
-from memory_service.bench.recall import GOALS_100K
-from memory_service.bench.recall_data import TEAM as RECALL_TEAM
-from memory_service.bench.recall_data import fact_text, queries
-from memory_service.bench.recall_loader import Loader
-from memory_service.bench.recall_measure import (
+from . import remember
+from .chroma_server import ChromaServer
+from .group import ServiceGroup, shared_env
+from .limits import GOAL as CONSUME_GOAL
+from .limits import process_cpu_s
+from .plots import pyplot, write_figure
+from .postgres import PostgresCluster
+from .probes import machine_info
+from .recall import GOALS_100K
+from .recall_data import TEAM as RECALL_TEAM
+from .recall_data import fact_text, queries
+from .recall_loader import Loader
+from .recall_measure import (
     DEAD_LLM_URL,
     indexes_for,
     measure_http,
     service_embedder,
     variants_at,
 )
-from memory_service.bench.report import main_with_llama
-from memory_service.bench.service_runner import ServiceRunner, start_llama
-from memory_service.bench.stats import goal
+from .report import main_with_llama
+from .service_runner import ServiceRunner, start_llama
+from .stats import goal
 
 LIMITS_MODULE = "memory_service.bench.limits"
 CONSUME_CLIENTS = 32

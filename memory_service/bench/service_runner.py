@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from memory_service.bench.probes import rss_mb
-from memory_service.client.service import service_client
-from memory_service.llm.runtime.server import die_with_parent, stop_group, wait_until_healthy
+from ..client.service import service_client
+from ..llm.runtime.server import die_with_parent, stop_group, wait_until_healthy
+from .probes import rss_mb
 
 if TYPE_CHECKING:
-    from memory_service.llm.runtime.server import LlamaServerProcess
+    from ..llm.runtime.server import LlamaServerProcess
 
 # the caller's MEMORY_* settings a child service keeps: where models live and how many threads it may use
 INHERITED_SETTINGS = (
@@ -51,9 +51,9 @@ def start_llama(
     model: str = "default", log_dir: Path | None = None, threads: int | None = None, extra_args: tuple[str, ...] = ()
 ) -> LlamaServerProcess:
     """One llama-server child with the service's own defaults (threads = cores - 1, 4096 ctx, one slot)."""
-    from memory_service.config import Settings
-    from memory_service.llm.runtime.models import resolve_model
-    from memory_service.llm.runtime.server import LlamaServerProcess
+    from ..config import Settings
+    from ..llm.runtime.models import resolve_model
+    from ..llm.runtime.server import LlamaServerProcess
 
     settings = Settings.from_env()
     log_dir = log_dir or Path(tempfile.mkdtemp(prefix="bench-llama-"))
@@ -108,7 +108,7 @@ class ServiceRunner:
         model: str = "default",
         env: Mapping[str, str] | None = None,
     ) -> None:
-        from memory_service.llm.runtime.server import free_port
+        from ..llm.runtime.server import free_port
 
         self.data_dir = data_dir
         self.port = free_port()

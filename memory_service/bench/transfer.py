@@ -27,14 +27,14 @@ from typing import Any
 
 import httpx
 
-from memory_service.bench.plots import pyplot, write_figure
-from memory_service.bench.probes import machine_info
-from memory_service.bench.report import main_without_llama
-from memory_service.bench.service_runner import ServiceRunner
-from memory_service.bench.stats import goal, latency_summary
-from memory_service.bench.transfer_data import BULK_AGENT, MAX_LIMIT, RARE_AGENT, TEAM, make_record, ndjson
-from memory_service.bench.transfer_forgotten import check_forgotten
-from memory_service.bench.transfer_timing import (
+from .plots import pyplot, write_figure
+from .probes import machine_info
+from .report import main_without_llama
+from .service_runner import ServiceRunner
+from .stats import goal, latency_summary
+from .transfer_data import BULK_AGENT, MAX_LIMIT, RARE_AGENT, TEAM, make_record, ndjson
+from .transfer_forgotten import check_forgotten
+from .transfer_timing import (
     export_all,
     forget_each,
     health_floor,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from memory_service.bench.recall_data import fact_text
+from .recall_data import fact_text
 
 TEAM = "bench-transfer"
 BULK_AGENT, RARE_AGENT = "agent-bulk", "agent-rare"  # 30% and 2% of the memories

@@ -6,8 +6,8 @@ from typing import Any
 
 import httpx
 
-from memory_service.bench.transfer_data import BULK_AGENT, MAX_LIMIT
-from memory_service.bench.transfer_timing import export_all, walk
+from .transfer_data import BULK_AGENT, MAX_LIMIT
+from .transfer_timing import export_all, walk
 
 # the ways a forgotten memory could come back; their sum must be 0
 LEAK_COUNTS = (

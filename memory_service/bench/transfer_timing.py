@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from memory_service.bench.stats import latency_summary
+from .stats import latency_summary
 
 
 def log(message: str) -> None:

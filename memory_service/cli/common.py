@@ -13,8 +13,8 @@ from typing import TypeAlias
 
 import httpx
 
-from memory_service.client.service import service_client
-from memory_service.config import ClientEnv, Settings
+from ..client.service import service_client
+from ..config import ClientEnv, Settings
 
 # the object `add_subparsers()` returns, which each topic module adds its commands to
 Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"

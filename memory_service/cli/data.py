@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from memory_service.cli.common import Subcommands, add_data_dir_argument, data_dir_settings
+from .common import Subcommands, add_data_dir_argument, data_dir_settings
 
 
 def add_doctor_parser(subcommands: Subcommands) -> None:
@@ -29,7 +29,7 @@ def add_doctor_parser(subcommands: Subcommands) -> None:
 
 
 def run_doctor(args: argparse.Namespace) -> int:
-    from memory_service.ops.doctor import run_doctor as doctor
+    from ..ops.doctor import run_doctor as doctor
 
     return doctor(args)
 
@@ -52,7 +52,7 @@ def _add_backup(subcommands: Subcommands) -> None:
 
 
 def run_backup(args: argparse.Namespace) -> int:
-    from memory_service.ops.backup import backup
+    from ..ops.backup import backup
 
     if not _embedded_only("backup", args):
         return 1
@@ -75,7 +75,7 @@ def _add_restore(subcommands: Subcommands) -> None:
 
 
 def run_restore(args: argparse.Namespace) -> int:
-    from memory_service.ops.backup import restore
+    from ..ops.backup import restore
 
     if not _embedded_only("restore", args):
         return 1
@@ -100,7 +100,7 @@ def _embedded_only(what: str, args: argparse.Namespace) -> bool:
 
 def _summarised(what: str, action: Callable[[], dict[str, Any]]) -> int:
     """Run a backup or restore: its one-line JSON summary, or `<what> failed: <why>` and exit 1."""
-    from memory_service.ops.backup import BackupError
+    from ..ops.backup import BackupError
 
     try:
         summary = action()
@@ -124,8 +124,8 @@ def _add_reindex(subcommands: Subcommands) -> None:
 
 
 def run_reindex(args: argparse.Namespace) -> int:
-    from memory_service.cli.reindex import ReindexError
-    from memory_service.cli.reindex import run_reindex as reindex
+    from .reindex import ReindexError
+    from .reindex import run_reindex as reindex
 
     try:
         summary = reindex(data_dir_settings(args), args.team)
@@ -149,8 +149,8 @@ def _add_migrate(subcommands: Subcommands) -> None:
 
 
 def run_migrate(args: argparse.Namespace) -> int:
-    from memory_service.ops.store_copy import MigrateError
-    from memory_service.ops.store_copy import run_migrate as migrate
+    from ..ops.store_copy import MigrateError
+    from ..ops.store_copy import run_migrate as migrate
 
     try:
         summary = migrate(data_dir_settings(args), args.to, reindex_vectors=not args.no_reindex)

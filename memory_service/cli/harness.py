@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import argparse
 
-from memory_service.cli.common import Subcommands, add_client_arguments
-from memory_service.config import ClientEnv
+from ..config import ClientEnv
+from .common import Subcommands, add_client_arguments
 
 
 def add_mcp_parser(subcommands: Subcommands) -> None:
@@ -41,7 +41,7 @@ def run_mcp(args: argparse.Namespace) -> int:
     """Serve until the harness closes stdio (or the HTTP server is stopped)."""
     import anyio
 
-    from memory_service.mcp_server.server import McpConfig, serve
+    from ..mcp_server.server import McpConfig, serve
 
     config = McpConfig(url=args.url, api_key=args.api_key, agent_id=args.agent_id, read_only=args.read_only)
     anyio.run(lambda: serve(config, args.transport, host=args.host, port=args.port))

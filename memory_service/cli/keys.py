@@ -11,11 +11,11 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
-from memory_service.cli.common import Subcommands, add_data_dir_argument
-from memory_service.config import Settings
+from ..config import Settings
+from .common import Subcommands, add_data_dir_argument
 
 if TYPE_CHECKING:
-    from memory_service.storage.keys import KeyStore
+    from ..storage.keys import KeyStore
 
 
 def add_keys_parser(subcommands: Subcommands) -> None:
@@ -44,9 +44,9 @@ def add_keys_parser(subcommands: Subcommands) -> None:
 def run_keys(args: argparse.Namespace) -> int:
     """Open the key store (MEMORY_DATABASE_URL's, which every API process reads, or the data dir's), run the
     sub-command, close it."""
-    from memory_service.services import KEYS_FILE
-    from memory_service.storage.database import open_database
-    from memory_service.storage.keys import KeyStore
+    from ..services import KEYS_FILE
+    from ..storage.database import open_database
+    from ..storage.keys import KeyStore
 
     settings = Settings.from_env().with_overrides(data_dir=args.data_dir)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -79,7 +79,7 @@ def _list(store: KeyStore, args: argparse.Namespace) -> int:
 
 
 def _revoke(store: KeyStore, args: argparse.Namespace) -> int:
-    from memory_service.storage.keys import KeyNotFound
+    from ..storage.keys import KeyNotFound
 
     try:
         info = store.revoke(args.id)

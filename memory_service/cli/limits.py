@@ -17,8 +17,8 @@ from urllib.parse import quote
 
 import httpx
 
-from memory_service.cli.common import Subcommands, add_client_arguments
-from memory_service.client.service import service_client
+from ..client.service import service_client
+from .common import Subcommands, add_client_arguments
 
 EXIT_OK, EXIT_NO, EXIT_ERROR = 0, 1, 2
 

@@ -11,10 +11,10 @@ import logging
 import sys
 from collections.abc import Callable
 
-from memory_service.cli import data, harness, keys, limits, measure, memories, serve
-from memory_service.cli.common import Subcommands
-from memory_service.config import ConfigError, early_log_level
-from memory_service.logs import TEXT_FORMAT
+from ..config import ConfigError, early_log_level
+from ..logs import TEXT_FORMAT
+from . import data, harness, keys, limits, measure, memories, serve
+from .common import Subcommands
 
 DESCRIPTION = """`memory-service` command line: serve | doctor | remember | recall | get | list | forget | export | import |
 limits | keys | backup | restore | reindex | migrate | llama-server | mcp | bench | eval."""

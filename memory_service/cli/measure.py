@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import argparse
 
-from memory_service.bench.options import add_bench_arguments
-from memory_service.cli.common import Subcommands
-from memory_service.evals.options import add_eval_arguments
+from ..bench.options import add_bench_arguments
+from ..evals.options import add_eval_arguments
+from .common import Subcommands
 
 
 def add_measure_parsers(subcommands: Subcommands) -> None:
@@ -25,12 +25,12 @@ def add_measure_parsers(subcommands: Subcommands) -> None:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from memory_service.bench.cli import run_bench as bench
+    from ..bench.cli import run_bench as bench
 
     return bench(args)
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from memory_service.evals.cli import run_eval as evaluate
+    from ..evals.cli import run_eval as evaluate
 
     return evaluate(args)

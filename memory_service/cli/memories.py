@@ -11,7 +11,7 @@ import json
 import sys
 from typing import Any
 
-from memory_service.cli.common import Subcommands, add_client_arguments, open_service, print_response
+from .common import Subcommands, add_client_arguments, open_service, print_response
 
 
 def add_memory_parsers(subcommands: Subcommands) -> None:

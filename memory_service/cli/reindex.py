@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from memory_service.config import Settings
-from memory_service.storage.datadir import JOURNAL_FILE, DataDir, DataDirBusy
+from ..config import Settings
+from ..storage.datadir import JOURNAL_FILE, DataDir, DataDirBusy
 
 
 class ReindexError(RuntimeError):
@@ -24,7 +24,7 @@ class ReindexError(RuntimeError):
 
 def run_reindex(settings: Settings, team: str | None = None) -> dict[str, Any]:
     """Drop the vectors of `team` (of every team when None) and embed them again; returns a summary."""
-    from memory_service.storage.vectors import ChromaUnreachable
+    from ..storage.vectors import ChromaUnreachable
 
     data = DataDir(settings.data_dir.absolute())
     if not settings.database_url and not data.has_journal():
@@ -46,8 +46,8 @@ def run_reindex(settings: Settings, team: str | None = None) -> dict[str, Any]:
 
 
 def _rebuild(settings: Settings, data: DataDir, team: str | None) -> dict[str, Any]:
-    from memory_service.embedding.embedder import embedder_for
-    from memory_service.ops.reindex import reindex
+    from ..embedding.embedder import embedder_for
+    from ..ops.reindex import reindex
 
     stores = data.open_stores(settings)  # MEMORY_DATABASE_URL: the shared journal (stop every process first)
     try:

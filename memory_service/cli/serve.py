@@ -15,11 +15,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memory_service.cli.common import Subcommands, positive_int
-from memory_service.config import Settings
+from ..config import Settings
+from .common import Subcommands, positive_int
 
 if TYPE_CHECKING:
-    from memory_service.llm.runtime.server import LlamaServerProcess
+    from ..llm.runtime.server import LlamaServerProcess
 
 SpeedPrior = tuple[float, float] | None  # (prompt, generation) tokens/s the bootstrap measured, if it did
 
@@ -46,10 +46,10 @@ def add_serve_parser(subcommands: Subcommands) -> None:
 def run_serve(args: argparse.Namespace) -> int:
     """Check what can be checked first (exposure, workers, the shared stores), then start llama-server and the API;
     llama-server stops when the API does, however it ends."""
-    from memory_service.api.app import check_exposure
-    from memory_service.api.workers import check_workers
-    from memory_service.llm.runtime.server import LlamaServerError
-    from memory_service.logs import configure as configure_logging
+    from ..api.app import check_exposure
+    from ..api.workers import check_workers
+    from ..llm.runtime.server import LlamaServerError
+    from ..logs import configure as configure_logging
 
     settings = Settings.from_env().with_overrides(
         host=args.host,
@@ -90,7 +90,7 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
 def _shared_stores_answer(settings: Settings) -> bool:
     """Probe MEMORY_CHROMA_URL and MEMORY_DATABASE_URL before the model loads: a missing server is one
     logged line, not a traceback from every worker."""
-    from memory_service.storage.vectors import ChromaUnreachable, probe_server
+    from ..storage.vectors import ChromaUnreachable, probe_server
 
     if settings.chroma_url:
         try:
@@ -99,7 +99,7 @@ def _shared_stores_answer(settings: Settings) -> bool:
             logging.error("%s", exc)
             return False
     if settings.database_url:
-        from memory_service.storage.database import open_database
+        from ..storage.database import open_database
 
         try:
             database = open_database(settings)
@@ -113,9 +113,9 @@ def _shared_stores_answer(settings: Settings) -> bool:
 
 def _start_llama_server(settings: Settings) -> tuple[LlamaServerProcess, SpeedPrior]:
     """Launch llama-server on the configured model; raises LlamaServerError when it does not come up."""
-    from memory_service.llm.runtime import proven
-    from memory_service.llm.runtime.models import resolve_model
-    from memory_service.llm.runtime.server import launch
+    from ..llm.runtime import proven
+    from ..llm.runtime.models import resolve_model
+    from ..llm.runtime.server import launch
 
     model_path = resolve_model(settings.model, settings.cache_dir)
     logging.info(
@@ -136,9 +136,9 @@ def _run_api(settings: Settings, workers: int, speed_prior: SpeedPrior) -> None:
     """Serve the API until it is stopped: in this process, or in `workers` fresh ones on the same port."""
     import uvicorn
 
-    from memory_service.api.app import create_app
-    from memory_service.api.http_guard import guarded_protocol
-    from memory_service.api.workers import APP, HTTP_PROTOCOL, worker_environment
+    from ..api.app import create_app
+    from ..api.http_guard import guarded_protocol
+    from ..api.workers import APP, HTTP_PROTOCOL, worker_environment
 
     options: dict[str, Any] = {
         "host": settings.host,
@@ -178,8 +178,8 @@ def add_llama_server_parser(subcommands: Subcommands) -> None:
 def run_llama_server(args: argparse.Namespace) -> int:
     """Run the proven llama-server with the configured model in the foreground: a pool member to list in
     another service's MEMORY_LLM_URL (or `--print` the command, to run it under a supervisor or elsewhere)."""
-    from memory_service.llm.runtime.models import resolve_model
-    from memory_service.llm.runtime.server import LlamaServerError, LlamaServerProcess
+    from ..llm.runtime.models import resolve_model
+    from ..llm.runtime.server import LlamaServerError, LlamaServerProcess
 
     settings = Settings.from_env().with_overrides(model=args.model)
     try:

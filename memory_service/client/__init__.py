@@ -3,7 +3,7 @@
 Importing it loads no part of the server (no FastAPI, storage, Chroma or model code); a test checks this.
 """
 
-from memory_service.client.core import MemoryServiceError
-from memory_service.client.memory_client import AsyncMemoryClient, MemoryClient
+from .core import MemoryServiceError
+from .memory_client import AsyncMemoryClient, MemoryClient
 
 __all__ = ["AsyncMemoryClient", "MemoryClient", "MemoryServiceError"]

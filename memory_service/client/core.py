@@ -20,8 +20,8 @@ from typing import Any, Generic, TypeVar
 import httpx
 from pydantic import TypeAdapter
 
-from memory_service.contract.limits import ConsumeAnswer, HandledOut, LimitOut
-from memory_service.contract.models import (
+from ..contract.limits import ConsumeAnswer, HandledOut, LimitOut
+from ..contract.models import (
     ExportedMemory,
     ForgetResponse,
     ImportResponse,

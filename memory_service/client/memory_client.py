@@ -1,6 +1,6 @@
 """Python client for memory-service: `MemoryClient` (sync) and `AsyncMemoryClient` (asyncio), on httpx.
 
-    from memory_service.client import MemoryClient
+    from . import MemoryClient
     with MemoryClient("http://127.0.0.1:8700", api_key="...") as memory:
         saved = memory.remember("Sent the digest to 40 users.", agent_id="mailer", wait_s=10)
         hits = memory.recall("digest", k=5).items
@@ -20,7 +20,7 @@ from typing import Any, Generic, TypeVar
 
 import httpx
 
-from memory_service.client.core import Call, MemoryServiceError, Requests, finish, lost, retry_delay
+from .core import Call, MemoryServiceError, Requests, finish, lost, retry_delay
 
 __all__ = ["AsyncMemoryClient", "MemoryClient", "MemoryServiceError"]
 

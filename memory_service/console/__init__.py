@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from memory_service.console.routes import mount
+from .routes import mount
 
 __all__ = ["mount"]

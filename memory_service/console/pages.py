@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from memory_service.config import Settings
-from memory_service.console.highlight import Segment, segments
-from memory_service.contract.models import MemoryOut
+from ..config import Settings
+from ..contract.models import MemoryOut
+from .highlight import Segment, segments
 
 STATUSES = ("queued", "extracting", "done", "failed")
 PENDING = ("queued", "extracting")

@@ -18,12 +18,17 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from jinja2 import Environment, FileSystemLoader
 
-from memory_service.api import cursor as cursors
-from memory_service.api import errors
-from memory_service.api.auth import caller_of_key, open_access
-from memory_service.api.routes.memories import memory_out
-from memory_service.console import pages
-from memory_service.console.session import (
+from ..api import cursor as cursors
+from ..api import errors
+from ..api.auth import caller_of_key, open_access
+from ..api.routes.memories import memory_out
+from ..contract.limit_rules import InvalidInput, LimitNotFound
+from ..recall.search import RecallQuery
+from ..storage.catalog import ListFilter, facets, list_memories, status_counts
+from ..storage.keys import role_allows
+from ..storage.limits import LimitStore, LimitView
+from . import pages
+from .session import (
     COOKIE,
     COOKIE_PATH,
     CsrfRejected,
@@ -39,14 +44,9 @@ from memory_service.console.session import (
     safe_next,
     same_origin,
 )
-from memory_service.contract.limit_rules import InvalidInput, LimitNotFound
-from memory_service.recall.search import RecallQuery
-from memory_service.storage.catalog import ListFilter, facets, list_memories, status_counts
-from memory_service.storage.keys import role_allows
-from memory_service.storage.limits import LimitStore, LimitView
 
 if TYPE_CHECKING:
-    from memory_service.services import Services
+    from ..services import Services
 
 HERE = Path(__file__).parent
 PAGE_SIZE = 50

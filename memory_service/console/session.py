@@ -15,8 +15,8 @@ from urllib.parse import parse_qsl, urlsplit
 
 from fastapi import Request
 
-from memory_service.api.auth import caller_of_key, open_access
-from memory_service.config import Settings
+from ..api.auth import caller_of_key, open_access
+from ..config import Settings
 
 COOKIE = "memory_console_key"
 COOKIE_PATH = "/ui"

@@ -11,7 +11,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from memory_service.storage.consolidation import SourceFact
+from ..storage.consolidation import SourceFact
 
 GROUP_MAX_FACTS = 8  # facts per consolidated item: a short prompt and a short answer
 MIN_FACTS = 2  # a subject with one fact has nothing to consolidate

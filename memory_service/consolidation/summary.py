@@ -12,8 +12,8 @@ import re
 from datetime import date
 from typing import Any
 
-from memory_service.contract.text import STOPWORDS, normalize
-from memory_service.storage.consolidation import SourceFact
+from ..contract.text import STOPWORDS, normalize
+from ..storage.consolidation import SourceFact
 
 PROMPT_VERSION = "consolidate-v1"
 MAX_POINT_CHARS = 160

@@ -15,16 +15,16 @@ import contextlib
 import logging
 from dataclasses import dataclass, field
 
-from memory_service.config import Settings
-from memory_service.consolidation import summary
-from memory_service.consolidation.groups import GROUP_MAX_FACTS, Group, group_facts
-from memory_service.embedding.embedder import Embedder
-from memory_service.extraction.client import LlamaClient
-from memory_service.extraction.errors import ExtractionError, LlmUnavailable
-from memory_service.llm.pool import ModelPool
-from memory_service.pipeline.vector_items import consolidated_item
-from memory_service.storage.consolidation import DONE, FAILED, INTERRUPTED, YIELDED, ConsolidationStore, Item
-from memory_service.storage.vectors import VectorItem, VectorStore
+from ..config import Settings
+from ..embedding.embedder import Embedder
+from ..extraction.client import LlamaClient
+from ..extraction.errors import ExtractionError, LlmUnavailable
+from ..llm.pool import ModelPool
+from ..pipeline.vector_items import consolidated_item
+from ..storage.consolidation import DONE, FAILED, INTERRUPTED, YIELDED, ConsolidationStore, Item
+from ..storage.vectors import VectorItem, VectorStore
+from . import summary
+from .groups import GROUP_MAX_FACTS, Group, group_facts
 
 log = logging.getLogger("memory_service.consolidation")
 

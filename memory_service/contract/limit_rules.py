@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from memory_service.contract.ids import ID_RULE, MAX_ID_LEN, is_id
+from .ids import ID_RULE, MAX_ID_LEN, is_id
 
 # Documented input bounds (README and OpenAPI quote these).
 MAX_NAME_LEN = 128

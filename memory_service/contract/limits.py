@@ -11,8 +11,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from memory_service.contract.limit_rules import MAX_DAILY_LIMIT, MAX_TTL_DAYS
-from memory_service.contract.types import AgentId, HandledKey, IdempotencyKey, JsonInt, Timezone, whole_float_as_int
+from .limit_rules import MAX_DAILY_LIMIT, MAX_TTL_DAYS
+from .types import AgentId, HandledKey, IdempotencyKey, JsonInt, Timezone, whole_float_as_int
 
 TtlDays = Annotated[int, Field(strict=True, ge=1, le=MAX_TTL_DAYS), BeforeValidator(whole_float_as_int)]
 

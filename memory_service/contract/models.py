@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from memory_service.contract.types import (
+from .types import (
     AgentId,
     ExportId,
     FreeText,

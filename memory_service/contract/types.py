@@ -18,8 +18,8 @@ from pydantic import (
     WrapValidator,
 )
 
-from memory_service.contract.ids import ID_PATTERN, ID_RULE, MAX_ID_LEN
-from memory_service.contract.limit_rules import (
+from .ids import ID_PATTERN, ID_RULE, MAX_ID_LEN
+from .limit_rules import (
     MAX_HANDLED_KEY_LEN,
     MAX_IDEMPOTENCY_KEY_LEN,
     MAX_NAME_LEN,

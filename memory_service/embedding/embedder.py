@@ -27,7 +27,7 @@ from typing import Protocol
 
 import numpy as np
 
-from memory_service.config import DEFAULT_CACHE_DIR, Settings
+from ..config import DEFAULT_CACHE_DIR, Settings
 
 log = logging.getLogger("memory_service")
 
@@ -157,7 +157,7 @@ def int8_embedder(threads: int = 1, cache_dir: Path | None = None) -> OnnxEmbedd
     shipped model serves instead, with a warning that says why. Its vectors are this close to the derived
     ones, so a store holding both ranks as one.
     """
-    from memory_service.embedding import int8_model
+    from . import int8_model
 
     sign = int8_model.weight_sign()
     target = int8_model.cached_path(cache_dir or DEFAULT_CACHE_DIR, ONNX_SHA256, sign)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from memory_service.evals.cli import run_eval
-from memory_service.evals.options import eval_parser
+from .cli import run_eval
+from .options import eval_parser
 
 if __name__ == "__main__":
     raise SystemExit(run_eval(eval_parser("memory-service eval", prog="python -m memory_service.evals").parse_args()))

@@ -19,12 +19,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from memory_service.bench.plots import save_plot
-from memory_service.bench.probes import machine_info
-from memory_service.bench.report import write_json
-from memory_service.bench.service_runner import ServiceRunner
-from memory_service.evals import locomo, locomo_data, personaext
-from memory_service.evals.options import eval_parser
+from ..bench.plots import save_plot
+from ..bench.probes import machine_info
+from ..bench.report import write_json
+from ..bench.service_runner import ServiceRunner
+from . import locomo, locomo_data, personaext
+from .options import eval_parser
 
 
 def _progress(message: str) -> None:

@@ -26,12 +26,12 @@ from typing import Any
 
 import httpx
 
-from memory_service.bench.plots import pyplot, write_figure
-from memory_service.bench.stats import latency_summary
-from memory_service.client.service import service_client
-from memory_service.evals.locomo_baseline import PUBLISHED_BASELINE, embedding_baseline
-from memory_service.evals.locomo_data import SKIP_CATEGORIES, Conversation, agent_id_for, session_time, turn_text
-from memory_service.evals.locomo_metrics import CUTOFFS, K, aggregate, ranked_dia_ids, score_question, top_diagnostics
+from ..bench.plots import pyplot, write_figure
+from ..bench.stats import latency_summary
+from ..client.service import service_client
+from .locomo_baseline import PUBLISHED_BASELINE, embedding_baseline
+from .locomo_data import SKIP_CATEGORIES, Conversation, agent_id_for, session_time, turn_text
+from .locomo_metrics import CUTOFFS, K, aggregate, ranked_dia_ids, score_question, top_diagnostics
 
 # name -> `kinds` sent to /v1/recall (None: the product default, fields left out)
 # "all" adds consolidated items (MEMORY_CONSOLIDATE) to the default facts and passages: what they add
@@ -262,7 +262,7 @@ def _wait_for_service(
     timing: dict[str, float],
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Until extraction has emptied the queue, then until consolidation settles; /ready and its stats."""
-    from memory_service.bench.service_runner import wait_queue_empty
+    from ..bench.service_runner import wait_queue_empty
 
     total_turns = sum(len(c.turns) for c in conversations)
     _log(f"saved {total_turns} turns in {timing['ingest']:.1f}s; waiting for extraction")

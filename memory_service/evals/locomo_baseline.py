@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from memory_service.evals.locomo_data import Conversation, turn_text
-from memory_service.evals.locomo_metrics import K, score_question
+from .locomo_data import Conversation, turn_text
+from .locomo_metrics import K, score_question
 
 # for comparison only: README of the data set, raw-turn MiniLM exact cosine, all 5 conversations (760 questions)
 PUBLISHED_BASELINE = {
@@ -28,7 +28,7 @@ def embedding_baseline(conversations: list[Conversation]) -> list[dict[str, Any]
     all-MiniLM-L6-v2 (sentence-transformers), exact cosine, no extraction, no keyword search."""
     import numpy as np
 
-    from memory_service.embedding.embedder import TorchEmbedder
+    from ..embedding.embedder import TorchEmbedder
 
     embedder = TorchEmbedder(threads=1)
     rows: list[dict[str, Any]] = []

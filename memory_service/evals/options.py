@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from memory_service.config import ClientEnv
+from ..config import ClientEnv
 
 
 def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:

@@ -27,9 +27,9 @@ from typing import Any
 
 import httpx
 
-from memory_service.bench.plots import pyplot, write_figure
-from memory_service.bench.stats import percentile
-from memory_service.client.service import service_client
+from ..bench.plots import pyplot, write_figure
+from ..bench.stats import percentile
+from ..client.service import service_client
 
 DEFAULT_LIMIT = 200
 WAIT_S = 60.0

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from memory_service.extraction.errors import BadReply, ContextOverflow, LlmTimeout, LlmUnavailable
+from .errors import BadReply, ContextOverflow, LlmTimeout, LlmUnavailable
 
 
 @dataclass

@@ -29,9 +29,9 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from memory_service.contract.text import normalize
-from memory_service.extraction.gate import FILLER
-from memory_service.extraction.grounding import SENTENCE, SMALL_TALK, GroundedFact, content_words, stem, vague
+from ..contract.text import normalize
+from .gate import FILLER
+from .grounding import SENTENCE, SMALL_TALK, GroundedFact, content_words, stem, vague
 
 # "[8 May 2023, 1:56 pm] Caroline: ..." or "Caroline: ..." at the start of a text: a chat line by Caroline.
 _HEADER = re.compile(r"^\s*(?:\[[^\]\n]{1,60}\]\s*)?([A-Z][\w.'’-]*(?: [A-Z][\w.'’-]*)?):[ \t]+")

@@ -19,7 +19,7 @@ from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from memory_service.extraction.grounding import GroundedFact
+from .grounding import GroundedFact
 
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 NUMBER_WORDS = {

@@ -14,8 +14,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, TypeGuard
 
-from memory_service.extraction.client import Completion, LlamaClient, ServerProps
-from memory_service.extraction.errors import (
+from .client import Completion, LlamaClient, ServerProps
+from .errors import (
     BadReply,
     ContextOverflow,
     ExtractionError,
@@ -23,11 +23,11 @@ from memory_service.extraction.errors import (
     TooSlow,
     TruncatedReply,
 )
-from memory_service.extraction.grounding import GroundedFact, RejectedFact, ground, normalize, split_echoes
-from memory_service.extraction.parsing import parse_facts
-from memory_service.extraction.prompt import PROMPT_VERSION, SYSTEM_PROMPT, build_messages, facts_schema
-from memory_service.extraction.sizing import MIN_CHUNK_TOKENS, Chunk, plan_chunks, text_budget, time_fit_tokens
-from memory_service.extraction.throughput import Throughput
+from .grounding import GroundedFact, RejectedFact, ground, normalize, split_echoes
+from .parsing import parse_facts
+from .prompt import PROMPT_VERSION, SYSTEM_PROMPT, build_messages, facts_schema
+from .sizing import MIN_CHUNK_TOKENS, Chunk, plan_chunks, text_budget, time_fit_tokens
+from .throughput import Throughput
 
 MIN_OUTPUT_TOKENS = 48
 TOTAL_KEYS = ("prompt_n", "cache_n", "predicted_n", "prompt_ms", "predicted_ms")

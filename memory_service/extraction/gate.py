@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import re
 
-from memory_service.contract.text import STOPWORDS, normalize
-from memory_service.extraction.grounding import SMALL_TALK
+from ..contract.text import STOPWORDS, normalize
+from .grounding import SMALL_TALK
 
 MAX_CHARS = 160
 MAX_WORDS = 25

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from memory_service.contract.text import STOPWORDS, normalize
+from ..contract.text import STOPWORDS, normalize
 
 _NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")
 SENTENCE = re.compile(r"[^.!?\n]+[.!?]*", re.UNICODE)  # a sentence and its end marks

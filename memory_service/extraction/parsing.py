@@ -13,8 +13,8 @@ import re
 
 from pydantic import ValidationError
 
-from memory_service.extraction.errors import BadReply, TruncatedReply
-from memory_service.extraction.prompt import ExtractedFacts
+from .errors import BadReply, TruncatedReply
+from .prompt import ExtractedFacts
 
 _CLOSED_THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _TOOL_MARKUP = re.compile(r"<tool_call>|<\s*function\s*=|<\|tool_call|\[TOOL_CALLS\]", re.IGNORECASE)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from memory_service.extraction.client import LlamaClient
-from memory_service.extraction.errors import ExtractionError
+from .client import LlamaClient
+from .errors import ExtractionError
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
 

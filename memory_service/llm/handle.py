@@ -13,12 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from memory_service.config import Settings
-from memory_service.extraction.client import LlamaClient, ServerProps
-from memory_service.extraction.extractor import Extractor
-from memory_service.extraction.sizing import backlog_seconds
-from memory_service.extraction.thinking import check_thinking
-from memory_service.extraction.throughput import Throughput
+from ..config import Settings
+from ..extraction.client import LlamaClient, ServerProps
+from ..extraction.extractor import Extractor
+from ..extraction.sizing import backlog_seconds
+from ..extraction.thinking import check_thinking
+from ..extraction.throughput import Throughput
 
 log = logging.getLogger("memory_service.model")
 

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from memory_service.config import Settings
-from memory_service.extraction.client import LlamaClient
-from memory_service.llm.handle import ModelHandle
+from ..config import Settings
+from ..extraction.client import LlamaClient
+from .handle import ModelHandle
 
 
 @dataclass

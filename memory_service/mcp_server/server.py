@@ -15,10 +15,10 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.tools import Tool
 from mcp_types import ToolAnnotations
 
-from memory_service.client import AsyncMemoryClient, MemoryServiceError
-from memory_service.contract.models import TeamOut
-from memory_service.mcp_server.tools import TOOLS, Toolbox
-from memory_service.storage.keys import role_allows
+from ..client import AsyncMemoryClient, MemoryServiceError
+from ..contract.models import TeamOut
+from ..storage.keys import role_allows
+from .tools import TOOLS, Toolbox
 
 log = logging.getLogger("memory_service.mcp")
 

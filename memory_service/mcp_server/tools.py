@@ -19,8 +19,8 @@ from typing import Annotated, Any
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
-from memory_service.client import AsyncMemoryClient, MemoryServiceError
-from memory_service.storage.keys import Role
+from ..client import AsyncMemoryClient, MemoryServiceError
+from ..storage.keys import Role
 
 
 class ToolFailed(ToolError):

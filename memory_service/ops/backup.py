@@ -32,12 +32,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memory_service.config import Settings
-from memory_service.storage.datadir import DATABASE_FILES, JOURNAL_FILE, LOCK_NAME, VECTORS_DIR, DataDir, DataDirBusy
-from memory_service.storage.datalock import DataDirLock
+from ..config import Settings
+from ..storage.datadir import DATABASE_FILES, JOURNAL_FILE, LOCK_NAME, VECTORS_DIR, DataDir, DataDirBusy
+from ..storage.datalock import DataDirLock
 
 if TYPE_CHECKING:
-    from memory_service.ops.reindex import Reindexed
+    from .reindex import Reindexed
 
 FORMAT = "memory-service-backup"
 FORMAT_VERSION = 1
@@ -309,8 +309,8 @@ def _swap_in(staging: Path, data_dir: Path, occupied: bool, stamp: str) -> Path 
 
 def _rebuild_vectors(staging: Path, settings: Settings) -> Reindexed:
     """Embed the restored journal into a new vector store beside it (the model loads only here)."""
-    from memory_service.embedding.embedder import embedder_for
-    from memory_service.ops.reindex import reindex
+    from ..embedding.embedder import embedder_for
+    from .reindex import reindex
 
     data = DataDir(staging)
     journal = data.open_journal()

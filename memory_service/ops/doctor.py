@@ -19,15 +19,15 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from memory_service.config import Settings
-from memory_service.extraction.client import LlamaClient, ServerProps
-from memory_service.extraction.errors import ExtractionError
-from memory_service.extraction.extractor import Extractor
-from memory_service.extraction.sizing import text_budget
-from memory_service.extraction.thinking import FAIL, OK, WARN, check_thinking
-from memory_service.extraction.throughput import Throughput
-from memory_service.llm.runtime.proven import REBUILD_HINT
-from memory_service.ops.doctor_checks import (
+from ..config import Settings
+from ..extraction.client import LlamaClient, ServerProps
+from ..extraction.errors import ExtractionError
+from ..extraction.extractor import Extractor
+from ..extraction.sizing import text_budget
+from ..extraction.thinking import FAIL, OK, WARN, check_thinking
+from ..extraction.throughput import Throughput
+from ..llm.runtime.proven import REBUILD_HINT
+from .doctor_checks import (
     PROBE_TEXTS,
     Check,
     budget_check,
@@ -213,8 +213,8 @@ def format_any(report: dict[str, Any]) -> str:
 
 def _start_server(settings: Settings, model: str | None, tmp: Path) -> tuple[Any, dict[str, Any]]:
     """The same llama-server `serve` would start: binary, model, threads, context and chat template."""
-    from memory_service.llm.runtime.models import resolve_model
-    from memory_service.llm.runtime.server import build_variant, launch
+    from ..llm.runtime.models import resolve_model
+    from ..llm.runtime.server import build_variant, launch
 
     model_path = resolve_model(model or settings.model, settings.cache_dir)
     server = launch(settings, model_path, tmp / "llama-server.log")

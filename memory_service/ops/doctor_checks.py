@@ -10,11 +10,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from memory_service.extraction.client import ServerProps
-from memory_service.extraction.errors import ExtractionError, TooSlow
-from memory_service.extraction.extractor import MIN_OUTPUT_TOKENS, Extractor, Progress
-from memory_service.extraction.sizing import MIN_CHUNK_TOKENS, TIME_HEADROOM, time_fit_tokens
-from memory_service.extraction.thinking import FAIL, OK, WARN
+from ..extraction.client import ServerProps
+from ..extraction.errors import ExtractionError, TooSlow
+from ..extraction.extractor import MIN_OUTPUT_TOKENS, Extractor, Progress
+from ..extraction.sizing import MIN_CHUNK_TOKENS, TIME_HEADROOM, time_fit_tokens
+from ..extraction.thinking import FAIL, OK, WARN
 
 # "A typical save": what the budget verdict is about (an agent note of ~300 tokens, ~150 output tokens).
 TYPICAL_TEXT_TOKENS = 300

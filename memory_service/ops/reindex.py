@@ -15,12 +15,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from memory_service.embedding.embedder import Embedder
-from memory_service.pipeline.passages import index_passages
-from memory_service.pipeline.vector_items import fact_item, item_metadata
-from memory_service.storage.consolidation import store_for
-from memory_service.storage.journal import DELETED, Journal, Memory
-from memory_service.storage.vectors import VectorItem, VectorStore
+from ..embedding.embedder import Embedder
+from ..pipeline.passages import index_passages
+from ..pipeline.vector_items import fact_item, item_metadata
+from ..storage.consolidation import store_for
+from ..storage.journal import DELETED, Journal, Memory
+from ..storage.vectors import VectorItem, VectorStore
 
 BATCH = 64
 
@@ -64,7 +64,7 @@ def _reindex_consolidated(
     journal: Journal, embedder: Embedder, vectors: VectorStore, team: str | None, batch: int
 ) -> None:
     """Consolidated items too: their rows stay, so their vectors must come back with the rest."""
-    from memory_service.consolidation.worker import index_items
+    from ..consolidation.worker import index_items
 
     store = store_for(journal)
     store.mark_unindexed(team)

@@ -15,9 +15,9 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from memory_service.config import Settings
-from memory_service.storage.database import PostgresDatabase, describe, is_postgres_url
-from memory_service.storage.datadir import JOURNAL_FILE, KEYS_FILE, LIMITS_FILE, DataDir, DataDirBusy
+from ..config import Settings
+from ..storage.database import PostgresDatabase, describe, is_postgres_url
+from ..storage.datadir import JOURNAL_FILE, KEYS_FILE, LIMITS_FILE, DataDir, DataDirBusy
 
 # (SQLite file, tables in copy order); each table is copied in its rowid order
 SOURCES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -59,7 +59,7 @@ def run_migrate(settings: Settings, url: str, *, reindex_vectors: bool = True) -
         lock.release()
     summary: dict[str, Any] = {"to": describe(url), "copied": copied}
     if reindex_vectors:
-        from memory_service.cli.reindex import run_reindex
+        from ..cli.reindex import run_reindex
 
         summary["reindex"] = run_reindex(settings.with_overrides(database_url=url))
     return summary

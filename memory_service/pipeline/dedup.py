@@ -10,11 +10,11 @@ from __future__ import annotations
 import hashlib
 from typing import Any, NamedTuple
 
-from memory_service.embedding.embedder import Embedder
-from memory_service.extraction.grounding import GroundedFact, identifiers, normalize, numbers, shape
-from memory_service.pipeline.vector_items import memory_fact_item
-from memory_service.storage.journal import Fact, FactPlan, Journal, Memory, NewFact
-from memory_service.storage.vectors import VectorItem, VectorStore
+from ..embedding.embedder import Embedder
+from ..extraction.grounding import GroundedFact, identifiers, normalize, numbers, shape
+from ..storage.journal import Fact, FactPlan, Journal, Memory, NewFact
+from ..storage.vectors import VectorItem, VectorStore
+from .vector_items import memory_fact_item
 
 
 def fact_id(team: str, norm: str) -> str:

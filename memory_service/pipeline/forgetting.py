@@ -12,11 +12,11 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from memory_service.pipeline.passages import passage_ids
-from memory_service.storage.consolidation import ConsolidationStore
-from memory_service.storage.forget import Pending, mark_forgotten, pending, purge
-from memory_service.storage.journal import Journal
-from memory_service.storage.vectors import VectorStore
+from ..storage.consolidation import ConsolidationStore
+from ..storage.forget import Pending, mark_forgotten, pending, purge
+from ..storage.journal import Journal
+from ..storage.vectors import VectorStore
+from .passages import passage_ids
 
 
 @dataclass

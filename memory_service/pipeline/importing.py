@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memory_service.embedding.embedder import Embedder
-from memory_service.pipeline.vector_items import memory_fact_item
-from memory_service.storage.catalog import ImportedFact, import_record
-from memory_service.storage.journal import Journal, Memory
-from memory_service.storage.vectors import VectorStore
+from ..embedding.embedder import Embedder
+from ..storage.catalog import ImportedFact, import_record
+from ..storage.journal import Journal, Memory
+from ..storage.vectors import VectorStore
+from .vector_items import memory_fact_item
 
 
 @dataclass

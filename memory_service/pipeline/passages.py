@@ -14,11 +14,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from memory_service.embedding.embedder import Embedder
-from memory_service.pipeline.background import IDLE_POLL_S, lower_priority, wait_for
-from memory_service.pipeline.vector_items import journal_fact_item, passage_id, passage_item
-from memory_service.storage.journal import Journal, Memory
-from memory_service.storage.vectors import VectorItem, VectorStore
+from ..embedding.embedder import Embedder
+from ..storage.journal import Journal, Memory
+from ..storage.vectors import VectorItem, VectorStore
+from .background import IDLE_POLL_S, lower_priority, wait_for
+from .vector_items import journal_fact_item, passage_id, passage_item
 
 log = logging.getLogger("memory_service.pipeline.passages")
 

@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
-from memory_service.extraction.coverage import Asked, GapsFilled, fill_in_gaps
-from memory_service.extraction.dates import occurred, resolve_facts
-from memory_service.extraction.extractor import ExtractionResult
-from memory_service.extraction.grounding import GroundedFact
-from memory_service.extraction.prompt import PROMPT_VERSION
-from memory_service.storage.journal import Memory
+from ..extraction.coverage import Asked, GapsFilled, fill_in_gaps
+from ..extraction.dates import occurred, resolve_facts
+from ..extraction.extractor import ExtractionResult
+from ..extraction.grounding import GroundedFact
+from ..extraction.prompt import PROMPT_VERSION
+from ..storage.journal import Memory
 
 
 @dataclass

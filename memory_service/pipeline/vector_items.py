@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from memory_service.storage.consolidation import Item
-from memory_service.storage.journal import Fact, Memory
-from memory_service.storage.vectors import VectorItem, tag_key
+from ..storage.consolidation import Item
+from ..storage.journal import Fact, Memory
+from ..storage.vectors import VectorItem, tag_key
 
 
 def item_metadata(memory_id: str, agent_id: str, run_id: str | None, created_at: float, tags: list[str]) -> dict:

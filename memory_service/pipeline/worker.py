@@ -18,21 +18,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from memory_service.config import Settings
-from memory_service.embedding.embedder import Embedder
-from memory_service.extraction.coverage import Asked, asked_in, speaker_of
-from memory_service.extraction.errors import ContextOverflow, ExtractionError, LlmUnavailable, TooSlow
-from memory_service.extraction.extractor import Earlier, ExtractionResult, Extractor, Progress, earlier_context
-from memory_service.extraction.gate import small_talk_reason
-from memory_service.llm.handle import ModelHandle
-from memory_service.metrics import Metrics
-from memory_service.pipeline.background import IDLE_POLL_S, process_holder, wait_for
-from memory_service.pipeline.dedup import decide_facts
-from memory_service.pipeline.forgetting import Forgetter
-from memory_service.pipeline.passages import write_fact_vectors
-from memory_service.pipeline.postprocess import Postprocessed, postprocess, skipped_report
-from memory_service.storage.journal import DELETED, FAILED, LOST, QUEUED, FactPlan, Journal, Memory
-from memory_service.storage.vectors import VectorStore
+from ..config import Settings
+from ..embedding.embedder import Embedder
+from ..extraction.coverage import Asked, asked_in, speaker_of
+from ..extraction.errors import ContextOverflow, ExtractionError, LlmUnavailable, TooSlow
+from ..extraction.extractor import Earlier, ExtractionResult, Extractor, Progress, earlier_context
+from ..extraction.gate import small_talk_reason
+from ..llm.handle import ModelHandle
+from ..metrics import Metrics
+from ..storage.journal import DELETED, FAILED, LOST, QUEUED, FactPlan, Journal, Memory
+from ..storage.vectors import VectorStore
+from .background import IDLE_POLL_S, process_holder, wait_for
+from .dedup import decide_facts
+from .forgetting import Forgetter
+from .passages import write_fact_vectors
+from .postprocess import Postprocessed, postprocess, skipped_report
 
 log = logging.getLogger("memory_service.pipeline.worker")
 

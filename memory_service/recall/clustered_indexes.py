@@ -15,11 +15,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from memory_service.embedding.embedder import DIMENSIONS
-from memory_service.recall.background import BackgroundWork
-from memory_service.recall.clusters import ClusteredVectors
-from memory_service.recall.directory import Directory
-from memory_service.recall.matrices import Matrix
+from ..embedding.embedder import DIMENSIONS
+from .background import BackgroundWork
+from .clusters import ClusteredVectors
+from .directory import Directory
+from .matrices import Matrix
 
 log = logging.getLogger("memory_service")
 

@@ -33,14 +33,14 @@ from functools import partial
 
 import numpy as np
 
-from memory_service.recall.background import BackgroundWork
-from memory_service.recall.clustered_indexes import ClusterBuilds, TeamKind
-from memory_service.recall.directory import Directory, VectorFilter
-from memory_service.recall.hub_scores import HubnessScores, prepare_pass
-from memory_service.recall.matrices import FilterKey, fetch_matrix, filter_key, nearest, whole_team_key
-from memory_service.recall.vector_view import VectorView
-from memory_service.storage.journal import Journal
-from memory_service.storage.vectors import VectorStore
+from ..storage.journal import Journal
+from ..storage.vectors import VectorStore
+from .background import BackgroundWork
+from .clustered_indexes import ClusterBuilds, TeamKind
+from .directory import Directory, VectorFilter
+from .hub_scores import HubnessScores, prepare_pass
+from .matrices import FilterKey, fetch_matrix, filter_key, nearest, whole_team_key
+from .vector_view import VectorView
 
 __all__ = ["FilteredVectors", "VectorFilter"]
 

@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from memory_service.recall import hubness
-from memory_service.recall.background import BackgroundWork
-from memory_service.recall.clustered_indexes import TeamKind
-from memory_service.recall.directory import Directory
-from memory_service.recall.matrices import Matrix, whole_team_key
-from memory_service.recall.vector_view import VectorView
+from . import hubness
+from .background import BackgroundWork
+from .clustered_indexes import TeamKind
+from .directory import Directory
+from .matrices import Matrix, whole_team_key
+from .vector_view import VectorView
 
 log = logging.getLogger("memory_service")
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from memory_service.recall.clusters import scores
-from memory_service.recall.directory import Directory
-from memory_service.storage.vectors import VectorStore
+from ..storage.vectors import VectorStore
+from .clusters import scores
+from .directory import Directory
 
 CACHE_BYTES_MAX = 96 << 20  # vectors kept for exact search, all teams; least recently used go first
 

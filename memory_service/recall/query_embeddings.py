@@ -7,7 +7,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from memory_service.embedding.embedder import Embedder
+from ..embedding.embedder import Embedder
 
 QUERY_CACHE_SIZE = 1024
 

@@ -12,9 +12,9 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from memory_service.pipeline.passages import PASSAGE_WINDOW_CHARS
-from memory_service.recall.words import QueryWords, term_weights
-from memory_service.storage.records import KeywordHit
+from ..pipeline.passages import PASSAGE_WINDOW_CHARS
+from ..storage.records import KeywordHit
+from .words import QueryWords, term_weights
 
 RRF_K = 60.0
 # A keyword hit weighs 0.5 plus the share of the query's words it contains: an item holding every

@@ -16,12 +16,17 @@ from functools import partial
 
 import numpy as np
 
-from memory_service.embedding.embedder import Embedder
-from memory_service.recall import hubness
-from memory_service.recall.directory import VectorFilter
-from memory_service.recall.filtered_vectors import FilteredVectors
-from memory_service.recall.query_embeddings import QueryEmbeddings
-from memory_service.recall.rank import (
+from ..embedding.embedder import Embedder
+from ..storage.consolidation import Item, store_for
+from ..storage.journal import Journal
+from ..storage.occurred import occurred_times
+from ..storage.records import KeywordHit
+from ..storage.vectors import VectorStore
+from . import hubness
+from .directory import VectorFilter
+from .filtered_vectors import FilteredVectors
+from .query_embeddings import QueryEmbeddings
+from .rank import (
     Found,
     Hit,
     ItemRow,
@@ -31,11 +36,6 @@ from memory_service.recall.rank import (
     diversify,
     passage_memory,
 )
-from memory_service.storage.consolidation import Item, store_for
-from memory_service.storage.journal import Journal
-from memory_service.storage.occurred import occurred_times
-from memory_service.storage.records import KeywordHit
-from memory_service.storage.vectors import VectorStore
 
 __all__ = ["Hit", "RecallQuery", "recall", "to_epoch"]
 

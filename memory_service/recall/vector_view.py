@@ -16,13 +16,13 @@ import json
 import threading
 from typing import Any
 
-from memory_service.pipeline.passages import window_starts
-from memory_service.recall.clustered_indexes import ClusteredIndexes, TeamKind
-from memory_service.recall.directory import Directory
-from memory_service.recall.matrices import MatrixCache
-from memory_service.storage.consolidation import store_for
-from memory_service.storage.journal import DELETED, Journal
-from memory_service.storage.vectors import KINDS, VectorItem, kind_of_id
+from ..pipeline.passages import window_starts
+from ..storage.consolidation import store_for
+from ..storage.journal import DELETED, Journal
+from ..storage.vectors import KINDS, VectorItem, kind_of_id
+from .clustered_indexes import ClusteredIndexes, TeamKind
+from .directory import Directory
+from .matrices import MatrixCache
 
 REPLAY_EVENTS = 4096  # writes remembered for a team whose directory is not loaded yet
 

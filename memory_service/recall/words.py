@@ -6,7 +6,7 @@ import math
 import re
 import unicodedata
 
-from memory_service.contract.text import STOPWORDS, normalize
+from ..contract.text import STOPWORDS, normalize
 
 
 def stem(word: str) -> str | None:

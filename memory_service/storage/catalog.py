@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from memory_service.contract.text import normalize
-from memory_service.extraction.grounding import shape
-from memory_service.storage.database import Conn
-from memory_service.storage.journal import (
+from ..contract.text import normalize
+from ..extraction.grounding import shape
+from .database import Conn
+from .journal import (
     DELETED,
     DONE,
     EXTRACTING,

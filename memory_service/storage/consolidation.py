@@ -17,7 +17,7 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from memory_service.storage.consolidation_runs import (
+from .consolidation_runs import (
     DONE,
     FAILED,
     INTERRUPTED,
@@ -26,7 +26,7 @@ from memory_service.storage.consolidation_runs import (
     YIELDED,
     RunLog,
 )
-from memory_service.storage.journal import DELETED, Journal
+from .journal import DELETED, Journal
 
 __all__ = [
     "DONE",
@@ -383,6 +383,6 @@ class ConsolidationStore(RunLog):
 def store_for(journal: Journal) -> ConsolidationStore:
     """The one store of a journal (its tables created once), for the paths that only hold the journal.
 
-    The journal keeps it (`Journal.consolidation`): no registry outside the objects that own it.
+    The journal keeps it (`Journal.attached`): no registry outside the objects that own it.
     """
-    return journal.consolidation
+    return journal.attached("consolidation", lambda: ConsolidationStore(journal))

@@ -10,7 +10,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from memory_service.storage.journal import Journal
+    from .journal import Journal
 
 RUNNING, DONE, YIELDED, INTERRUPTED, FAILED = "running", "done", "yielded", "interrupted", "failed"
 STALE_RUN_S = 120.0  # a run whose holder has not beaten for this long died with its process

@@ -20,15 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from memory_service.storage.datalock import LOCK_NAME, DataDirBusy, DataDirLock
+from .datalock import LOCK_NAME, DataDirBusy, DataDirLock
 
 if TYPE_CHECKING:
-    from memory_service.config import Settings
-    from memory_service.storage.database import Database
-    from memory_service.storage.journal import Journal
-    from memory_service.storage.keys import KeyStore
-    from memory_service.storage.limits import LimitStore
-    from memory_service.storage.vectors import VectorStore
+    from ..config import Settings
+    from .database import Database
+    from .journal import Journal
+    from .keys import KeyStore
+    from .limits import LimitStore
+    from .vectors import VectorStore
 
 JOURNAL_FILE = "journal.sqlite3"
 LIMITS_FILE = "limits.sqlite3"
@@ -73,23 +73,23 @@ class DataDir:
 
     def open_journal(self, database: Database | None = None) -> Journal:
         """The journal on the shared `database`, or in this data dir's SQLite file."""
-        from memory_service.storage.journal import Journal
+        from .journal import Journal
 
         return Journal(database or self.journal_file)
 
     def open_limits(self, database: Database | None = None) -> LimitStore:
-        from memory_service.storage.limits import LimitStore
+        from .limits import LimitStore
 
         return LimitStore(database or self.path / LIMITS_FILE)
 
     def open_keys(self, database: Database | None = None) -> KeyStore:
-        from memory_service.storage.keys import KeyStore
+        from .keys import KeyStore
 
         return KeyStore(database or self.path / KEYS_FILE)
 
     def open_vectors(self, url: str | None = None, *, process: bool = False) -> VectorStore:
         """The Chroma server at `url`, or the embedded store in `chroma/` (in a child process with `process`)."""
-        from memory_service.storage.vectors import VectorStore
+        from .vectors import VectorStore
 
         return VectorStore(self.vectors_dir, url=url, process=process)
 
@@ -99,7 +99,7 @@ class DataDir:
 
     def open_stores(self, settings: Settings) -> Stores:
         """The database the settings name (None: this data dir's SQLite files) and the journal on it."""
-        from memory_service.storage.database import open_database
+        from .database import open_database
 
         database = open_database(settings)
         try:

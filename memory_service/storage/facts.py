@@ -13,11 +13,11 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from memory_service.storage.database import Database
-from memory_service.storage.jobs import end_attempt, held_by
-from memory_service.storage.records import DELETED, DONE, Fact, FactPlan, Memory, tags_of
-from memory_service.storage.records import dumps_or_none as _dumps
-from memory_service.storage.records import fact_from_row as _fact_from_row
+from .database import Database
+from .jobs import end_attempt, held_by
+from .records import DELETED, DONE, Fact, FactPlan, Memory, tags_of
+from .records import dumps_or_none as _dumps
+from .records import fact_from_row as _fact_from_row
 
 
 class FactStore:

@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from memory_service.storage.database import Conn
-from memory_service.storage.journal import DELETED, Journal
+from .database import Conn
+from .journal import DELETED, Journal
 
 CHUNK = 500  # ids per statement, well under SQLite's variable limit
 

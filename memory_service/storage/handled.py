@@ -9,17 +9,17 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from memory_service.contract.limit_rules import (
+from ..contract.limit_rules import (
     MAX_HANDLED_KEY_LEN,
     MAX_TTL_DAYS,
     InvalidInput,
     check_agent_id,
     check_int,
 )
-from memory_service.contract.limits import HandledRecord
-from memory_service.storage.limit_days import iso, to_us
-from memory_service.storage.limit_schema import MARK_HANDLED
-from memory_service.storage.limit_views import TEAM_SCOPE
+from ..contract.limits import HandledRecord
+from .limit_days import iso, to_us
+from .limit_schema import MARK_HANDLED
+from .limit_views import TEAM_SCOPE
 
 
 class HandledLedger:

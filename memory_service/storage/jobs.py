@@ -11,9 +11,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from memory_service.storage.database import Database
-from memory_service.storage.records import DELETED, EXTRACTING, FAILED, LOST, QUEUED, Memory
-from memory_service.storage.records import dumps_or_none as _dumps
+from .database import Database
+from .records import DELETED, EXTRACTING, FAILED, LOST, QUEUED, Memory
+from .records import dumps_or_none as _dumps
 
 EXACT_BACKLOG = 200  # jobs ahead counted exactly on every save; past this, see JobQueue.backlog
 LONG_BACKLOG_REFRESH_S = 1.0

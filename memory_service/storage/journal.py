@@ -18,14 +18,15 @@ import json
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
-from memory_service.storage.database import Database, SqliteDatabase
-from memory_service.storage.facts import FactStore
-from memory_service.storage.jobs import JobQueue
-from memory_service.storage.keyword import KeywordSearch, PorterStems, fts_query, fts_words, has_tag, json_items
-from memory_service.storage.records import (
+from .database import Database, SqliteDatabase
+from .facts import FactStore
+from .jobs import JobQueue
+from .keyword import KeywordSearch, PorterStems, fts_query, fts_words, has_tag, json_items
+from .records import (
     DELETED,
     DONE,
     EXTRACTING,
@@ -39,11 +40,10 @@ from memory_service.storage.records import (
     NewFact,
     tags_of,
 )
-from memory_service.storage.schema import POSTGRES_SCHEMA, SCHEMA
-from memory_service.storage.schema_upgrades import open_journal_schema
+from .schema import POSTGRES_SCHEMA, SCHEMA
+from .schema_upgrades import open_journal_schema
 
-if TYPE_CHECKING:
-    from memory_service.storage.consolidation import ConsolidationStore
+T = TypeVar("T")
 
 __all__ = [
     "DELETED",
@@ -80,8 +80,10 @@ class Journal(JobQueue, FactStore, KeywordSearch):
                     f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{fts}_vocab USING fts5vocab(main, {fts}, 'row')"
                 )
         self._stems = PorterStems()
-        self._consolidation: ConsolidationStore | None = None
-        self._consolidation_lock = threading.Lock()
+        # stores built on this journal once and living as long as it (the consolidation store): kept here,
+        # not in a module registry, and keyed by name so this module needs none of theirs
+        self._attached: dict[str, Any] = {}
+        self._attached_lock = threading.Lock()
         self._df_cache: dict[tuple[str, str], tuple[int, float]] = {}
         self._long_backlog: tuple[float, int, int] | None = None  # (counted at, jobs, chars): see backlog()
         self._team_locks: dict[str, threading.Lock] = {}
@@ -91,15 +93,12 @@ class Journal(JobQueue, FactStore, KeywordSearch):
     def dialect(self) -> str:
         return self.db.dialect
 
-    @property
-    def consolidation(self) -> ConsolidationStore:
-        """The consolidated items' tables on this journal's database: one store per journal, made on first use."""
-        from memory_service.storage.consolidation import ConsolidationStore
-
-        with self._consolidation_lock:
-            if self._consolidation is None:
-                self._consolidation = ConsolidationStore(self)
-            return self._consolidation
+    def attached(self, name: str, make: Callable[[], T]) -> T:
+        """The store called `name` built on this journal, made by `make` on first use and kept with it."""
+        with self._attached_lock:
+            if name not in self._attached:
+                self._attached[name] = make()
+            return self._attached[name]
 
     def close(self) -> None:
         self._stems.close()

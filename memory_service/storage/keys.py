@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from memory_service.storage.database import Database, SqliteDatabase
+from .database import Database, SqliteDatabase
 
 Role = Literal["read", "write", "admin"]
 ROLES: tuple[Role, ...] = ("read", "write", "admin")

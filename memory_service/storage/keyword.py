@@ -14,9 +14,9 @@ import time
 from functools import lru_cache
 from typing import Any
 
-from memory_service.contract.text import STOPWORDS
-from memory_service.storage.database import Database
-from memory_service.storage.records import DELETED, KeywordHit, tags_of
+from ..contract.text import STOPWORDS
+from .database import Database
+from .records import DELETED, KeywordHit, tags_of
 
 # Keyword leg bounds (BM25 costs ~5-10 us a row, the join to the item as much): rows the rarest words may
 # match before the rest must co-occur, rows ranked at most, and rows looked at when a filter skips some.

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from datetime import date, timedelta
 from zoneinfo import ZoneInfo
 
-from memory_service.contract.limit_rules import MAX_AGENTS_SHOWN, LimitNotFound
-from memory_service.storage.database import Conn
-from memory_service.storage.limit_days import iso, next_midnight
+from ..contract.limit_rules import MAX_AGENTS_SHOWN, LimitNotFound
+from .database import Conn
+from .limit_days import iso, next_midnight
 
 TEAM_SCOPE = ""  # agent_id column value for team-wide rows; real agent ids are never empty
 

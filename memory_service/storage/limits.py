@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
-from memory_service.contract.limit_rules import (
+from ..contract.limit_rules import (
     MAX_DAILY_LIMIT,
     MAX_HISTORY_DAYS,
     MAX_IDEMPOTENCY_KEY_LEN,
@@ -44,11 +44,11 @@ from memory_service.contract.limit_rules import (
     check_text,
     check_timezone,
 )
-from memory_service.storage.database import Conn, Database, SqliteDatabase, StorageClosed
-from memory_service.storage.handled import HandledLedger
-from memory_service.storage.limit_days import local_day, next_midnight, to_us, utc_now
-from memory_service.storage.limit_schema import CONSUME, POSTGRES_SCHEMA, SCHEMA, UPSERT_LIMIT
-from memory_service.storage.limit_views import TEAM_SCOPE, ConsumeResult, LimitView, ViewQuery, not_found, read_view
+from .database import Conn, Database, SqliteDatabase, StorageClosed
+from .handled import HandledLedger
+from .limit_days import local_day, next_midnight, to_us, utc_now
+from .limit_schema import CONSUME, POSTGRES_SCHEMA, SCHEMA, UPSERT_LIMIT
+from .limit_views import TEAM_SCOPE, ConsumeResult, LimitView, ViewQuery, not_found, read_view
 
 __all__ = ["TEAM_SCOPE", "ConsumeResult", "LimitStore", "LimitView", "Per"]
 

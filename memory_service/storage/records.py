@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from memory_service.contract.types import DONE, EXTRACTING, FAILED, QUEUED  # noqa: F401 (re-exported)
+from ..contract.types import DONE, EXTRACTING, FAILED, QUEUED  # noqa: F401 (re-exported)
 
 # A forgotten memory whose vectors are not removed yet: invisible to every read, purged on completion.
 DELETED = "deleted"

@@ -16,8 +16,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from memory_service.storage.database import Database
-from memory_service.storage.schema import POSTGRES_SCHEMA, SCHEMA
+from .database import Database
+from .schema import POSTGRES_SCHEMA, SCHEMA
 
 log = logging.getLogger("memory_service")
 

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from memory_service.storage.chroma_process import ChromaProcess, chroma_settings
+from .chroma_process import ChromaProcess, chroma_settings
 
 MAX_BATCH = 5000  # Chroma refuses more than 5,461 rows per call
 CONNECT_TIMEOUT_S = 5.0

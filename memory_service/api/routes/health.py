@@ -8,11 +8,11 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 
-from memory_service.api.deps import ServicesDep
-from memory_service.contract.models import HealthOut, ReadyOut, StatsOut
-from memory_service.llm.handle import ModelHandle
-from memory_service.metrics import CONTENT_TYPE
-from memory_service.storage.database import describe
+from ...contract.models import HealthOut, ReadyOut, StatsOut
+from ...llm.handle import ModelHandle
+from ...metrics import CONTENT_TYPE
+from ...storage.database import describe
+from ..deps import ServicesDep
 
 router = APIRouter(tags=["health"])
 

@@ -11,11 +11,11 @@ from datetime import UTC, datetime
 from fastapi import APIRouter, HTTPException, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from memory_service.api.auth import Admin, Caller
-from memory_service.api.deps import ServicesDep
-from memory_service.api.errors import error_responses
-from memory_service.contract.types import AgentId, Label
-from memory_service.storage.keys import KeyInfo, Role
+from ...contract.types import AgentId, Label
+from ...storage.keys import KeyInfo, Role
+from ..auth import Admin, Caller
+from ..deps import ServicesDep
+from ..errors import error_responses
 
 router = APIRouter(tags=["keys"])
 

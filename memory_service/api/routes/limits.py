@@ -18,11 +18,8 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from memory_service.api.auth import Admin, Team, Writer, check_agent
-from memory_service.api.deps import ServicesDep
-from memory_service.api.errors import Responses, error_responses
-from memory_service.contract.limit_rules import MAX_HISTORY_DAYS
-from memory_service.contract.limits import (
+from ...contract.limit_rules import MAX_HISTORY_DAYS
+from ...contract.limits import (
     ConsumeAnswer,
     ConsumeRequest,
     HandledOut,
@@ -30,13 +27,16 @@ from memory_service.contract.limits import (
     LimitOut,
     LimitSpec,
 )
-from memory_service.contract.types import (
+from ...contract.types import (
     REPLAYED,
     AgentId,
     HandledKey,
     LimitName,
 )
-from memory_service.storage.limits import LimitView
+from ...storage.limits import LimitView
+from ..auth import Admin, Team, Writer, check_agent
+from ..deps import ServicesDep
+from ..errors import Responses, error_responses
 
 router = APIRouter(tags=["limits"])
 

@@ -10,12 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 
-from memory_service.api import cursor as cursors
-from memory_service.api.auth import Admin, Team, Writer, check_agent
-from memory_service.api.deps import ServicesDep
-from memory_service.api.errors import Responses, error_responses
-from memory_service.api.model_response import ModelResponse
-from memory_service.contract.models import (
+from ...contract.models import (
     FactOut,
     ForgetResponse,
     MemoryOut,
@@ -24,14 +19,19 @@ from memory_service.contract.models import (
     RememberRequest,
     RememberResponse,
 )
-from memory_service.contract.types import REPLAYED, AgentId, JobStatus, RunId, Tag
-from memory_service.extraction.dates import occurred
-from memory_service.recall.search import to_epoch
-from memory_service.storage.catalog import ListFilter, list_memories
-from memory_service.storage.journal import DONE, FAILED
+from ...contract.types import REPLAYED, AgentId, JobStatus, RunId, Tag
+from ...extraction.dates import occurred
+from ...recall.search import to_epoch
+from ...storage.catalog import ListFilter, list_memories
+from ...storage.journal import DONE, FAILED
+from .. import cursor as cursors
+from ..auth import Admin, Team, Writer, check_agent
+from ..deps import ServicesDep
+from ..errors import Responses, error_responses
+from ..model_response import ModelResponse
 
 if TYPE_CHECKING:
-    from memory_service.services import Services
+    from ...services import Services
 
 router = APIRouter(tags=["memories"])
 

@@ -9,12 +9,12 @@ from typing import Literal, cast
 
 from fastapi import APIRouter, HTTPException
 
-from memory_service.api.auth import Team
-from memory_service.api.deps import ServicesDep
-from memory_service.api.errors import error_responses
-from memory_service.api.model_response import ModelResponse
-from memory_service.contract.models import RecallItem, RecallRequest, RecallResponse
-from memory_service.recall.search import RecallQuery, to_epoch
+from ...contract.models import RecallItem, RecallRequest, RecallResponse
+from ...recall.search import RecallQuery, to_epoch
+from ..auth import Team
+from ..deps import ServicesDep
+from ..errors import error_responses
+from ..model_response import ModelResponse
 
 ItemKind = Literal["fact", "passage", "consolidated"]
 

@@ -11,11 +11,11 @@ import asyncio
 
 from fastapi import APIRouter, Request
 
-from memory_service.api.auth import Caller, Team
-from memory_service.api.deps import ServicesDep
-from memory_service.api.errors import error_responses
-from memory_service.contract.models import AgentCount, TagCount, TeamOut
-from memory_service.storage.catalog import facets
+from ...contract.models import AgentCount, TagCount, TeamOut
+from ...storage.catalog import facets
+from ..auth import Caller, Team
+from ..deps import ServicesDep
+from ..errors import error_responses
 
 router = APIRouter(tags=["team"])
 

@@ -12,13 +12,13 @@ from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 from pydantic.json_schema import models_json_schema
 
-from memory_service.api.auth import Caller, Team, Writer
-from memory_service.api.deps import ServicesDep
-from memory_service.api.errors import Responses, describe, error_responses
-from memory_service.api.routes.memories import MAX_METADATA_BYTES
-from memory_service.contract.models import ExportedMemory, ImportResponse
-from memory_service.pipeline.importing import ImportTally, import_batch
-from memory_service.storage.catalog import export_records
+from ...contract.models import ExportedMemory, ImportResponse
+from ...pipeline.importing import ImportTally, import_batch
+from ...storage.catalog import export_records
+from ..auth import Caller, Team, Writer
+from ..deps import ServicesDep
+from ..errors import Responses, describe, error_responses
+from .memories import MAX_METADATA_BYTES
 
 router = APIRouter(tags=["transfer"])
 

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import httpx
 
-from memory_service.config import llama_build_variant
-from memory_service.llm.runtime import proven
-from memory_service.llm.runtime.compile import Progress, bootstrap_log, cmake_build, run_with_progress
-from memory_service.llm.runtime.server import LlamaServerError, LlamaServerProcess
-from memory_service.llm.runtime.variants import (
+from ...config import llama_build_variant
+from . import proven
+from .compile import Progress, bootstrap_log, cmake_build, run_with_progress
+from .server import LlamaServerError, LlamaServerProcess
+from .variants import (
     LLAMA_VERSION,
     VARIANTS,
     BuildError,
@@ -200,7 +200,7 @@ def ensure_llama_server(
 
 
 def main(argv: list[str] | None = None) -> int:
-    from memory_service.llm.runtime import models
+    from . import models
 
     parser = argparse.ArgumentParser(description="build and prove llama-server on this CPU")
     parser.add_argument(

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from memory_service.llm.runtime.variants import COMMON_FLAGS, LLAMA_VERSION, NO_AMX, BuildError, Variant, build_key
+from .variants import COMMON_FLAGS, LLAMA_VERSION, NO_AMX, BuildError, Variant, build_key
 
 
 class Progress:

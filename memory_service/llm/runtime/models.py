@@ -63,7 +63,7 @@ class ModelError(RuntimeError):
 
 def cache_dir() -> Path:
     """MEMORY_CACHE_DIR, read the one way the service reads it (for the bootstrap's command line)."""
-    from memory_service.config import Settings
+    from ...config import Settings
 
     return Settings.from_env().cache_dir
 

