@@ -41,7 +41,7 @@ fi
 # 2. models (before llama-server: a build is proven by running each of them)
 MODELS="${MEMORY_BOOTSTRAP_MODELS:-default tiny}"
 # shellcheck disable=SC2086
-"$VENV/bin/python" -m memory_service.llm.runtime.models $MODELS >/dev/null
+"$VENV/bin/python" -m memory_service.llm.runtime.gguf $MODELS >/dev/null
 
 # 2b. the default embedder (MEMORY_EMBEDDER=onnx-q8): the shipped MiniLM with int8 arithmetic, derived
 #     once into the cache from the sha256-checked file and checked against it (a few seconds)

@@ -29,7 +29,7 @@ from memory_service.api.app import create_app
 from memory_service.bench.common import ServiceRunner
 from memory_service.bench.postgres import PostgresCluster
 from memory_service.config import Settings
-from memory_service.llm.runtime.models import ensure_model
+from memory_service.llm.runtime.gguf import ensure_model
 from memory_service.llm.runtime.server import LlamaServerProcess, free_port, stop_group
 from memory_service.services import Services
 from memory_service.storage.database import Database, PostgresDatabase, SqliteDatabase

@@ -20,7 +20,7 @@ from conftest import CACHE
 
 from memory_service.config import Settings
 from memory_service.llm.runtime import build, proven
-from memory_service.llm.runtime.models import ensure_model
+from memory_service.llm.runtime.gguf import ensure_model
 from memory_service.llm.runtime.server import LlamaServerError, LlamaServerProcess, find_binary, launch
 
 AMX_CPU = {"avx2", "fma", "avx512f", "amx_tile", "amx_int8", "amx_bf16"}

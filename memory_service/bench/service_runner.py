@@ -52,7 +52,7 @@ def start_llama(
 ) -> LlamaServerProcess:
     """One llama-server child with the service's own defaults (threads = cores - 1, 4096 ctx, one slot)."""
     from ..config import Settings
-    from ..llm.runtime.models import resolve_model
+    from ..llm.runtime.gguf import resolve_model
     from ..llm.runtime.server import LlamaServerProcess
 
     settings = Settings.from_env()

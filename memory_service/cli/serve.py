@@ -114,7 +114,7 @@ def _shared_stores_answer(settings: Settings) -> bool:
 def _start_llama_server(settings: Settings) -> tuple[LlamaServerProcess, SpeedPrior]:
     """Launch llama-server on the configured model; raises LlamaServerError when it does not come up."""
     from ..llm.runtime import proven
-    from ..llm.runtime.models import resolve_model
+    from ..llm.runtime.gguf import resolve_model
     from ..llm.runtime.server import launch
 
     model_path = resolve_model(settings.model, settings.cache_dir)
@@ -178,7 +178,7 @@ def add_llama_server_parser(subcommands: Subcommands) -> None:
 def run_llama_server(args: argparse.Namespace) -> int:
     """Run the proven llama-server with the configured model in the foreground: a pool member to list in
     another service's MEMORY_LLM_URL (or `--print` the command, to run it under a supervisor or elsewhere)."""
-    from ..llm.runtime.models import resolve_model
+    from ..llm.runtime.gguf import resolve_model
     from ..llm.runtime.server import LlamaServerError, LlamaServerProcess
 
     settings = Settings.from_env().with_overrides(model=args.model)

@@ -213,7 +213,7 @@ def format_any(report: dict[str, Any]) -> str:
 
 def _start_server(settings: Settings, model: str | None, tmp: Path) -> tuple[Any, dict[str, Any]]:
     """The same llama-server `serve` would start: binary, model, threads, context and chat template."""
-    from ..llm.runtime.models import resolve_model
+    from ..llm.runtime.gguf import resolve_model
     from ..llm.runtime.server import build_variant, launch
 
     model_path = resolve_model(model or settings.model, settings.cache_dir)

@@ -200,7 +200,7 @@ def ensure_llama_server(
 
 
 def main(argv: list[str] | None = None) -> int:
-    from . import models
+    from . import gguf
 
     parser = argparse.ArgumentParser(description="build and prove llama-server on this CPU")
     parser.add_argument(
@@ -215,9 +215,9 @@ def main(argv: list[str] | None = None) -> int:
         help=f"auto or one of {', '.join(VARIANTS)} (env MEMORY_LLAMA_BUILD)",
     )
     args = parser.parse_args(argv)
-    cache_dir = models.cache_dir()
+    cache_dir = gguf.cache_dir()
     try:
-        paths = [models.resolve_model(name, cache_dir) for name in args.model]
+        paths = [gguf.resolve_model(name, cache_dir) for name in args.model]
         verdict = ensure_llama_server(cache_dir, paths, args.variant)
     except (BuildError, subprocess.CalledProcessError) as exc:
         bootstrap_log(str(exc))

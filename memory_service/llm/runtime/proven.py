@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from .models import sha256_of
+from .gguf import sha256_of
 
 RECORD_NAME = "proven.json"
 STAMP_NAME = "verified.json"
