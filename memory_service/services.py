@@ -1,25 +1,31 @@
-"""The explicit bundle of everything the app needs, built once in its lifespan.
+"""The composition root and the one way in for routes and the console.
 
-Routes use what it offers (save, estimate, wait, readiness, counts); the
-background workers get only their own parts, never the bundle.
+`Services.open` opens the data dir's stores, builds the extraction, passage and consolidation loops, and
+owns every thread, executor and cache they use (`start`, `stop_workers`, `close`). Routes and the console
+call only its facade methods below, each a thin call into a store, so no handler reaches into a store or
+the model pool. `settings` is the one attribute they read directly: plain configuration, no behaviour.
+The background workers get only their own parts, never the bundle.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from .config import Settings
 from .consolidation.worker import Consolidator
+from .contract.limits import HandledRecord
 from .embedding.embedder import Embedder, embedder_for
 from .llm.handle import ModelHandle
 from .llm.pool import ModelPool
 from .metrics import Metrics
 from .pipeline.background import process_holder
 from .pipeline.forgetting import Forgetter
+from .pipeline.importing import ImportTally, import_batch
 from .pipeline.passages import PassageIndexer
 from .pipeline.worker import ExtractionWorker
 from .recall.background import BackgroundWork
@@ -27,14 +33,15 @@ from .recall.filtered_vectors import FilteredVectors
 from .recall.query_embeddings import QueryEmbeddings
 from .recall.search import Hit, RecallQuery, recall
 from .recall.vector_view import VectorView
+from .storage import catalog
 from .storage.consolidation import store_for
-from .storage.database import DRIVER_ERRORS, Database
+from .storage.database import DRIVER_ERRORS, Database, describe
 from .storage.datadir import KEYS_FILE as KEYS_FILE  # named from here by the app and the CLI
 from .storage.datadir import DataDir, DataDirBusy
 from .storage.datalock import DataDirLock
-from .storage.journal import DONE, FAILED, Journal, Memory
-from .storage.keys import KeyStore
-from .storage.limits import LimitStore
+from .storage.journal import DONE, FAILED, Fact, Journal, Memory
+from .storage.keys import KeyInfo, KeyStore, NewKey, Role
+from .storage.limits import ConsumeResult, LimitStore, LimitView, Per
 from .storage.vectors import VectorStore
 
 log = logging.getLogger("memory_service")
@@ -42,8 +49,62 @@ log = logging.getLogger("memory_service")
 SETTLE_POLL_S = 0.5
 
 
+class LimitsAndKeys:
+    """The facade of the daily limits, the handled ledger and the API keys: what the limit and key routes,
+    auth and the console call. `Services` is one; built alone it serves those routes with no model or
+    journal (the limit tests and bench do)."""
+
+    def __init__(self, settings: Settings, limits: LimitStore, keys: KeyStore) -> None:
+        self.settings, self.limits, self.keys, self.metrics = settings, limits, keys, Metrics()
+
+    def put_limit(self, team: str, name: str, daily_limit: int, tz: str, per: Per) -> tuple[LimitView, bool]:
+        """Create or change a limit; also whether it was created."""
+        return self.limits.set_limit(team, name, daily_limit, tz, per)
+
+    def list_limits(self, team: str, agent_id: str | None = None) -> list[LimitView]:
+        return self.limits.list_limits(team, agent_id)
+
+    def limit_view(self, team: str, name: str, agent_id: str | None = None, days: int | None = None) -> LimitView:
+        return self.limits.get_limit(team, name, agent_id, days)
+
+    def delete_limit(self, team: str, name: str) -> None:
+        self.limits.delete_limit(team, name)
+
+    def consume(
+        self, team: str, name: str, agent_id: str, amount: int, idempotency_key: str | None = None
+    ) -> ConsumeResult:
+        """Check and count in one transaction, and count the answer in the metrics."""
+        result = self.limits.consume(team, name, agent_id, amount, idempotency_key)
+        self.metrics.consume.labels(team, "allowed" if result.allowed else "denied").inc()
+        return result
+
+    def mark_handled(self, team: str, key: str, agent_id: str | None, ttl_days: int | None) -> HandledRecord:
+        return self.limits.mark_handled(team, key, agent_id, ttl_days)
+
+    def handled_record(self, team: str, key: str, agent_id: str | None = None) -> HandledRecord | None:
+        """The live record of `key`, or None if never seen or expired."""
+        return self.limits.get_handled(team, key, agent_id)
+
+    def has_stored_keys(self) -> bool:
+        """Whether the key store holds an active key (MEMORY_API_KEYS aside)."""
+        return self.keys.has_keys()
+
+    def stored_key(self, presented: str) -> KeyInfo | None:
+        return self.keys.lookup(presented)
+
+    def create_key(self, team: str, role: Role, *, agent_id: str | None, label: str | None) -> NewKey:
+        return self.keys.create(team, role, agent_id=agent_id, label=label)
+
+    def list_keys(self, team: str, *, include_revoked: bool) -> list[KeyInfo]:
+        return self.keys.list(team, include_revoked=include_revoked)
+
+    def revoke_key(self, team: str, key_id: str) -> KeyInfo:
+        """Revoke one of the team's keys; KeyNotFound if the team has no such key."""
+        return self.keys.revoke(key_id, team=team)
+
+
 @dataclass
-class Services:
+class Services(LimitsAndKeys):
     settings: Settings
     journal: Journal
     vectors: VectorStore
@@ -176,7 +237,7 @@ class Services:
         if self.lock is not None:
             self.lock.release()
 
-    # -- what the routes use ----------------------------------------------------
+    # -- the facade: what routes and the console call ---------------------------
 
     def remember(self, **fields: Any) -> tuple[Memory, bool, tuple[int, int]]:
         """Commit a text and its job (blocking: call it in a thread); also the backlog up to it."""
@@ -216,10 +277,79 @@ class Services:
         """Texts by extraction status, and active facts (blocking: the scrape calls it in a thread)."""
         return self.journal.counts()
 
+    def memory(self, team: str, memory_id: str) -> Memory | None:
+        """The team's memory, or None (this and what follows block: call them in a thread)."""
+        return self.journal.get(team, memory_id)
+
+    def facts_of_memory(self, team: str, memory_id: str) -> list[Fact]:
+        return self.journal.facts_of_memory(team, memory_id)
+
+    def facts_by_ids(self, team: str, fact_ids: list[str]) -> dict[str, Fact]:
+        return self.journal.facts_by_ids(team, fact_ids)
+
+    def list_memories(
+        self, team: str, flt: catalog.ListFilter, *, limit: int, after: catalog.Cursor | None = None
+    ) -> tuple[list[catalog.Listed], catalog.Cursor | None]:
+        """One page of the team's memories, newest first, and the next page's cursor (None on the last)."""
+        return catalog.list_memories(self.journal, team, flt, limit=limit, after=after)
+
+    def facets(self, team: str, top: int = 50) -> catalog.Facets:
+        return catalog.facets(self.journal, team, top)
+
+    def status_counts(self, team: str) -> dict[str, int]:
+        """The team's jobs by state; `job_counts` counts every team's."""
+        return catalog.status_counts(self.journal, team)
+
+    def backlog(self, created_at: float | None = None) -> tuple[int, int]:
+        """(jobs, characters) waiting or running, only those saved by `created_at` when given."""
+        return self.journal.backlog(created_at)
+
+    def retry(self, team: str, memory_id: str) -> bool:
+        """Queue the team's failed job again, due now; False unless it had failed."""
+        return self.journal.retry(team, memory_id, budget_s=self.settings.extract_budget_s)
+
+    def export(self, team: str) -> Iterator[dict[str, Any]]:
+        """Every memory of the team, oldest first, as export records (read lazily, batch by batch)."""
+        return catalog.export_records(self.journal, team)
+
+    def import_records(self, records: list[dict], team: str, *, re_extract: bool) -> ImportTally:
+        """Store validated export records; `saved` must follow when any were imported."""
+        return import_batch(
+            records,
+            team=team,
+            journal=self.journal,
+            embedder=self.embedder,
+            vectors=self.vectors,
+            re_extract=re_extract,
+            budget_s=self.settings.extract_budget_s,
+        )
+
     @property
-    def model(self) -> ModelHandle:
-        """The server single-server views show (speed, readiness): the first one that is up."""
+    def primary_model(self) -> ModelHandle:
+        """The one server that single-server views show (speed, readiness): the first of the pool that is up."""
         return self.models.primary
+
+    def model_handles(self) -> list[ModelHandle]:
+        return list(self.models.handles)
+
+    async def probe_models(self, max_age_s: float) -> None:
+        """Look again at the servers not checked in the last `max_age_s` seconds."""
+        await self.models.probe(max_age_s=max_age_s)
+
+    def storage_locations(self) -> dict[str, str]:
+        """Where the journal and the vectors live, for operators (no credentials)."""
+        database = describe(self.database.url) if self.database else "sqlite"
+        return {"database": database, "vectors": self.settings.chroma_url or "embedded"}
+
+    def render_metrics(self) -> bytes:
+        """The Prometheus exposition (blocking: the gauges read the journal)."""
+        return self.metrics.render()
+
+    def observe_remember_ack(self, seconds: float) -> None:
+        self.metrics.remember_ack.observe(seconds)
+
+    def observe_recall(self, seconds: float) -> None:
+        self.metrics.recall.observe(seconds)
 
     def vector_indexes(self) -> int:
         """Team vectors (per kind) that recall searches in process, through a clustered index."""

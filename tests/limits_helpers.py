@@ -13,7 +13,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from types import SimpleNamespace
 
 import httpx
 from fastapi import FastAPI
@@ -22,7 +21,7 @@ from inprocess import LoopbackServer
 from memory_service.api.app import create_app
 from memory_service.client.service import service_client
 from memory_service.config import Settings
-from memory_service.metrics import Metrics
+from memory_service.services import LimitsAndKeys
 from memory_service.storage.keys import KeyStore
 from memory_service.storage.limits import LimitStore
 
@@ -52,8 +51,8 @@ class Clock:
 def make_app(store: LimitStore, keys_path: Path) -> FastAPI:
     """The production app (handlers, error shapes, middleware) over just the stores these routes use."""
     settings = Settings(api_keys=KEYS)
-    services = SimpleNamespace(settings=settings, limits=store, keys=KeyStore(keys_path), metrics=Metrics())
-    return create_app(settings, services=services)  # type: ignore[arg-type]
+    services = LimitsAndKeys(settings, store, KeyStore(keys_path))
+    return create_app(settings, services=services)  # type: ignore[arg-type]  # the limit routes' part of Services only
 
 
 class Server(LoopbackServer):

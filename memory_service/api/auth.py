@@ -20,7 +20,7 @@ from ..config import Settings, is_loopback
 from ..storage.keys import Role, role_allows
 
 if TYPE_CHECKING:
-    from ..services import Services
+    from ..services import LimitsAndKeys
 
 
 @dataclass(frozen=True)
@@ -34,13 +34,13 @@ def _unauthorized(detail: str) -> HTTPException:
     return HTTPException(status_code=401, detail=detail, headers={"WWW-Authenticate": "Bearer"})
 
 
-def open_access(services: Services) -> bool:
+def open_access(services: LimitsAndKeys) -> bool:
     """No key anywhere and a loopback address: everything belongs to the local team, no key needed."""
     settings = services.settings
-    return not settings.api_keys and is_loopback(settings.host) and not services.keys.has_keys()
+    return not settings.api_keys and is_loopback(settings.host) and not services.has_stored_keys()
 
 
-def caller_of_key(services: Services, token: str) -> Caller | None:
+def caller_of_key(services: LimitsAndKeys, token: str) -> Caller | None:
     """Whose key this is (MEMORY_API_KEYS first, in constant time, then the key store), or None.
     Shared by the bearer header and the console's cookie."""
     team = None
@@ -50,7 +50,7 @@ def caller_of_key(services: Services, token: str) -> Caller | None:
             team = key_team
     if team is not None:
         return Caller(team, "admin")
-    stored = services.keys.lookup(token)
+    stored = services.stored_key(token)
     return None if stored is None else Caller(stored.team, stored.role, stored.agent_id)
 
 

@@ -1,4 +1,8 @@
-"""Access to the service bundle built in the app's lifespan."""
+"""Access to the service bundle built in the app's lifespan.
+
+`LimitsAndKeysDep` is the same object, typed as the part the limit and key routes use: an app over
+those stores alone (the limit tests and bench) serves them too.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 from fastapi import Depends, Request
 
 if TYPE_CHECKING:
-    from ..services import Services
+    from ..services import LimitsAndKeys, Services
 
 
 async def get_services(request: Request) -> Services:
@@ -15,3 +19,4 @@ async def get_services(request: Request) -> Services:
 
 
 ServicesDep = Annotated["Services", Depends(get_services)]
+LimitsAndKeysDep = Annotated["LimitsAndKeys", Depends(get_services)]

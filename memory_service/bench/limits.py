@@ -55,14 +55,11 @@ T = TypeVar("T")
 
 def build_app(data_dir: Path, api_key: str | None, synchronous: Synchronous = "NORMAL") -> FastAPI:
     """The limit routes alone, wired like the service does it."""
-    from types import SimpleNamespace
-
     from fastapi import FastAPI
 
     from ..api.routes import limits as routes_limits
     from ..config import Settings
-    from ..metrics import Metrics
-    from ..services import KEYS_FILE
+    from ..services import KEYS_FILE, LimitsAndKeys
     from ..storage.keys import KeyStore
     from ..storage.limits import LimitStore
 
@@ -72,7 +69,7 @@ def build_app(data_dir: Path, api_key: str | None, synchronous: Synchronous = "N
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         store = LimitStore(data_dir / "limits.sqlite3", synchronous=synchronous)
         keys = KeyStore(data_dir / KEYS_FILE)
-        app.state.services = SimpleNamespace(settings=settings, limits=store, keys=keys, metrics=Metrics())
+        app.state.services = LimitsAndKeys(settings, store, keys)
         yield
         store.close()
         keys.close()

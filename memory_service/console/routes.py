@@ -24,9 +24,9 @@ from ..api.auth import caller_of_key, open_access
 from ..api.routes.memories import memory_out
 from ..contract.limit_rules import InvalidInput, LimitNotFound
 from ..recall.search import RecallQuery
-from ..storage.catalog import ListFilter, facets, list_memories, status_counts
+from ..storage.catalog import ListFilter
 from ..storage.keys import role_allows
-from ..storage.limits import LimitStore, LimitView
+from ..storage.limits import LimitView
 from . import pages
 from .session import (
     COOKIE,
@@ -46,7 +46,7 @@ from .session import (
 )
 
 if TYPE_CHECKING:
-    from ..services import Services
+    from ..services import LimitsAndKeys, Services
 
 HERE = Path(__file__).parent
 PAGE_SIZE = 50
@@ -160,7 +160,7 @@ async def memories(
         message = exc.detail if isinstance(exc, HTTPException) else str(exc)
         return render(request, "memories.html", session, 422, error=message, items=[], hits=None, **context)
     team = session.team
-    context["facets"] = await asyncio.to_thread(facets, services.journal, team, 50)
+    context["facets"] = await asyncio.to_thread(services.facets, team, 50)
     if q.strip():
         query = RecallQuery(
             team=team,
@@ -176,7 +176,7 @@ async def memories(
     flt = ListFilter(
         agent_id=filters["agent_id"] or None, status=status or None, tag=filters["tag"] or None, since=lo, until=hi
     )
-    items, nxt = await asyncio.to_thread(list_memories, services.journal, team, flt, limit=PAGE_SIZE, after=after)
+    items, nxt = await asyncio.to_thread(services.list_memories, team, flt, limit=PAGE_SIZE, after=after)
     kept = {k: v for k, v in filters.items() if v}
     next_url = f"/ui/memories?{urlencode({**kept, 'cursor': cursors.encode(nxt)})}" if nxt else None
     pending = any(i.memory.status in pages.PENDING for i in items)
@@ -199,7 +199,7 @@ async def memory(request: Request, memory_id: str, session: SessionDep) -> Respo
     if out is None:
         return render(request, "missing.html", session, 404, what=f"No memory with id {memory_id!r} in this team.")
     replaced_ids = [f.superseded_by for f in out.facts if f.superseded_by]
-    replaced = await asyncio.to_thread(services.journal.facts_by_ids, session.team, replaced_ids)
+    replaced = await asyncio.to_thread(services.facts_by_ids, session.team, replaced_ids)
     page = pages.memory_page(out, {i: f.text for i, f in replaced.items()})
     return render(
         request, "memory.html", session, page=page, m=out, refresh=REFRESH_S if out.status in pages.PENDING else None
@@ -219,9 +219,7 @@ async def retry(request: Request, memory_id: str, session: SessionDep) -> Respon
             what=f"This key has role '{session.role}'; retrying a job needs role 'write' or above.",
         )
     services = services_of(request)
-    queued = await asyncio.to_thread(
-        services.journal.retry, session.team, memory_id, budget_s=services.settings.extract_budget_s
-    )
+    queued = await asyncio.to_thread(services.retry, session.team, memory_id)
     if not queued:
         return render(request, "missing.html", session, 404, what=f"No failed job {memory_id!r} in this team.")
     services.saved()
@@ -234,16 +232,16 @@ async def retry(request: Request, memory_id: str, session: SessionDep) -> Respon
 @router.get("/jobs")
 async def jobs(request: Request, session: SessionDep) -> Response:
     services = services_of(request)
-    journal, team = services.journal, session.team
-    counts = await asyncio.to_thread(status_counts, journal, team)
-    backlog = await asyncio.to_thread(journal.backlog)
+    team, model = session.team, services.primary_model
+    counts = await asyncio.to_thread(services.status_counts, team)
+    backlog = await asyncio.to_thread(services.backlog)
     lists = {}
     for status in ("extracting", "queued", "failed"):
         lists[status], _ = await asyncio.to_thread(
-            list_memories, journal, team, ListFilter(status=status), limit=JOBS_SHOWN
+            services.list_memories, team, ListFilter(status=status), limit=JOBS_SHOWN
         )
     estimate, basis = services.estimate(*backlog)
-    speed = pages.speed(services.model.throughput.snapshot(), services.settings)
+    speed = pages.speed(model.throughput.snapshot(), services.settings)
     return render(
         request,
         "jobs.html",
@@ -254,7 +252,7 @@ async def jobs(request: Request, session: SessionDep) -> Response:
         estimate=estimate,
         basis=basis,
         speed=speed,
-        model_ready=services.model.ready,
+        model_ready=model.ready,
         refresh=REFRESH_S if counts["queued"] + counts["extracting"] else None,
     )
 
@@ -262,16 +260,16 @@ async def jobs(request: Request, session: SessionDep) -> Response:
 @router.get("/limits")
 async def limits(request: Request, session: SessionDep) -> Response:
     services = services_of(request)
-    views = await asyncio.to_thread(_limit_views, services.limits, session.team)  # errors: `error_page`
+    views = await asyncio.to_thread(_limit_views, services, session.team)  # errors: `error_page`
     return render(request, "limits.html", session, views=views)
 
 
-def _limit_views(store: LimitStore, team: str) -> list[LimitView]:
+def _limit_views(services: LimitsAndKeys, team: str) -> list[LimitView]:
     """Every limit with today's usage; per-agent limits with each agent's counter (the list leaves them out)."""
     views = []
-    for view in store.list_limits(team):
+    for view in services.list_limits(team):
         try:
-            views.append(store.get_limit(team, view.name) if view.per == "agent" else view)
+            views.append(services.limit_view(team, view.name) if view.per == "agent" else view)
         except LimitNotFound:  # deleted meanwhile
             continue
     return views
@@ -285,7 +283,7 @@ async def handled(request: Request, session: SessionDep, key: str = "", agent_id
         return render(request, "handled.html", session, **context)
     try:  # the store checks the key and the agent id by the API's own rules
         context["record"] = await asyncio.to_thread(
-            services_of(request).limits.get_handled, session.team, key, agent_id or None
+            services_of(request).handled_record, session.team, key, agent_id or None
         )
     except InvalidInput as exc:  # shown beside the form, with the API's status and words
         problem = errors.classify(exc)

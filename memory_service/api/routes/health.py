@@ -11,7 +11,6 @@ from fastapi.responses import JSONResponse, Response
 from ...contract.models import HealthOut, ReadyOut, StatsOut
 from ...llm.handle import ModelHandle
 from ...metrics import CONTENT_TYPE
-from ...storage.database import describe
 from ..deps import ServicesDep
 
 router = APIRouter(tags=["health"])
@@ -36,25 +35,22 @@ async def ready(services: ServicesDep) -> JSONResponse:
 
     `model_server` is the first server that is up; `model_servers` lists each one of the pool.
     """
-    await services.models.probe(max_age_s=5)
-    model = services.model
+    await services.probe_models(max_age_s=5)
+    model = services.primary_model
     thinking = await model.thinking() if model.ready else None
     ok = model.ready and (thinking is None or thinking.get("verdict") != "FAIL")
-    counts = await asyncio.to_thread(services.journal.counts)
+    counts = await asyncio.to_thread(services.job_counts)
     body = {
         "status": "ready" if ok else "unavailable",
         "model_server": _server(model),
-        "model_servers": [_server(handle, throughput=True) for handle in services.models.handles],
+        "model_servers": [_server(handle, throughput=True) for handle in services.model_handles()],
         "thinking": thinking,
         "queue_depth": counts["queued"] + counts["extracting"],
         "jobs": counts,
         "throughput": model.throughput.snapshot(),
         "extract_budget_s": services.settings.extract_budget_s,
         # where the journal and the vectors live (the counts above just read the first)
-        "storage": {
-            "database": describe(services.database.url) if services.database else "sqlite",
-            "vectors": services.settings.chroma_url or "embedded",
-        },
+        "storage": services.storage_locations(),
     }
     return JSONResponse(body, status_code=200 if ok else 503)
 
@@ -79,11 +75,12 @@ def _server(model: ModelHandle, throughput: bool = False) -> dict[str, Any]:
 @router.get("/v1/stats", response_model=StatsOut)
 async def stats(services: ServicesDep) -> dict:
     """Jobs by status, the measured model speed and readiness, as JSON (for people and scripts)."""
-    counts = await asyncio.to_thread(services.journal.counts)
+    counts = await asyncio.to_thread(services.job_counts)
+    model = services.primary_model
     return {
         "jobs": counts,
-        "throughput": services.model.throughput.snapshot(),
-        "model_ready": services.model.ready,
+        "throughput": model.throughput.snapshot(),
+        "model_ready": model.ready,
         "consolidation": await asyncio.to_thread(services.consolidation_status),
     }
 
@@ -100,5 +97,5 @@ async def stats(services: ServicesDep) -> dict:
 )
 async def metrics(services: ServicesDep) -> Response:
     """Prometheus text exposition, for scraping. Rendered in a thread: the gauges read the journal."""
-    body = await asyncio.to_thread(services.metrics.render)
+    body = await asyncio.to_thread(services.render_metrics)
     return Response(body, media_type=CONTENT_TYPE)

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ...contract.types import AgentId, Label
 from ...storage.keys import KeyInfo, Role
 from ..auth import Admin, Caller
-from ..deps import ServicesDep
+from ..deps import LimitsAndKeysDep
 from ..errors import error_responses
 
 router = APIRouter(tags=["keys"])
@@ -67,14 +67,14 @@ def _out(info: KeyInfo) -> dict:
     summary="Create a key for this team",
     responses=error_responses(400, 401, 403, 413, 422),
 )
-async def create_key(body: KeyCreate, request: Request, team: Admin, services: ServicesDep) -> NewKeyOut:
+async def create_key(body: KeyCreate, request: Request, team: Admin, services: LimitsAndKeysDep) -> NewKeyOut:
     """Admins create keys for their own team only. A pinned admin key cannot create unpinned keys."""
     caller: Caller = request.state.caller
     if caller.agent_id is not None and body.agent_id != caller.agent_id:
         raise HTTPException(
             403, f"this key is pinned to agent_id '{caller.agent_id}'; it can create only keys pinned to the same agent"
         )
-    made = await asyncio.to_thread(services.keys.create, team, body.role, agent_id=body.agent_id, label=body.label)
+    made = await asyncio.to_thread(services.create_key, team, body.role, agent_id=body.agent_id, label=body.label)
     return NewKeyOut(**_out(made.info), key=made.key)
 
 
@@ -84,8 +84,8 @@ async def create_key(body: KeyCreate, request: Request, team: Admin, services: S
     summary="List this team's keys (never their secrets)",
     responses=error_responses(401, 403, 422),
 )
-async def list_keys(team: Admin, services: ServicesDep, include_revoked: bool = False) -> list[KeyOut]:
-    found = await asyncio.to_thread(services.keys.list, team, include_revoked=include_revoked)
+async def list_keys(team: Admin, services: LimitsAndKeysDep, include_revoked: bool = False) -> list[KeyOut]:
+    found = await asyncio.to_thread(services.list_keys, team, include_revoked=include_revoked)
     return [KeyOut(**_out(info)) for info in found]
 
 
@@ -95,7 +95,7 @@ async def list_keys(team: Admin, services: ServicesDep, include_revoked: bool = 
     summary="Revoke a key of this team, at once",
     responses=error_responses(401, 403, 404, 422),
 )
-async def revoke_key(key_id: str, team: Admin, services: ServicesDep) -> Response:
+async def revoke_key(key_id: str, team: Admin, services: LimitsAndKeysDep) -> Response:
     """Revoke at once; 404 (KeyNotFound, mapped in api/errors.py) if the team has no such key."""
-    await asyncio.to_thread(services.keys.revoke, key_id, team=team)
+    await asyncio.to_thread(services.revoke_key, team, key_id)
     return Response(status_code=204)

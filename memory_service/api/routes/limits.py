@@ -35,7 +35,7 @@ from ...contract.types import (
 )
 from ...storage.limits import LimitView
 from ..auth import Admin, Team, Writer, check_agent
-from ..deps import ServicesDep
+from ..deps import LimitsAndKeysDep
 from ..errors import Responses, error_responses
 
 router = APIRouter(tags=["limits"])
@@ -74,7 +74,7 @@ def _view_body(view: LimitView) -> dict[str, object]:
     | _FORBIDDEN
     | _ERRORS,
 )
-def put_limit(name: LimitName, spec: LimitSpec, team: Admin, services: ServicesDep) -> JSONResponse:
+def put_limit(name: LimitName, spec: LimitSpec, team: Admin, services: LimitsAndKeysDep) -> JSONResponse:
     """Create (201) or change (200) the team's limit `name`.
 
     The day is the local calendar day in `timezone` (IANA name; 23- and
@@ -84,7 +84,7 @@ def put_limit(name: LimitName, spec: LimitSpec, team: Admin, services: ServicesD
     0-1,000,000,000 (0 blocks everything). Names: 1-128 chars of
     `[A-Za-z0-9._-]`, starting with a letter or digit, no `..`.
     """
-    view, created = services.limits.set_limit(team, name, spec.daily_limit, spec.timezone, spec.per)
+    view, created = services.put_limit(team, name, spec.daily_limit, spec.timezone, spec.per)
     return JSONResponse(_view_body(view), status_code=201 if created else 200)
 
 
@@ -97,12 +97,12 @@ _LISTED: Responses = {200: {"model": list[LimitOut]}}
     response_model=None,
     responses=_LISTED | _ERRORS,
 )
-def list_limits(team: Team, services: ServicesDep, agent_id: AgentQuery = None) -> JSONResponse:
+def list_limits(team: Team, services: LimitsAndKeysDep, agent_id: AgentQuery = None) -> JSONResponse:
     """All of the team's limits, sorted by name, each with today's usage.
 
     For per=agent limits `used` is the sum over agents unless `agent_id` is given.
     """
-    views = services.limits.list_limits(team, agent_id)
+    views = services.list_limits(team, agent_id)
     return JSONResponse([_view_body(v) for v in views])
 
 
@@ -115,7 +115,7 @@ def list_limits(team: Team, services: ServicesDep, agent_id: AgentQuery = None) 
 def get_limit(
     name: LimitName,
     team: Team,
-    services: ServicesDep,
+    services: LimitsAndKeysDep,
     agent_id: AgentQuery = None,
     days: Annotated[
         int | None, Query(ge=1, le=MAX_HISTORY_DAYS, description=f"Add the last N local days (1-{MAX_HISTORY_DAYS})")
@@ -127,7 +127,7 @@ def get_limit(
     sum plus per-agent counters (`agents`, busiest 1000). `days=N` adds
     `history`, the last N local days ending today (zeros included).
     """
-    view = services.limits.get_limit(team, name, agent_id, days)
+    view = services.limit_view(team, name, agent_id, days)
     return JSONResponse(_view_body(view))
 
 
@@ -137,9 +137,9 @@ def get_limit(
     summary="Delete a limit and its counters",
     responses=_NOT_FOUND | _FORBIDDEN | _ERRORS,
 )
-def delete_limit(name: LimitName, team: Admin, services: ServicesDep) -> Response:
+def delete_limit(name: LimitName, team: Admin, services: LimitsAndKeysDep) -> Response:
     """Remove the limit, its counters and idempotency records (204); 404 if absent."""
-    services.limits.delete_limit(team, name)
+    services.delete_limit(team, name)
     return Response(status_code=204)
 
 
@@ -171,7 +171,7 @@ def delete_limit(name: LimitName, team: Admin, services: ServicesDep) -> Respons
     | _ERRORS,
 )
 def consume(
-    name: LimitName, body: ConsumeRequest, request: Request, team: Writer, services: ServicesDep
+    name: LimitName, body: ConsumeRequest, request: Request, team: Writer, services: LimitsAndKeysDep
 ) -> JSONResponse:
     """Add `amount` (1-1,000,000,000) to today's counter if it stays within the limit.
 
@@ -185,8 +185,7 @@ def consume(
     has no limit `name` (create it with PUT first).
     """
     check_agent(request, body.agent_id)
-    result = services.limits.consume(team, name, body.agent_id, body.amount, body.idempotency_key)
-    services.metrics.consume.labels(team, "allowed" if result.allowed else "denied").inc()
+    result = services.consume(team, name, body.agent_id, body.amount, body.idempotency_key)
     if not result.allowed:
         return JSONResponse(result.body(), status_code=429, headers={"Retry-After": str(result.retry_after_s)})
     headers = {REPLAYED: "true"} if result.replayed else None
@@ -202,7 +201,7 @@ def consume(
     response_model=None,
     responses={200: {"model": HandledOut}} | _BODY_ERRORS | _FORBIDDEN | _ERRORS,
 )
-def mark_handled(body: HandledRequest, request: Request, team: Writer, services: ServicesDep) -> JSONResponse:
+def mark_handled(body: HandledRequest, request: Request, team: Writer, services: LimitsAndKeysDep) -> JSONResponse:
     """Atomic set-if-absent of `key` in the team's ledger (or the agent's, with `agent_id`).
 
     Exactly one of any number of concurrent posts gets `first_time: true`;
@@ -211,12 +210,12 @@ def mark_handled(body: HandledRequest, request: Request, team: Writer, services:
     posts do not extend it). Keys: 1-2048 chars, any text but NUL.
     """
     check_agent(request, body.agent_id, required=False)
-    record = services.limits.mark_handled(team, body.key, body.agent_id, body.ttl_days)
+    record = services.mark_handled(team, body.key, body.agent_id, body.ttl_days)
     return JSONResponse(asdict(record))
 
 
-def _get_handled(team: str, services: ServicesDep, key: str, agent_id: str | None) -> JSONResponse:
-    record = services.limits.get_handled(team, key, agent_id)
+def _get_handled(team: str, services: LimitsAndKeysDep, key: str, agent_id: str | None) -> JSONResponse:
+    record = services.handled_record(team, key, agent_id)
     if record is None:
         raise HTTPException(status_code=404, detail="key not recorded for this team/agent (or expired)")
     return JSONResponse(asdict(record) | {"first_time": False})
@@ -233,7 +232,7 @@ _HANDLED_GET = {200: {"model": HandledOut}} | error_responses(404, described={40
 )
 def get_handled_by_query(
     team: Team,
-    services: ServicesDep,
+    services: LimitsAndKeysDep,
     key: Annotated[HandledKey, Query(description="The key, URL-encoded")],
     agent_id: AgentQuery = None,
 ) -> JSONResponse:
@@ -250,7 +249,7 @@ def get_handled_by_query(
 def get_handled(
     key: Annotated[HandledKey, Path(description="The key; may contain '/'")],
     team: Team,
-    services: ServicesDep,
+    services: LimitsAndKeysDep,
     agent_id: AgentQuery = None,
 ) -> JSONResponse:
     """The record for `key`, or 404 if never seen or expired.

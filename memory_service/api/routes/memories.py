@@ -22,7 +22,7 @@ from ...contract.models import (
 from ...contract.types import REPLAYED, AgentId, JobStatus, RunId, Tag
 from ...extraction.dates import occurred
 from ...recall.search import to_epoch
-from ...storage.catalog import ListFilter, list_memories
+from ...storage.catalog import ListFilter
 from ...storage.journal import DONE, FAILED
 from .. import cursor as cursors
 from ..auth import Admin, Team, Writer, check_agent
@@ -97,10 +97,10 @@ async def remember(body: RememberRequest, request: Request, team: Writer, servic
     )
     if created:
         services.saved()
-    services.metrics.remember_ack.observe(time.perf_counter() - started)
+    services.observe_remember_ack(time.perf_counter() - started)
     if body.wait_s > 0 and memory.status not in (DONE, FAILED):
         memory = await services.wait_settled(team, memory.id, body.wait_s) or memory
-        ahead = await asyncio.to_thread(services.journal.backlog, memory.created_at)
+        ahead = await asyncio.to_thread(services.backlog, memory.created_at)
     pending = memory.status not in (DONE, FAILED)
     estimate, basis = services.estimate(*ahead) if pending else (None, None)
     return ModelResponse(
@@ -128,10 +128,10 @@ async def get_memory(memory_id: str, team: Team, services: ServicesDep) -> Memor
 
 async def memory_out(services: Services, team: str, memory_id: str) -> MemoryOut | None:
     """The full view of one of the team's memories, or None: the API and the console show the same thing."""
-    memory = await asyncio.to_thread(services.journal.get, team, memory_id)
+    memory = await asyncio.to_thread(services.memory, team, memory_id)
     if memory is None:
         return None
-    facts = await asyncio.to_thread(services.journal.facts_of_memory, team, memory_id)
+    facts = await asyncio.to_thread(services.facts_of_memory, team, memory_id)
     report = memory.report or {}
     return MemoryOut(
         id=memory.id,
@@ -193,7 +193,7 @@ async def list_route(
     if lo is not None and hi is not None and lo > hi:
         raise HTTPException(422, "since is after until: the time window is empty")
     flt = ListFilter(agent_id=agent_id, run_id=run_id, status=status, tag=tag, since=lo, until=hi)
-    items, nxt = await asyncio.to_thread(list_memories, services.journal, team, flt, limit=limit, after=after)
+    items, nxt = await asyncio.to_thread(services.list_memories, team, flt, limit=limit, after=after)
     return MemoryPage(
         items=[
             MemorySummary(

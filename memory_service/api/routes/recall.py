@@ -60,5 +60,5 @@ async def recall_route(body: RecallRequest, team: Team, services: ServicesDep) -
             for h in hits
         ]
     )
-    services.metrics.recall.observe(time.perf_counter() - started)
+    services.observe_recall(time.perf_counter() - started)
     return ModelResponse(answer)

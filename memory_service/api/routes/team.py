@@ -12,7 +12,6 @@ import asyncio
 from fastapi import APIRouter, Request
 
 from ...contract.models import AgentCount, TagCount, TeamOut
-from ...storage.catalog import facets
 from ..auth import Caller, Team
 from ..deps import ServicesDep
 from ..errors import error_responses
@@ -24,7 +23,7 @@ router = APIRouter(tags=["team"])
 async def team_route(request: Request, team: Team, services: ServicesDep) -> TeamOut:
     """The caller's team, the key's role, and the team's memory count with its busiest agent ids and tags."""
     caller: Caller = request.state.caller
-    found = await asyncio.to_thread(facets, services.journal, team)
+    found = await asyncio.to_thread(services.facets, team)
     return TeamOut(
         team=team,
         role=caller.role,

@@ -13,8 +13,7 @@ from pydantic import ValidationError
 from pydantic.json_schema import models_json_schema
 
 from ...contract.models import ExportedMemory, ImportResponse
-from ...pipeline.importing import ImportTally, import_batch
-from ...storage.catalog import export_records
+from ...pipeline.importing import ImportTally
 from ..auth import Caller, Team, Writer
 from ..deps import ServicesDep
 from ..errors import Responses, describe, error_responses
@@ -60,7 +59,7 @@ _EXPORTED: Responses = {200: {"description": "One ExportedMemory a line, oldest 
 @router.get("/v1/export", response_class=StreamingResponse, responses=_EXPORTED | error_responses(401))
 async def export_route(team: Team, services: ServicesDep) -> StreamingResponse:
     """Every memory of the team, oldest first, one JSON object a line, with facts, spans and history."""
-    return StreamingResponse(export_chunks(export_records(services.journal, team)), media_type=NDJSON)
+    return StreamingResponse(export_chunks(services.export(team)), media_type=NDJSON)
 
 
 def export_chunks(records: Iterable[dict], size: int = EXPORT_CHUNK) -> Iterator[bytes]:
@@ -124,16 +123,7 @@ async def import_route(
 
     async def flush() -> None:
         if batch:
-            done = await asyncio.to_thread(
-                import_batch,
-                list(batch),
-                team=team,
-                journal=services.journal,
-                embedder=services.embedder,
-                vectors=services.vectors,
-                re_extract=re_extract,
-                budget_s=settings.extract_budget_s,
-            )
+            done = await asyncio.to_thread(services.import_records, list(batch), team, re_extract=re_extract)
             tally.imported += done.imported
             tally.skipped += done.skipped
             batch.clear()
