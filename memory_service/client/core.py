@@ -1,8 +1,8 @@
 """The client's one implementation, with no I/O: it builds requests, reads answers, decides retries.
 
-`MemoryClient` and `AsyncMemoryClient` (client.py) only send what this builds, so the sync and async
-clients cannot drift apart. Results are the API's own pydantic models. Only light imports here: an
-agent that imports the client must not pay for torch, Chroma or ONNX Runtime.
+`MemoryClient` and `AsyncMemoryClient` (memory_client.py) only send what this builds, so the sync and async
+clients cannot drift apart. Results are the wire's own pydantic models (contract/). It imports nothing of
+the server: an agent that imports the client pays for no FastAPI, storage, Chroma, ONNX Runtime or torch.
 """
 
 from __future__ import annotations
