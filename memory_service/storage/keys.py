@@ -46,7 +46,7 @@ POSTGRES_RELOAD_S = 1.0
 
 def role_allows(role: str, needed: Role) -> bool:
     """Roles nest: admin can do what write can, write what read can."""
-    return ROLES.index(role) >= ROLES.index(needed)  # type: ignore[arg-type]
+    return ROLES.index(role) >= ROLES.index(needed)
 
 
 def key_hash(key: str) -> str:
