@@ -12,9 +12,9 @@ import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, TypeGuard
+from typing import Any, Protocol, TypeGuard
 
-from .client import Completion, LlamaClient, ServerProps
+from .client import Completion, ServerProps
 from .errors import (
     BadReply,
     ContextOverflow,
@@ -101,9 +101,28 @@ def history_of(context: list[Earlier]) -> list[tuple[str, str]]:
     return [(e.text, e.answer) for e in context]
 
 
+class CompletionClient(Protocol):
+    """What an extraction needs of a model server: its token count and one schema-bound completion.
+
+    `LlamaClient` is the real one; the attempt itself knows nothing of HTTP or llama.cpp's API.
+    """
+
+    async def count_tokens(self, text: str, timeout: float = ...) -> int: ...
+
+    async def complete_json(
+        self,
+        messages: list[dict[str, str]],
+        *,
+        schema: dict[str, Any],
+        max_tokens: int,
+        timeout_s: float,
+        stream: bool = ...,
+    ) -> Completion: ...
+
+
 @dataclass
 class Extractor:
-    client: LlamaClient
+    client: CompletionClient
     props: ServerProps
     throughput: Throughput
     max_output_tokens: int = 384
