@@ -41,7 +41,8 @@ from .storage.datadir import DataDir, DataDirBusy
 from .storage.datalock import DataDirLock
 from .storage.journal import DONE, FAILED, Fact, Journal, Memory
 from .storage.keys import KeyInfo, KeyStore, NewKey, Role
-from .storage.limits import ConsumeResult, LimitStore, LimitView, Per
+from .storage.limit_views import ConsumeResult, LimitView
+from .storage.limits import LimitStore, Per
 from .storage.vectors import VectorStore
 
 log = logging.getLogger("memory_service")
@@ -249,7 +250,6 @@ class Services(LimitsAndKeys):
         return recall(
             query,
             journal=self.journal,
-            vectors=self.vectors,
             embedder=self.embedder,
             search=self.search,
             legs=self._recall_legs,

@@ -26,8 +26,8 @@ from fastapi.testclient import TestClient
 from inprocess import InProcessService
 
 from memory_service.api.app import create_app
-from memory_service.bench.common import ServiceRunner
 from memory_service.bench.postgres import PostgresCluster
+from memory_service.bench.service_runner import ServiceRunner
 from memory_service.config import Settings
 from memory_service.llm.runtime.gguf import ensure_model
 from memory_service.llm.runtime.server import LlamaServerProcess, free_port, stop_group

@@ -16,7 +16,8 @@ import httpx
 
 from memory_service.consolidation import summary
 from memory_service.consolidation.groups import GROUP_MAX_FACTS, group_facts, subject_of
-from memory_service.storage.consolidation import DONE, INTERRUPTED, YIELDED, ConsolidationStore, Item, SourceFact
+from memory_service.storage.consolidation import ConsolidationStore, Item, SourceFact
+from memory_service.storage.consolidation_runs import DONE, INTERRUPTED, YIELDED
 from memory_service.storage.forget import mark_forgotten
 from memory_service.storage.journal import FactPlan, Journal, NewFact
 from tests.conftest import wait_status

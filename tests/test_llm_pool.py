@@ -18,7 +18,7 @@ import httpx
 import pytest
 from conftest import start_llama, wait_status
 
-from memory_service.bench.common import llama_busy
+from memory_service.bench.service_runner import llama_busy
 from memory_service.config import ConfigError, Settings
 from memory_service.llm.pool import ModelPool
 from memory_service.ops.doctor import run_doctor

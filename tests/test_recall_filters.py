@@ -80,7 +80,6 @@ class Stores:
         return recall(
             RecallQuery(team=TEAM, query=query, **kw),
             journal=self.journal,
-            vectors=self.vectors,
             embedder=self.embedder,
             search=self.search,
         )

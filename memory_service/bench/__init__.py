@@ -7,6 +7,6 @@ A benchmark too big for one module keeps its entry point there and its parts bes
 (recall_data, recall_loader, recall_measure; remember_load; transfer_data, transfer_timing,
 transfer_forgotten). Shared helpers: service_runner (the service and llama-server processes),
 stats (percentiles, goals), probes (RSS, /metrics, the machine), report (the shared command line
-and JSON output), plots, texts; common re-exports them for the test suite.
+and JSON output), plots, texts.
 Plots need matplotlib, the optional `bench` extra; without it the JSON results are unchanged.
 """

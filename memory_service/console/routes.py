@@ -26,7 +26,7 @@ from ..contract.limit_rules import InvalidInput, LimitNotFound
 from ..recall.search import RecallQuery
 from ..storage.catalog import ListFilter
 from ..storage.keys import role_allows
-from ..storage.limits import LimitView
+from ..storage.limit_views import LimitView
 from . import pages
 from .session import (
     COOKIE,

@@ -21,7 +21,8 @@ from ..extraction.client import LlamaClient
 from ..extraction.errors import ExtractionError, LlmUnavailable
 from ..llm.pool import ModelPool
 from ..pipeline.vector_items import consolidated_item
-from ..storage.consolidation import DONE, FAILED, INTERRUPTED, YIELDED, ConsolidationStore, Item
+from ..storage.consolidation import ConsolidationStore, Item
+from ..storage.consolidation_runs import DONE, FAILED, INTERRUPTED, YIELDED
 from ..storage.vectors import VectorItem, VectorStore
 from . import summary
 from .groups import GROUP_MAX_FACTS, Group, group_facts

@@ -21,7 +21,6 @@ from ..storage.consolidation import Item, store_for
 from ..storage.journal import Journal
 from ..storage.occurred import occurred_times
 from ..storage.records import KeywordHit
-from ..storage.vectors import VectorStore
 from . import hubness
 from .directory import VectorFilter
 from .filtered_vectors import FilteredVectors
@@ -85,7 +84,6 @@ def recall(
     q: RecallQuery,
     *,
     journal: Journal,
-    vectors: VectorStore,
     embedder: Embedder,
     search: FilteredVectors,
     legs: Executor | None = None,
@@ -96,7 +94,6 @@ def recall(
     With `legs`, the keyword leg runs there, one task per kind, while this thread embeds the query and
     searches vectors: all spend their time outside the GIL (SQLite, onnxruntime), so they overlap.
     `queries`: the service's cache of query vectors (of `embedder`); without it, this recall makes its own.
-    `vectors` is not read: the vector leg goes through `search`, which holds the same store.
     """
     plan = _Legs.of(q)
     keyword_legs = _keyword_legs(q, plan, journal)

@@ -17,24 +17,10 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from .consolidation_runs import (
-    DONE,
-    FAILED,
-    INTERRUPTED,
-    RUNNING,
-    STALE_RUN_S,
-    YIELDED,
-    RunLog,
-)
+from .consolidation_runs import RunLog
 from .journal import DELETED, Journal
 
 __all__ = [
-    "DONE",
-    "FAILED",
-    "INTERRUPTED",
-    "RUNNING",
-    "STALE_RUN_S",
-    "YIELDED",
     "ConsolidationStore",
     "Item",
     "SourceFact",

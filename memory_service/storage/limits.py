@@ -50,7 +50,7 @@ from .limit_days import local_day, next_midnight, to_us, utc_now
 from .limit_schema import CONSUME, POSTGRES_SCHEMA, SCHEMA, UPSERT_LIMIT
 from .limit_views import TEAM_SCOPE, ConsumeResult, LimitView, ViewQuery, not_found, read_view
 
-__all__ = ["TEAM_SCOPE", "ConsumeResult", "LimitStore", "LimitView", "Per"]
+__all__ = ["LimitStore", "Per"]
 
 # Idempotency answers are only replayed on the same local day; keep them a bit
 # longer than any day can last, then purge.
