@@ -1,8 +1,8 @@
 """Forgetting in the journal, in two steps that survive a crash between them.
 
-1. `mark_forgotten`, one transaction: the memories become `deleted` (every read skips them), their
-   keyword entries go, their fact sources go, facts left with no source are deleted (row and keyword
-   entry) and their ids queued in `fact_purges`.
+1. `mark_forgotten`, one transaction under the team's deciding lock: the memories become `deleted` (every
+   read skips them) and free their idempotency keys, their keyword entries go, their fact sources go,
+   facts left with no source are deleted (row and keyword entry) and their ids queued in `fact_purges`.
 2. Once the caller has removed the vectors, `purge` deletes the rows that listed them.
 
 `pending` is the to-do list of step 2: what a forget cut off by a crash left behind.
@@ -55,7 +55,9 @@ def mark_forgotten(
     if run_id is not None:
         where.append("run_id = ?")
         args.append(run_id)
-    with journal.transaction() as conn:
+    # under the team's deciding lock: a fact decision made before the forget (a merge into a fact that only
+    # the forgotten memory supports) commits first, so the forget sees its new source and keeps the fact
+    with journal.deciding(team), journal.transaction() as conn:
         rows: list[Any] = []
         sql = f"SELECT rowid, id, text FROM memories WHERE {' AND '.join(where)}"
         if memory_ids is None:
@@ -67,8 +69,11 @@ def mark_forgotten(
         ids = [row["id"] for row in rows]
         if not ids:
             return []
+        # the key goes with the text: a save repeating it from now on is a new save, not a replay of a
+        # memory no read can show
         conn.executemany(
-            "UPDATE memories SET status = ?, finished_at = ? WHERE id = ?", [(DELETED, now, i) for i in ids]
+            "UPDATE memories SET status = ?, finished_at = ?, idempotency_key = NULL WHERE id = ?",
+            [(DELETED, now, i) for i in ids],
         )
         if journal.dialect == "sqlite":  # PostgreSQL's text index is a column of the row: it goes with it
             conn.executemany(

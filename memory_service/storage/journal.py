@@ -131,44 +131,44 @@ class Journal(JobQueue, FactStore, KeywordSearch):
         """Commit a text and its job; returns (memory, created). An idempotency hit returns the first one.
 
         The insert skips on a conflict instead of failing: two processes saving the same key at once both
-        answer with the one row that won.
+        answer with the one row that won. A forgotten memory's key is free (forgetting clears it; a row
+        forgotten by an older version still holding one gives it up here): the save is a new one.
         """
         now = time.time() if now is None else now
         with self.db.transaction() as conn:
-            if idempotency_key is not None:
-                row = conn.execute(
-                    "SELECT * FROM memories WHERE team = ? AND idempotency_key = ?", (team, idempotency_key)
-                ).fetchone()
-                if row is not None:
-                    return Memory.from_row(row), False
-            memory_id = "mem_" + uuid.uuid4().hex
-            inserted = conn.execute(
-                """INSERT INTO memories (id, team, agent_id, run_id, text, tags, metadata, idempotency_key,
-                   created_at, next_attempt_at, deadline_at, occurred_at, occurred_day)
-                   VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING""",
-                (
-                    memory_id,
-                    team,
-                    agent_id,
-                    run_id,
-                    text,
-                    json.dumps(tags),
-                    json.dumps(metadata),
-                    idempotency_key,
-                    now,
-                    now,
-                    now + budget_s,
-                    occurred_at,
-                    occurred_day,
-                ),
-            ).rowcount
-            if not inserted:
-                row = conn.execute(
-                    "SELECT * FROM memories WHERE team = ? AND idempotency_key = ?", (team, idempotency_key)
-                ).fetchone()
-                return Memory.from_row(row), False
-            row = conn.execute("SELECT * FROM memories WHERE id = ?", (memory_id,)).fetchone()
-            return Memory.from_row(row), True
+            while True:  # again only when the row that took the key was forgotten in between
+                if idempotency_key is not None:
+                    row = conn.execute(
+                        "SELECT * FROM memories WHERE team = ? AND idempotency_key = ?", (team, idempotency_key)
+                    ).fetchone()
+                    if row is not None and row["status"] != DELETED:
+                        return Memory.from_row(row), False
+                    if row is not None:
+                        conn.execute("UPDATE memories SET idempotency_key = NULL WHERE id = ?", (row["id"],))
+                memory_id = "mem_" + uuid.uuid4().hex
+                inserted = conn.execute(
+                    """INSERT INTO memories (id, team, agent_id, run_id, text, tags, metadata, idempotency_key,
+                       created_at, next_attempt_at, deadline_at, occurred_at, occurred_day)
+                       VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING""",
+                    (
+                        memory_id,
+                        team,
+                        agent_id,
+                        run_id,
+                        text,
+                        json.dumps(tags),
+                        json.dumps(metadata),
+                        idempotency_key,
+                        now,
+                        now,
+                        now + budget_s,
+                        occurred_at,
+                        occurred_day,
+                    ),
+                ).rowcount
+                if inserted:
+                    row = conn.execute("SELECT * FROM memories WHERE id = ?", (memory_id,)).fetchone()
+                    return Memory.from_row(row), True
 
     def mark_indexed(self, memory_ids: list[str]) -> None:
         with self.db.transaction(durable=False) as conn:
