@@ -100,6 +100,31 @@ def fake_llama() -> FakeLlamaServer:
         yield fake
 
 
+def _race_round(svc, body: dict, memory_id: str, statuses: list[int], fresh: list[str]) -> None:
+    """Five clients save `body` three times each while a sixth forgets `memory_id`, all released at once."""
+    barrier = threading.Barrier(6)
+
+    def save() -> None:
+        with svc.client() as own:
+            barrier.wait()
+            for _ in range(3):
+                answer = own.post("/v1/remember", json=body)
+                statuses.append(answer.status_code)
+                if answer.status_code == 202 and answer.json()["created"]:
+                    fresh.append(answer.json()["id"])
+
+    def forget() -> None:
+        with svc.client() as own:
+            barrier.wait()
+            statuses.append(own.delete(f"/v1/memories/{memory_id}").status_code)
+
+    threads = [threading.Thread(target=save) for _ in range(5)] + [threading.Thread(target=forget)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+
+
 def test_saves_racing_the_forget_of_their_idempotency_key_never_answer_5xx(inprocess_service, fake_llama) -> None:
     """A save whose key belongs to a memory being forgotten is a replay (before the forget) or a fresh save
     (after it): never a 500, and every save acknowledged as fresh can be read back."""
@@ -110,31 +135,15 @@ def test_saves_racing_the_forget_of_their_idempotency_key_never_answer_5xx(inpro
     with svc.client() as client:
         for round_ in range(8):
             key = f"race-{round_}-{uuid.uuid4().hex[:6]}"
-            body = {"agent_id": "bot", "text": f"Round {round_}: the printer code is 88{round_}", "idempotency_key": key}
+            body = {
+                "agent_id": "bot",
+                "text": f"Round {round_}: the printer code is 88{round_}",
+                "idempotency_key": key,
+            }
             first = client.post("/v1/remember", json=body)
             assert first.status_code == 202
             forgotten.add(first.json()["id"])
-            barrier = threading.Barrier(6)
-
-            def save(body: dict = body) -> None:
-                with svc.client() as own:
-                    barrier.wait()
-                    for _ in range(3):
-                        answer = own.post("/v1/remember", json=body)
-                        statuses.append(answer.status_code)
-                        if answer.status_code == 202 and answer.json()["created"]:
-                            fresh.append(answer.json()["id"])
-
-            def forget(memory_id: str = first.json()["id"]) -> None:
-                with svc.client() as own:
-                    barrier.wait()
-                    statuses.append(own.delete(f"/v1/memories/{memory_id}").status_code)
-
-            threads = [threading.Thread(target=save) for _ in range(5)] + [threading.Thread(target=forget)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join(60)
+            _race_round(svc, body, first.json()["id"], statuses, fresh)
         assert [s for s in statuses if s >= 500] == []
         assert set(statuses) <= {202, 204, 409}
         assert fresh, "no save came after a forget: the race was not exercised"
