@@ -6,6 +6,7 @@ tree with one shared llama-server (default model), so every benchmark on a noisy
 compared with a baseline measured in the same run. Writes one JSON and one PNG per benchmark into
 --out (PNGs need the `bench` extra), plus summary.json with every goal and its verdict.
 --quick shrinks sizes (1k/10k facts, 500 memories to list/export/forget, fewer requests) for a smoke run.
+`memory-service bench soak --minutes N` runs the fault-injection soak instead (bench/soak.py).
 """
 
 from __future__ import annotations
@@ -107,7 +108,14 @@ def plot_limits(result: dict[str, Any], path: Path) -> None:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    """Every benchmark in turn; exit code 1 when one of them failed (its error or failed checks are in its JSON)."""
+    """Every benchmark in turn; exit code 1 when one of them failed (its error or failed checks are in its JSON).
+
+    `bench soak` runs the soak alone: it kills its own service and llama-server, so it shares neither.
+    """
+    if getattr(args, "step", None) == "soak":
+        from .soak import run_soak
+
+        return run_soak(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     quick = bool(getattr(args, "quick", False))

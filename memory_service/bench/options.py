@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import argparse
 
+from .soak_options import add_soak_arguments
+
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--out", default="bench-results", help="directory for JSON and PNG results")
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
-    return parser
+    parser.add_argument("step", nargs="?", choices=("soak",), help="soak: the fault-injection soak alone")
+    return add_soak_arguments(parser)
