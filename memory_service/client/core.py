@@ -31,6 +31,7 @@ from ..contract.models import (
     RememberResponse,
     TeamOut,
 )
+from .service import path_segment
 
 T = TypeVar("T")
 
@@ -92,6 +93,10 @@ def _drop_none(values: dict[str, Any]) -> dict[str, Any]:
 _LIMITS = TypeAdapter(list[LimitOut])
 
 
+def _limit(name: str) -> str:
+    return path_segment(name, "limit name")
+
+
 def retry_after_s(response: httpx.Response) -> float | None:
     """Seconds the server asks us to wait (delta-seconds or an HTTP date), None without the header."""
     value = response.headers.get("retry-after")
@@ -147,7 +152,10 @@ def lost(call: Call[Any], exc: Exception) -> MemoryServiceError:
 
 
 class Requests:
-    """Builds every call of the API. Method names follow the client's."""
+    """Builds every call of the API. Method names follow the client's.
+
+    A caller's value goes into a path only through `path_segment` (one encoded segment; `..` refused with a
+    ValueError before anything is sent); elsewhere it is a query parameter or JSON, which httpx encodes."""
 
     # -- memories ---------------------------------------------------------------
 
@@ -177,7 +185,7 @@ class Requests:
         return Call("POST", "/v1/remember", _model(RememberResponse), json=body, extra_timeout_s=wait_s)
 
     def get(self, memory_id: str) -> Call[MemoryOut]:
-        return Call("GET", f"/v1/memories/{memory_id}", _model(MemoryOut))
+        return Call("GET", f"/v1/memories/{path_segment(memory_id, 'memory_id')}", _model(MemoryOut))
 
     def recall(
         self,
@@ -243,7 +251,8 @@ class Requests:
         confirm: bool = False,
     ) -> Call[ForgetResponse]:
         if memory_id is not None:
-            return Call("DELETE", f"/v1/memories/{memory_id}", lambda r: ForgetResponse(deleted=1))
+            path = f"/v1/memories/{path_segment(memory_id, 'memory_id')}"
+            return Call("DELETE", path, lambda r: ForgetResponse(deleted=1))
         params = _drop_none({"agent_id": agent_id, "run_id": run_id, "confirm": str(confirm).lower()})
         return Call("DELETE", "/v1/memories", _model(ForgetResponse), params=params)
 
@@ -269,14 +278,17 @@ class Requests:
     def limits_set(self, name: str, *, daily_limit: int, timezone: str = "UTC", per: str = "team") -> Call[LimitOut]:
         return Call(
             "PUT",
-            f"/v1/limits/{name}",
+            f"/v1/limits/{_limit(name)}",
             _model(LimitOut),
             json={"daily_limit": daily_limit, "timezone": timezone, "per": per},
         )
 
     def limits_get(self, name: str, *, agent_id: str | None = None, days: int | None = None) -> Call[LimitOut]:
         return Call(
-            "GET", f"/v1/limits/{name}", _model(LimitOut), params=_drop_none({"agent_id": agent_id, "days": days})
+            "GET",
+            f"/v1/limits/{_limit(name)}",
+            _model(LimitOut),
+            params=_drop_none({"agent_id": agent_id, "days": days}),
         )
 
     def limits_list(self, *, agent_id: str | None = None) -> Call[builtins.list[LimitOut]]:
@@ -290,7 +302,7 @@ class Requests:
         # a denial is an answer (allowed=false), retried only if its reset falls within the budget
         return Call(
             "POST",
-            f"/v1/limits/{name}/consume",
+            f"/v1/limits/{_limit(name)}/consume",
             _model(ConsumeAnswer),
             json=_drop_none({"agent_id": agent_id, "amount": amount, "idempotency_key": idempotency_key}),
             idempotent=idempotency_key is not None,
@@ -298,7 +310,7 @@ class Requests:
         )
 
     def limits_delete(self, name: str) -> Call[None]:
-        return Call("DELETE", f"/v1/limits/{name}", _none)
+        return Call("DELETE", f"/v1/limits/{_limit(name)}", _none)
 
     def handled_mark(self, key: str, *, agent_id: str | None = None, ttl_days: int | None = None) -> Call[HandledOut]:
         # not resent after a lost answer: the resend would report first_time=false for a first time

@@ -17,9 +17,11 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import Field
+from pydantic import AfterValidator, Field, ValidationError, ValidatorFunctionWrapHandler, WrapValidator
 
 from ..client import AsyncMemoryClient, MemoryServiceError
+from ..contract.ids import ID_PATTERN, ID_RULE, MAX_ID_LEN, MAX_MEMORY_ID_LEN, MEMORY_ID_PATTERN, MEMORY_ID_RULE
+from ..contract.limit_rules import MAX_HANDLED_KEY_LEN, MAX_NAME_LEN, NAME_PATTERN, NAME_RULE, check_name
 from ..storage.keys import Role
 
 
@@ -63,9 +65,54 @@ TOOLS: tuple[ToolSpec, ...] = (
 )
 TOOL_NAMES = tuple(spec.name for spec in TOOLS)
 
-MemoryId = Annotated[str, Field(description="A memory_id from a recall result, e.g. 'mem_3f2a9c…'.")]
-LimitName = Annotated[str, Field(description="The limit's name, e.g. 'emails'.")]
-ItemKey = Annotated[str, Field(description="The item's id, e.g. 'https://example.com/post/42' or 'msg-1187'.")]
+
+def _refused(say: Callable[[Any], str]) -> WrapValidator:
+    """A value outside the schema's pattern is refused before any HTTP call, with a sentence the model can act
+    on (pydantic's own message would only quote the regular expression)."""
+
+    def validate(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        try:
+            return handler(value)
+        except ValidationError:
+            raise ValueError(say(value)) from None
+
+    return WrapValidator(validate)
+
+
+def _short(value: Any) -> str:
+    return repr(value if not isinstance(value, str) else value[:80])
+
+
+# Every id argument is checked against the contract's own pattern: a prompt-injected "id" such as
+# '../limits/emails' never reaches a URL (the client would refuse it too, but the model reads this message).
+MemoryId = Annotated[
+    str,
+    Field(
+        max_length=MAX_MEMORY_ID_LEN,
+        pattern=MEMORY_ID_PATTERN,
+        description="A memory_id from a recall result, e.g. 'mem_3f2a9c…'.",
+    ),
+    _refused(lambda v: f"No memory with id {_short(v)} can exist: a memory_id is {MEMORY_ID_RULE}. Copy it exactly."),
+]
+LimitName = Annotated[
+    str,
+    Field(max_length=MAX_NAME_LEN, pattern=NAME_PATTERN, description="The limit's name, e.g. 'emails'."),
+    AfterValidator(check_name),  # no '..' either, which the pattern cannot say
+    _refused(lambda v: f"No limit can be named {_short(v)}: a limit name is {NAME_RULE}."),
+]
+AgentId = Annotated[
+    str,
+    Field(max_length=MAX_ID_LEN, pattern=ID_PATTERN, description="Only memories of this agent, e.g. 'mailer'."),
+    _refused(lambda v: f"No agent can have the id {_short(v)}: an agent_id is {ID_RULE}."),
+]
+ItemKey = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_HANDLED_KEY_LEN,
+        description="The item's id, e.g. 'https://example.com/post/42' or 'msg-1187'.",
+    ),
+]
 
 
 def _when(value: Any) -> str:
@@ -150,7 +197,7 @@ class Toolbox:
     async def recall(
         self,
         query: Annotated[str, Field(description="What you want to know, e.g. 'was the digest sent this week?'")],
-        agent_id: Annotated[str | None, Field(description="Only memories of this agent, e.g. 'mailer'.")] = None,
+        agent_id: AgentId | None = None,
         tags: Annotated[list[str] | None, Field(description="Only memories with all these tags.")] = None,
         k: Annotated[int, Field(ge=1, le=20, description="How many results, 1-20.")] = 5,
     ) -> str:
