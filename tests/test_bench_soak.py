@@ -54,10 +54,14 @@ def test_verdicts_fail_on_a_lost_save_an_over_limit_counter_or_a_slow_p99() -> N
         "handled_keys_lost": True,
         "counters_exact": True,
         "no_cross_team_answer": True,
+        "faults_recovered": True,
         "recall_p99_bound": False,  # 200 ms against a 10 ms baseline: 20x
         "ack_p99_bound": True,
     }
-    bad = soak_checks.verdicts({"a": team_checks(1, 3), "b": team_checks(0, 6)}, recorder, 50.0)
+    bad = soak_checks.verdicts(
+        {"a": team_checks(1, 3), "b": team_checks(0, 6)}, recorder, 50.0, ["service_kill at 90s: not healthy"]
+    )
+    assert bad["faults_recovered"] == {"errors": ["service_kill at 90s: not healthy"], "pass": False}
     assert bad["acknowledged_saves_lost"] == {"checked": 8, "lost": 1, "pass": False}
     assert bad["counters_exact"]["over_limit"] == 1 and bad["counters_exact"]["pass"] is False
     assert bad["recall_p99_bound"]["pass"] is True and bad["recall_p99_bound"]["ratio"] == 20.0
@@ -91,6 +95,7 @@ def test_one_minute_soak_survives_a_service_kill_with_every_invariant() -> None:
         "handled_keys_lost",
         "counters_exact",
         "no_cross_team_answer",
+        "faults_recovered",
         "recall_p99_bound",
         "ack_p99_bound",
     }

@@ -143,7 +143,8 @@ def soak(args: argparse.Namespace, workdir: Path, disk: SmallDisk) -> dict[str, 
     finally:
         service.stop()
         llama.stop()
-    invariants = verdicts(checks, recorder, args.bound)
+    errors = [f"{f.kind} at {f.at_s:.0f}s: {f.detail['error']}" for f in injector.faults if "error" in f.detail]
+    invariants = verdicts(checks, recorder, args.bound, errors)
     return {
         "benchmark": "soak",
         "minutes": args.minutes,

@@ -125,9 +125,12 @@ def p99_bound(samples: list[Sample], op: str, bound: float) -> dict[str, Any]:
     }
 
 
-def verdicts(checks: dict[str, Any], recorder: Recorder, bound: float) -> dict[str, Any]:
+def verdicts(
+    checks: dict[str, Any], recorder: Recorder, bound: float, fault_errors: list[str] | None = None
+) -> dict[str, Any]:
     """One entry per invariant, with its counts and pass flag."""
     teams = list(checks.values())
+    errors = fault_errors or []
     lost = sum(t["saves"]["lost"] + t["export"]["missing"] for t in teams)
     counters = [t["counter"] for t in teams]
     return {
@@ -153,6 +156,7 @@ def verdicts(checks: dict[str, Any], recorder: Recorder, bound: float) -> dict[s
         },
         "no_cross_team_answer": dict(recorder.cross_team)
         | {"examples": recorder.violations[:5], "pass": recorder.cross_team["violations"] == 0},
+        "faults_recovered": {"errors": errors, "pass": not errors},
         "recall_p99_bound": p99_bound(recorder.samples, "recall", bound),
         "ack_p99_bound": p99_bound(recorder.samples, "remember", bound),
     }

@@ -105,7 +105,10 @@ class Injector:
             self.skipped[kind] = self.disk.skipped or "no tmpfs"
             return
         at = time.monotonic()
-        detail = getattr(self, kind)()
+        try:
+            detail = getattr(self, kind)()
+        except Exception as exc:  # a system that does not come back is a finding, not the end of the report
+            detail = {"error": f"{type(exc).__name__}: {str(exc)[:500]}"}
         self.faults.append(Fault(kind, at - self.started, time.monotonic() - at, detail))
 
     def service_kill(self) -> dict[str, Any]:
