@@ -293,8 +293,8 @@ class Services(LimitsAndKeys):
         """One page of the team's memories, newest first, and the next page's cursor (None on the last)."""
         return catalog.list_memories(self.journal, team, flt, limit=limit, after=after)
 
-    def facets(self, team: str, top: int = 50) -> catalog.Facets:
-        return catalog.facets(self.journal, team, top)
+    def facets(self, team: str, top: int = 50, agent_id: str | None = None) -> catalog.Facets:
+        return catalog.facets(self.journal, team, top, agent_id)
 
     def status_counts(self, team: str) -> dict[str, int]:
         """The team's jobs by state; `job_counts` counts every team's."""

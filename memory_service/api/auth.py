@@ -96,6 +96,31 @@ def check_agent(request: Request, agent_id: str | None, *, required: bool = True
     )
 
 
+def agent_scope(request: Request, agent_id: str | None) -> str | None:
+    """The agent a read or a bulk change is narrowed to: a pinned key's own agent whatever it asked for
+    (another agent_id is a 403), or `agent_id` as given (None: the whole team) for an unpinned key."""
+    check_agent(request, agent_id, required=False)
+    pinned: str | None = request.state.caller.agent_id
+    return pinned if pinned is not None else agent_id
+
+
+def hidden_from(request: Request, owner: str) -> bool:
+    """Whether a memory or key of agent `owner` is out of the caller's sight: a pinned key sees only its own
+    agent's, and answers for the others as for unknown ids (a 404), so their existence does not leak."""
+    pinned: str | None = request.state.caller.agent_id
+    return pinned is not None and owner != pinned
+
+
+def refuse_pinned(request: Request, action: str) -> None:
+    """Team-wide changes (limit definitions) are for unpinned keys: a pinned key gets a 403 naming its pin."""
+    caller: Caller = request.state.caller
+    if caller.agent_id is not None:
+        raise HTTPException(
+            status_code=403,
+            detail=f"this key is pinned to agent_id '{caller.agent_id}'; {action} needs a key not pinned to an agent",
+        )
+
+
 Team = Annotated[str, Depends(requires("read"))]  # the team of a caller that may read
 Writer = Annotated[str, Depends(requires("write"))]
 Admin = Annotated[str, Depends(requires("admin"))]

@@ -219,23 +219,25 @@ class Facets:
     tags: list[tuple[str, int]]
 
 
-def facets(journal: Journal, team: str, top: int = 50) -> Facets:
-    """The team's memory count and its busiest agent ids and tags (at most `top` of each).
+def facets(journal: Journal, team: str, top: int = 50, agent_id: str | None = None) -> Facets:
+    """The team's memory count and its busiest agent ids and tags (at most `top` of each); only `agent_id`'s
+    memories when given (what a key pinned to that agent may see).
 
     One indexed pass per question; called at an MCP server's start and on an empty recall, not per request.
     """
-    live = "m.team = ? AND m.status != ?"
+    live = "m.team = ? AND m.status != ?" + (" AND m.agent_id = ?" if agent_id is not None else "")
+    args: tuple[str, ...] = (team, DELETED) + ((agent_id,) if agent_id is not None else ())
     with journal.reading() as conn:
-        total = conn.execute(f"SELECT COUNT(*) FROM memories m WHERE {live}", (team, DELETED)).fetchone()[0]
+        total = conn.execute(f"SELECT COUNT(*) FROM memories m WHERE {live}", args).fetchone()[0]
         agents = conn.execute(
             f"SELECT m.agent_id, COUNT(*) FROM memories m WHERE {live} GROUP BY m.agent_id ORDER BY 2 DESC, 1 LIMIT ?",
-            (team, DELETED, top),
+            (*args, top),
         ).fetchall()
         tags = conn.execute(
             f"SELECT j.value, COUNT(*) FROM memories m, {json_items(journal.dialect, 'm.tags', 'j')} WHERE {live} "
             "GROUP BY j.value "
             "ORDER BY 2 DESC, 1 LIMIT ?",
-            (team, DELETED, top),
+            (*args, top),
         ).fetchall()
     return Facets(int(total), [(a, int(n)) for a, n in agents], [(t, int(n)) for t, n in tags])
 

@@ -1,5 +1,8 @@
 """/v1/keys: an admin key manages its own team's keys (create, list, revoke), effective at once.
 
+An admin key pinned to an agent manages only the keys pinned to that same agent: it creates only those,
+lists only those, and another key's id is a 404 to it, so it cannot lock the rest of the team out.
+
 A new key is shown once, in the answer to its creation; only its hash is stored.
 """
 
@@ -12,8 +15,8 @@ from fastapi import APIRouter, HTTPException, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...contract.types import AgentId, Label
-from ...storage.keys import KeyInfo, Role
-from ..auth import Admin, Caller
+from ...storage.keys import KeyInfo, KeyNotFound, Role
+from ..auth import Admin, Caller, hidden_from
 from ..deps import LimitsAndKeysDep
 from ..errors import error_responses
 
@@ -84,9 +87,11 @@ async def create_key(body: KeyCreate, request: Request, team: Admin, services: L
     summary="List this team's keys (never their secrets)",
     responses=error_responses(401, 403, 422),
 )
-async def list_keys(team: Admin, services: LimitsAndKeysDep, include_revoked: bool = False) -> list[KeyOut]:
+async def list_keys(
+    request: Request, team: Admin, services: LimitsAndKeysDep, include_revoked: bool = False
+) -> list[KeyOut]:
     found = await asyncio.to_thread(services.list_keys, team, include_revoked=include_revoked)
-    return [KeyOut(**_out(info)) for info in found]
+    return [KeyOut(**_out(info)) for info in found if not hidden_from(request, info.agent_id or "")]
 
 
 @router.delete(
@@ -95,7 +100,12 @@ async def list_keys(team: Admin, services: LimitsAndKeysDep, include_revoked: bo
     summary="Revoke a key of this team, at once",
     responses=error_responses(401, 403, 404, 422),
 )
-async def revoke_key(key_id: str, team: Admin, services: LimitsAndKeysDep) -> Response:
-    """Revoke at once; 404 (KeyNotFound, mapped in api/errors.py) if the team has no such key."""
+async def revoke_key(key_id: str, request: Request, team: Admin, services: LimitsAndKeysDep) -> Response:
+    """Revoke at once; 404 (KeyNotFound, mapped in api/errors.py) if the team has no such key, or if the key
+    is pinned to another agent than a pinned caller's (as for unknown ids)."""
+    if request.state.caller.agent_id is not None:
+        keys = await asyncio.to_thread(services.list_keys, team, include_revoked=True)
+        if not any(info.id == key_id and not hidden_from(request, info.agent_id or "") for info in keys):
+            raise KeyNotFound(f"no key with id {key_id!r} in this team")
     await asyncio.to_thread(services.revoke_key, team, key_id)
     return Response(status_code=204)

@@ -34,7 +34,7 @@ from ...contract.types import (
     LimitName,
 )
 from ...storage.limits import LimitView
-from ..auth import Admin, Team, Writer, check_agent
+from ..auth import Admin, Team, Writer, agent_scope, check_agent, refuse_pinned
 from ..deps import LimitsAndKeysDep
 from ..errors import Responses, error_responses
 
@@ -74,7 +74,9 @@ def _view_body(view: LimitView) -> dict[str, object]:
     | _FORBIDDEN
     | _ERRORS,
 )
-def put_limit(name: LimitName, spec: LimitSpec, team: Admin, services: LimitsAndKeysDep) -> JSONResponse:
+def put_limit(
+    name: LimitName, spec: LimitSpec, request: Request, team: Admin, services: LimitsAndKeysDep
+) -> JSONResponse:
     """Create (201) or change (200) the team's limit `name`.
 
     The day is the local calendar day in `timezone` (IANA name; 23- and
@@ -82,8 +84,10 @@ def put_limit(name: LimitName, spec: LimitSpec, team: Admin, services: LimitsAnd
     `daily_limit` below today's usage denies consumes until the reset;
     changing `timezone` or `per` starts new counters. `daily_limit` is
     0-1,000,000,000 (0 blocks everything). Names: 1-128 chars of
-    `[A-Za-z0-9._-]`, starting with a letter or digit, no `..`.
+    `[A-Za-z0-9._-]`, starting with a letter or digit, no `..`. Definitions are
+    team-wide: a key pinned to an agent may not make or change them (403).
     """
+    refuse_pinned(request, "defining a limit")
     view, created = services.put_limit(team, name, spec.daily_limit, spec.timezone, spec.per)
     return JSONResponse(_view_body(view), status_code=201 if created else 200)
 
@@ -97,11 +101,12 @@ _LISTED: Responses = {200: {"model": list[LimitOut]}}
     response_model=None,
     responses=_LISTED | _ERRORS,
 )
-def list_limits(team: Team, services: LimitsAndKeysDep, agent_id: AgentQuery = None) -> JSONResponse:
+def list_limits(request: Request, team: Team, services: LimitsAndKeysDep, agent_id: AgentQuery = None) -> JSONResponse:
     """All of the team's limits, sorted by name, each with today's usage.
 
-    For per=agent limits `used` is the sum over agents unless `agent_id` is given.
+    For per=agent limits `used` is the sum over agents unless `agent_id` is given (a pinned key: always its own).
     """
+    agent_id = agent_scope(request, agent_id)
     views = services.list_limits(team, agent_id)
     return JSONResponse([_view_body(v) for v in views])
 
@@ -114,6 +119,7 @@ def list_limits(team: Team, services: LimitsAndKeysDep, agent_id: AgentQuery = N
 )
 def get_limit(
     name: LimitName,
+    request: Request,
     team: Team,
     services: LimitsAndKeysDep,
     agent_id: AgentQuery = None,
@@ -125,8 +131,10 @@ def get_limit(
 
     per=agent: pass `agent_id` for one agent's counter, or omit it to get the
     sum plus per-agent counters (`agents`, busiest 1000). `days=N` adds
-    `history`, the last N local days ending today (zeros included).
+    `history`, the last N local days ending today (zeros included). A key
+    pinned to an agent sees its own agent's counter only.
     """
+    agent_id = agent_scope(request, agent_id)
     view = services.limit_view(team, name, agent_id, days)
     return JSONResponse(_view_body(view))
 
@@ -137,8 +145,9 @@ def get_limit(
     summary="Delete a limit and its counters",
     responses=_NOT_FOUND | _FORBIDDEN | _ERRORS,
 )
-def delete_limit(name: LimitName, team: Admin, services: LimitsAndKeysDep) -> Response:
-    """Remove the limit, its counters and idempotency records (204); 404 if absent."""
+def delete_limit(name: LimitName, request: Request, team: Admin, services: LimitsAndKeysDep) -> Response:
+    """Remove the limit, its counters and idempotency records (204); 404 if absent. Not with a pinned key (403)."""
+    refuse_pinned(request, "deleting a limit")
     services.delete_limit(team, name)
     return Response(status_code=204)
 
@@ -202,20 +211,24 @@ def consume(
     responses={200: {"model": HandledOut}} | _BODY_ERRORS | _FORBIDDEN | _ERRORS,
 )
 def mark_handled(body: HandledRequest, request: Request, team: Writer, services: LimitsAndKeysDep) -> JSONResponse:
-    """Atomic set-if-absent of `key` in the team's ledger (or the agent's, with `agent_id`).
+    """Atomic set-if-absent of `key` in the team's ledger (or the agent's, with `agent_id`; a key pinned to
+    an agent always marks in its own agent's ledger, never the team's).
 
     Exactly one of any number of concurrent posts gets `first_time: true`;
     others bump `seen_count`. With `ttl_days` the key is forgotten that many
     days after first being seen, and then counts as first_time again (later
     posts do not extend it). Keys: 1-2048 chars, any text but NUL.
     """
-    check_agent(request, body.agent_id, required=False)
-    record = services.mark_handled(team, body.key, body.agent_id, body.ttl_days)
+    agent_id = agent_scope(request, body.agent_id)
+    record = services.mark_handled(team, body.key, agent_id, body.ttl_days)
     return JSONResponse(asdict(record))
 
 
-def _get_handled(team: str, services: LimitsAndKeysDep, key: str, agent_id: str | None) -> JSONResponse:
-    record = services.handled_record(team, key, agent_id)
+def _get_handled(
+    request: Request, team: str, services: LimitsAndKeysDep, key: str, agent_id: str | None
+) -> JSONResponse:
+    """A pinned key looks in its own agent's ledger only."""
+    record = services.handled_record(team, key, agent_scope(request, agent_id))
     if record is None:
         raise HTTPException(status_code=404, detail="key not recorded for this team/agent (or expired)")
     return JSONResponse(asdict(record) | {"first_time": False})
@@ -231,13 +244,14 @@ _HANDLED_GET = {200: {"model": HandledOut}} | error_responses(404, described={40
     responses=_HANDLED_GET | _ERRORS,
 )
 def get_handled_by_query(
+    request: Request,
     team: Team,
     services: LimitsAndKeysDep,
     key: Annotated[HandledKey, Query(description="The key, URL-encoded")],
     agent_id: AgentQuery = None,
 ) -> JSONResponse:
     """Recommended form for keys with `?`, `#`, `%` or `//` (e.g. URLs): `?key=<url-encoded>`."""
-    return _get_handled(team, services, key, agent_id)
+    return _get_handled(request, team, services, key, agent_id)
 
 
 @router.get(
@@ -248,6 +262,7 @@ def get_handled_by_query(
 )
 def get_handled(
     key: Annotated[HandledKey, Path(description="The key; may contain '/'")],
+    request: Request,
     team: Team,
     services: LimitsAndKeysDep,
     agent_id: AgentQuery = None,
@@ -257,4 +272,4 @@ def get_handled(
     The rest of the path is the key, slashes included; percent-encode `?`,
     `#` and `%`, or use `GET /v1/handled?key=` instead.
     """
-    return _get_handled(team, services, key, agent_id)
+    return _get_handled(request, team, services, key, agent_id)

@@ -19,13 +19,13 @@ from ...contract.models import (
     RememberRequest,
     RememberResponse,
 )
-from ...contract.types import REPLAYED, AgentId, JobStatus, RunId, Tag
+from ...contract.types import REPLAYED, AgentId, JobStatus, Moment, RunId, Tag
 from ...extraction.dates import occurred
 from ...recall.search import to_epoch
 from ...storage.catalog import ListFilter
 from ...storage.journal import DONE, FAILED
 from .. import cursor as cursors
-from ..auth import Admin, Team, Writer, check_agent
+from ..auth import Admin, Team, Writer, agent_scope, check_agent, hidden_from
 from ..deps import ServicesDep
 from ..errors import Responses, error_responses
 from ..model_response import ModelResponse
@@ -95,6 +95,9 @@ async def remember(body: RememberRequest, request: Request, team: Writer, servic
         occurred_at=occurred_at,
         occurred_day=occurred_day,
     )
+    if not created and hidden_from(request, memory.agent_id):
+        # the team's idempotency key names another agent's memory: neither its id nor its state is this key's
+        raise HTTPException(409, "idempotency_key is already used in this team by another agent: choose another")
     if created:
         services.saved()
     services.observe_remember_ack(time.perf_counter() - started)
@@ -118,18 +121,20 @@ async def remember(body: RememberRequest, request: Request, team: Writer, servic
 
 
 @router.get("/v1/memories/{memory_id}", response_model=MemoryOut, responses=error_responses(401, 404, 422))
-async def get_memory(memory_id: str, team: Team, services: ServicesDep) -> MemoryOut:
-    """A saved text, its job status, its facts (with spans and history), timings, and the raw reply on failure."""
-    out = await memory_out(services, team, memory_id)
+async def get_memory(memory_id: str, request: Request, team: Team, services: ServicesDep) -> MemoryOut:
+    """A saved text, its job status, its facts (with spans and history), timings, and the raw reply on failure.
+    A key pinned to an agent sees only that agent's memories (404 for the others, as for unknown ids)."""
+    out = await memory_out(services, team, memory_id, agent_id=request.state.caller.agent_id)
     if out is None:
         raise HTTPException(404, f"no memory with id {memory_id!r} in this team")
     return out
 
 
-async def memory_out(services: Services, team: str, memory_id: str) -> MemoryOut | None:
-    """The full view of one of the team's memories, or None: the API and the console show the same thing."""
+async def memory_out(services: Services, team: str, memory_id: str, *, agent_id: str | None = None) -> MemoryOut | None:
+    """The full view of one of the team's memories (of `agent_id`'s only, when given), or None: the API and
+    the console show the same thing."""
     memory = await asyncio.to_thread(services.memory, team, memory_id)
-    if memory is None:
+    if memory is None or (agent_id is not None and memory.agent_id != agent_id):
         return None
     facts = await asyncio.to_thread(services.facts_of_memory, team, memory_id)
     report = memory.report or {}
@@ -176,18 +181,21 @@ async def memory_out(services: Services, team: str, memory_id: str) -> MemoryOut
 
 @router.get("/v1/memories", response_model=MemoryPage, responses=error_responses(400, 401, 422))
 async def list_route(
+    request: Request,
     team: Team,
     services: ServicesDep,
     agent_id: AgentId | None = None,
     run_id: RunId | None = None,
     status: JobStatus | None = None,
     tag: Tag | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
+    since: Moment | None = None,
+    until: Moment | None = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=1024)] = None,
 ) -> MemoryPage:
-    """The team's memories, newest first, a page at a time (pass `next_cursor` back as `cursor`)."""
+    """The team's memories, newest first, a page at a time (pass `next_cursor` back as `cursor`).
+    A pinned key lists only its agent's."""
+    agent_id = agent_scope(request, agent_id)
     after = cursors.decode(cursor) if cursor else None
     lo, hi = to_epoch(since), to_epoch(until)
     if lo is not None and hi is not None and lo > hi:
@@ -215,8 +223,13 @@ async def list_route(
 @router.delete(
     "/v1/memories/{memory_id}", status_code=204, response_class=Response, responses=error_responses(401, 403, 404, 422)
 )
-async def forget_one(memory_id: str, team: Admin, services: ServicesDep) -> Response:
-    """Forget a text: its passage, keyword entries, and the facts only it supported (shared facts lose it)."""
+async def forget_one(memory_id: str, request: Request, team: Admin, services: ServicesDep) -> Response:
+    """Forget a text: its passage, keyword entries, and the facts only it supported (shared facts lose it).
+    A pinned key forgets only its agent's memories: another agent's is a 404, as an unknown id."""
+    if request.state.caller.agent_id is not None:
+        memory = await asyncio.to_thread(services.memory, team, memory_id)
+        if memory is None or hidden_from(request, memory.agent_id):
+            raise HTTPException(404, f"no memory with id {memory_id!r} in this team")
     deleted = await asyncio.to_thread(services.forget, team, memory_ids=[memory_id])
     if not deleted:
         raise HTTPException(404, f"no memory with id {memory_id!r} in this team")
@@ -225,15 +238,18 @@ async def forget_one(memory_id: str, team: Admin, services: ServicesDep) -> Resp
 
 @router.delete("/v1/memories", response_model=ForgetResponse, responses=error_responses(400, 401, 403, 422))
 async def forget_many(
+    request: Request,
     team: Admin,
     services: ServicesDep,
     agent_id: AgentId | None = None,
     run_id: RunId | None = None,
     confirm: bool = False,
 ) -> ForgetResponse:
-    """Forget every memory of an agent and/or a run. Needs `confirm=true`: it cannot be undone."""
+    """Forget every memory of an agent and/or a run. Needs `confirm=true`: it cannot be undone.
+    A pinned key forgets only its own agent's (a run's memories of other agents stay)."""
     if agent_id is None and run_id is None:
         raise HTTPException(400, "bulk forget needs agent_id or run_id (or both) to say which memories to forget")
+    agent_id = agent_scope(request, agent_id)
     if not confirm:
         raise HTTPException(400, "bulk forget cannot be undone: repeat the request with confirm=true")
     deleted = await asyncio.to_thread(services.forget, team, agent_id=agent_id, run_id=run_id)

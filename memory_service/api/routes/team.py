@@ -21,9 +21,10 @@ router = APIRouter(tags=["team"])
 
 @router.get("/v1/team", response_model=TeamOut, responses=error_responses(401))
 async def team_route(request: Request, team: Team, services: ServicesDep) -> TeamOut:
-    """The caller's team, the key's role, and the team's memory count with its busiest agent ids and tags."""
+    """The caller's team, the key's role, and the team's memory count with its busiest agent ids and tags
+    (a key pinned to an agent: its agent's memories only)."""
     caller: Caller = request.state.caller
-    found = await asyncio.to_thread(services.facets, team)
+    found = await asyncio.to_thread(services.facets, team, agent_id=caller.agent_id)
     return TeamOut(
         team=team,
         role=caller.role,
