@@ -159,7 +159,7 @@ class Services(LimitsAndKeys):
     @classmethod
     def open(cls, settings: Settings, *, speed_prior: tuple[float, float] | None = None) -> Services:
         data = DataDir(settings.data_dir)
-        data.path.mkdir(parents=True, exist_ok=True)
+        data.prepare()  # 0700; refuses a data dir a cut-off restore left missing
         if not settings.llm_url:
             raise ValueError("no llama-server URL: set MEMORY_LLM_URL, or start with `memory-service serve`")
         try:

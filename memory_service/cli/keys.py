@@ -44,14 +44,18 @@ def add_keys_parser(subcommands: Subcommands) -> None:
 def run_keys(args: argparse.Namespace) -> int:
     """Open the key store (MEMORY_DATABASE_URL's, which every API process reads, or the data dir's), run the
     sub-command, close it."""
-    from ..services import KEYS_FILE
     from ..storage.database import open_database
-    from ..storage.keys import KeyStore
+    from ..storage.datadir import DataDir, DataDirIncomplete
 
     settings = Settings.from_env().with_overrides(data_dir=args.data_dir)
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    data = DataDir(settings.data_dir)
+    try:
+        data.prepare()  # 0700 (the key hashes are in it); refuses a data dir a cut-off restore left missing
+    except DataDirIncomplete as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     database = open_database(settings)
-    store = KeyStore(database or settings.data_dir / KEYS_FILE)
+    store = data.open_keys(database)
     try:
         if args.keys_command == "create":
             return _create(store, args)

@@ -63,7 +63,13 @@ def run_serve(args: argparse.Namespace) -> int:
     configure_logging(settings.log_format, settings.log_level)
     if not _shared_stores_answer(settings):
         return 1
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    from ..storage.datadir import DataDir, DataDirIncomplete
+
+    try:
+        DataDir(settings.data_dir).prepare()  # 0700; refuses a data dir a cut-off restore left missing
+    except DataDirIncomplete as exc:
+        logging.error("%s", exc)
+        return 1
     llama, speed_prior = None, None
     if not settings.llm_url:
         try:

@@ -15,8 +15,11 @@ restore uses the copy.
 
 Restore checks every checksum first (a damaged or partial backup changes nothing), refuses while a
 service holds the data dir, builds the new data dir beside the old one, and only then swaps them:
-the current data is moved aside to `<data dir>.before-restore-<time>`, never deleted. Jobs that were
-queued or mid-extraction in the snapshot are queued again on the next start.
+the current data is moved aside to `<data dir>.before-restore-<time>`, never deleted. Each rename is
+followed by an fsync of the parent directory. A crash between the two renames leaves no data dir but a
+staged one marked complete: the next start refuses and names it (storage/datadir.py) instead of starting
+on an empty data dir. Jobs queued or mid-extraction in the snapshot are queued again on the next start.
+Backups and restored data dirs are their owner's only (directories 0700, files 0600), like the data dir.
 """
 
 from __future__ import annotations
@@ -33,7 +36,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config import Settings
-from ..storage.datadir import DATABASE_FILES, JOURNAL_FILE, LOCK_NAME, VECTORS_DIR, DataDir, DataDirBusy
+from ..storage.datadir import (
+    DATABASE_FILES,
+    JOURNAL_FILE,
+    LOCK_NAME,
+    RESTORE_READY,
+    VECTORS_DIR,
+    DataDir,
+    DataDirBusy,
+    kept_aside,
+    make_private,
+    restore_staging,
+)
 from ..storage.datalock import DataDirLock
 
 if TYPE_CHECKING:
@@ -75,7 +89,7 @@ def backup(data_dir: Path, dest: Path) -> dict[str, Any]:
     except DataDirBusy:
         quiescent = False
     try:
-        staging.mkdir()
+        _private_dir(staging)
         files = {name: _snapshot(data_dir / name, staging / name) for name in DATABASES if (data_dir / name).is_file()}
         vectors: dict[str, Any] = {"mode": "rebuild"}
         if quiescent and (data_dir / VECTORS).is_dir():
@@ -98,10 +112,12 @@ def backup(data_dir: Path, dest: Path) -> dict[str, Any]:
             "vectors": vectors,
         }
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        make_private(staging)
         _sync_tree(staging)
         if dest.exists():
             dest.rmdir()
         staging.rename(dest)
+        _sync_dir(dest.parent)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -217,9 +233,9 @@ def restore(src: Path, settings: Settings, *, force: bool = False, rebuild_vecto
         )
     lock, occupied = _lock_for_restore(data_dir, force)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    staging = data_dir.parent / f".{data_dir.name}.restoring-{stamp}-{os.getpid()}"
+    staging = restore_staging(data_dir, stamp)
     try:
-        staging.mkdir()
+        _private_dir(staging)
         _stage_databases(src, staging, manifest)
         copied = manifest.get("vectors", {}).get("mode") == "copied" and not rebuild_vectors
         if copied:
@@ -227,8 +243,10 @@ def restore(src: Path, settings: Settings, *, force: bool = False, rebuild_vecto
             embedded = None
         else:
             embedded = _rebuild_vectors(staging, settings)
+        (staging / RESTORE_READY).touch()  # complete: a start that finds only this dir tells how to finish
+        make_private(staging)
         _sync_tree(staging)
-        kept_aside = _swap_in(staging, data_dir, occupied, stamp)
+        previous = _swap_in(staging, data_dir, occupied, stamp)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -242,7 +260,7 @@ def restore(src: Path, settings: Settings, *, force: bool = False, rebuild_vecto
         "memories": journal_rows.get("memories"),
         "facts": journal_rows.get("facts"),
         "vectors": "copied" if copied else "rebuilt",
-        "previous_data": str(kept_aside) if kept_aside else None,
+        "previous_data": str(previous) if previous else None,
     }
     if embedded is not None:
         summary.update(passages_embedded=embedded.passages, facts_embedded=embedded.facts)
@@ -289,22 +307,28 @@ def _stage_databases(src: Path, staging: Path, manifest: dict[str, Any]) -> None
 
 
 def _swap_in(staging: Path, data_dir: Path, occupied: bool, stamp: str) -> Path | None:
-    """Rename the staged data dir into place; the current data, if any, is moved aside (returned), not deleted."""
-    kept_aside: Path | None = None
+    """Rename the staged data dir into place; the current data, if any, is moved aside (returned), not deleted.
+    The parent is fsynced after each rename: else a power cut may keep the second and lose the first."""
+    aside: Path | None = None
     if data_dir.exists():
         if occupied:
-            kept_aside = data_dir.with_name(f"{data_dir.name}.before-restore-{stamp}")
-            data_dir.rename(kept_aside)
+            aside = kept_aside(data_dir, stamp)
+            data_dir.rename(aside)
         else:
             (data_dir / LOCK_NAME).unlink(missing_ok=True)
             data_dir.rmdir()
+        _sync_dir(data_dir.parent)
     try:
         staging.rename(data_dir)
     except BaseException:
-        if kept_aside is not None:
-            kept_aside.rename(data_dir)
+        if aside is not None:
+            aside.rename(data_dir)
+            _sync_dir(data_dir.parent)
         raise
-    return kept_aside
+    _sync_dir(data_dir.parent)
+    (data_dir / RESTORE_READY).unlink()
+    _sync_dir(data_dir)
+    return aside
 
 
 def _rebuild_vectors(staging: Path, settings: Settings) -> Reindexed:
@@ -334,6 +358,21 @@ def _sha256(path: Path) -> str:
         while chunk := handle.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def _private_dir(path: Path) -> None:
+    """A new directory only its owner can enter, whatever the umask (what is written in it stays private)."""
+    path.mkdir(mode=0o700)
+    path.chmod(0o700)
+
+
+def _sync_dir(path: Path) -> None:
+    """A directory's entries (a rename into or out of it) on disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _sync_tree(root: Path) -> None:

@@ -10,11 +10,14 @@
 ```
 
 The service, backup/restore, reindex and migrate all open the stores through `DataDir`, so a file name
-or the way a store is opened is decided once.
+or the way a store is opened is decided once. The dir is its owner's only (0700, files 0600, whatever the
+umask): it holds every text an agent saved and the key hashes.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +38,10 @@ LIMITS_FILE = "limits.sqlite3"
 KEYS_FILE = "keys.sqlite3"
 VECTORS_DIR = "chroma"
 DATABASE_FILES = (JOURNAL_FILE, LIMITS_FILE, KEYS_FILE)  # the SQLite files, in the order a backup lists them
+# in a restore's staged data dir once it is complete and on disk, until it is renamed into place
+RESTORE_READY = ".restore-ready"
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "DATABASE_FILES",
@@ -45,8 +52,66 @@ __all__ = [
     "VECTORS_DIR",
     "DataDir",
     "DataDirBusy",
+    "DataDirIncomplete",
     "Stores",
 ]
+
+
+class DataDirIncomplete(RuntimeError):
+    """The data dir is missing because a restore was cut off between its two renames: starting would
+    create an empty one and hide the restored data; the message says how to finish."""
+
+
+def restore_staging(path: Path, stamp: str) -> Path:
+    """Where a restore builds the new data dir, beside `path` (hidden; renamed into place last)."""
+    return path.parent / f".{path.name}.restoring-{stamp}-{os.getpid()}"
+
+
+def kept_aside(path: Path, stamp: str) -> Path:
+    """Where a restore moves the data it replaces (never deleted)."""
+    return path.with_name(f"{path.name}.before-restore-{stamp}")
+
+
+def unfinished_restore(path: Path) -> str | None:
+    """When `path` is missing and a restore left its complete staged copy beside it: what to do, else None."""
+    if path.exists() or not path.parent.is_dir():
+        return None
+    ready = sorted(p for p in path.parent.glob(f".{path.name}.restoring-*") if (p / RESTORE_READY).is_file())
+    if not ready:
+        return None
+    aside = sorted(path.parent.glob(f"{path.name}.before-restore-*"))
+    before = f"; the data from before it is in {aside[-1]} (`mv {aside[-1]} {path}` puts it back)" if aside else ""
+    return (
+        f"the data dir {path} is missing: a restore was cut off between moving the old data aside and moving "
+        f"the restored data in. The restored data is complete in {ready[-1]}{before}. Finish the restore with "
+        f"`mv {ready[-1]} {path}`, then start again (nothing was created)"
+    )
+
+
+def make_private(root: Path) -> int:
+    """Take group and others' access away from `root` and everything under it; returns how many paths
+    changed (0 when it was private already). Paths another user owns are left as they are."""
+    changed = 0
+    for path in [root, *root.rglob("*")] if root.is_dir() else [root]:
+        try:
+            mode = path.lstat().st_mode
+            if path.is_symlink() or not mode & 0o077:
+                continue
+            path.chmod(mode & 0o700)
+            changed += 1
+        except (FileNotFoundError, PermissionError):
+            continue
+    return changed
+
+
+def private_file(path: Path) -> None:
+    """Create `path` empty (an empty file is an empty SQLite database) or tighten it: 0600, whatever the
+    umask; SQLite gives its -wal and -shm files the database file's mode."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
 
 
 class DataDir:
@@ -63,6 +128,25 @@ class DataDir:
     def vectors_dir(self) -> Path:
         return self.path / VECTORS_DIR
 
+    def prepare(self) -> None:
+        """Create the data dir (0700), or take group and others' access away from an existing one (logged
+        once: the next start finds nothing to change). Refuses (`DataDirIncomplete`) when a restore was cut
+        off between its renames, instead of creating an empty dir that hides the restored data."""
+        problem = unfinished_restore(self.path)
+        if problem:
+            raise DataDirIncomplete(problem)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.mkdir(mode=0o700)
+            self.path.chmod(0o700)  # mkdir's mode is masked by the umask
+            return
+        except FileExistsError:
+            pass
+        (self.path / RESTORE_READY).unlink(missing_ok=True)  # a restore stopped after its last rename
+        changed = make_private(self.path)
+        if changed:
+            log.warning("%s: took group and others' access away from %d path(s) (0700/0600)", self.path, changed)
+
     def has_journal(self) -> bool:
         """Whether this looks like a data dir at all (the journal is the one file every data dir has)."""
         return self.journal_file.is_file()
@@ -75,23 +159,31 @@ class DataDir:
         """The journal on the shared `database`, or in this data dir's SQLite file."""
         from .journal import Journal
 
-        return Journal(database or self.journal_file)
+        return Journal(database or self._private(self.journal_file))
 
     def open_limits(self, database: Database | None = None) -> LimitStore:
         from .limits import LimitStore
 
-        return LimitStore(database or self.path / LIMITS_FILE)
+        return LimitStore(database or self._private(self.path / LIMITS_FILE))
 
     def open_keys(self, database: Database | None = None) -> KeyStore:
         from .keys import KeyStore
 
-        return KeyStore(database or self.path / KEYS_FILE)
+        return KeyStore(database or self._private(self.path / KEYS_FILE))
+
+    def _private(self, file: Path) -> Path:
+        self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_file(file)
+        return file
 
     def open_vectors(self, url: str | None = None, *, process: bool = False) -> VectorStore:
         """The Chroma server at `url`, or the embedded store in `chroma/` (in a child process with `process`)."""
         from .vectors import VectorStore
 
-        return VectorStore(self.vectors_dir, url=url, process=process)
+        store = VectorStore(self.vectors_dir, url=url, process=process)
+        if url is None:  # Chroma creates its files with the umask's modes (later ones: the next start's prepare)
+            make_private(self.vectors_dir)
+        return store
 
     def remove_vectors(self) -> None:
         """Delete the embedded vector store (derived state: a reindex writes it again)."""
