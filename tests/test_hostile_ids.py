@@ -246,3 +246,24 @@ def test_mcp_tools_refuse_a_hostile_id_before_any_http_call(service: InProcessSe
     asyncio.run(scenario())
     assert not failures, "\n".join(failures)
     assert_intact(service, t)
+
+
+def test_the_cli_refuses_a_path_climbing_id_as_a_usage_error(service: InProcessService) -> None:
+    """`memory-service forget ../limits/burst` (or `get`, `limits set/consume/show`) is a usage error (exit 2)
+    before anything is sent, not a deleted limit."""
+    from memory_service.cli.main import main
+
+    t = plant(service)
+    client = ["--url", service.url, "--api-key", "key-a"]
+    for bad in hostile(t)[:4] + ["..", "."]:
+        for argv in (
+            ["forget", bad, *client],
+            ["get", bad, *client],
+            ["limits", "set", bad, "--daily-limit", "999", "--timezone", "UTC", *client],
+            ["limits", "consume", bad, "--agent-id", t.agent, *client],
+        ):
+            with pytest.raises(SystemExit) as refused:
+                main(argv)
+            assert refused.value.code == 2, argv
+    assert_intact(service, t)
+    assert main(["get", t.memory_id, *client]) == 0  # a real id still works

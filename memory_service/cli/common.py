@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TypeAlias
 
 import httpx
 
-from ..client.service import service_client
+from ..client.service import path_segment, service_client
 from ..config import ClientEnv, Settings
 
 # the object `add_subparsers()` returns, which each topic module adds its commands to
@@ -62,3 +63,16 @@ def positive_int(value: str) -> int:
     if number < 1:
         raise argparse.ArgumentTypeError(f"{value} is not 1 or more")
     return number
+
+
+def path_argument(what: str) -> Callable[[str], str]:
+    """An argparse type for a value the command puts into a URL path (an id, a limit name): encoded as one
+    segment, and `.`/`..` refused, so `forget ../limits/burst` is a usage error, not a deleted limit."""
+
+    def convert(value: str) -> str:
+        try:
+            return path_segment(value, what)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return convert

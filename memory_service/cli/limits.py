@@ -13,12 +13,11 @@ import argparse
 import json
 import sys
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 
 from ..client.service import service_client
-from .common import Subcommands, add_client_arguments
+from .common import Subcommands, add_client_arguments, path_argument
 
 EXIT_OK, EXIT_NO, EXIT_ERROR = 0, 1, 2
 
@@ -29,19 +28,19 @@ def add_limits_parser(subparsers: Subcommands) -> argparse.ArgumentParser:
     sub = limits.add_subparsers(dest="limits_command", required=True)
 
     put = sub.add_parser("set", help="create or change a limit")
-    put.add_argument("name")
+    put.add_argument("name", type=path_argument("limit name"))
     put.add_argument("--daily-limit", type=int, required=True, help="units per local day (0-1000000000)")
     put.add_argument("--timezone", required=True, help="IANA name whose calendar day counts, e.g. Europe/Madrid")
     put.add_argument("--per", choices=["team", "agent"], default="team", help="one counter per team or per agent")
 
     consume = sub.add_parser("consume", help="use units if the limit allows it (exit 1 when denied)")
-    consume.add_argument("name")
+    consume.add_argument("name", type=path_argument("limit name"))
     consume.add_argument("--agent-id", required=True)
     consume.add_argument("--amount", type=int, default=1)
     consume.add_argument("--idempotency-key", help="repeats on the same day count once")
 
     show = sub.add_parser("show", help="one limit's usage (with NAME) or all limits")
-    show.add_argument("name", nargs="?")
+    show.add_argument("name", nargs="?", type=path_argument("limit name"))
     show.add_argument("--agent-id", help="this agent's counter (per=agent limits)")
     show.add_argument("--days", type=int, help="with NAME: also the last N days (1-366)")
 
@@ -72,15 +71,15 @@ def _request(client: httpx.Client, args: argparse.Namespace) -> httpx.Response:
     command = args.limits_command
     if command == "set":
         body = {"daily_limit": args.daily_limit, "timezone": args.timezone, "per": args.per}
-        return client.put(f"/v1/limits/{quote(args.name, safe='')}", json=body)
+        return client.put(f"/v1/limits/{args.name}", json=body)
     if command == "consume":
         body = {"agent_id": args.agent_id, "amount": args.amount}
         if args.idempotency_key is not None:
             body["idempotency_key"] = args.idempotency_key
-        return client.post(f"/v1/limits/{quote(args.name, safe='')}/consume", json=body)
+        return client.post(f"/v1/limits/{args.name}/consume", json=body)
     if command == "show":
         params = {k: v for k, v in (("agent_id", args.agent_id), ("days", args.days)) if v is not None}
-        path = "/v1/limits" if args.name is None else f"/v1/limits/{quote(args.name, safe='')}"
+        path = "/v1/limits" if args.name is None else f"/v1/limits/{args.name}"
         return client.get(path, params=params)
     if command == "handled":
         if args.check:

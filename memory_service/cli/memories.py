@@ -11,7 +11,7 @@ import json
 import sys
 from typing import Any
 
-from .common import Subcommands, add_client_arguments, open_service, print_response
+from .common import Subcommands, add_client_arguments, open_service, path_argument, print_response
 
 
 def add_memory_parsers(subcommands: Subcommands) -> None:
@@ -65,7 +65,7 @@ def run_recall(args: argparse.Namespace) -> int:
 
 def _add_get(subcommands: Subcommands) -> argparse.ArgumentParser:
     parser = subcommands.add_parser("get", help="show a memory: status, facts, timings, errors")
-    parser.add_argument("id")
+    parser.add_argument("id", type=path_argument("memory id"))
     parser.set_defaults(func=run_get)
     return parser
 
@@ -96,7 +96,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 def _add_forget(subcommands: Subcommands) -> argparse.ArgumentParser:
     parser = subcommands.add_parser("forget", help="forget one memory by id, or all of an agent or run (--yes)")
-    parser.add_argument("id", nargs="?")
+    parser.add_argument("id", nargs="?", type=path_argument("memory id"))
     parser.add_argument("--agent-id")
     parser.add_argument("--run-id")
     parser.add_argument("--yes", action="store_true", help="confirm a bulk forget (it cannot be undone)")
@@ -124,8 +124,14 @@ def _add_export(subcommands: Subcommands) -> argparse.ArgumentParser:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    """Stream the export to a file or stdout as it arrives: a large team never sits in memory."""
-    out = open(args.out, "wb") if args.out and args.out != "-" else sys.stdout.buffer
+    """Stream the export to a file or stdout as it arrives: a large team never sits in memory. A new file is
+    its owner's only (0600, whatever the umask): it holds every text the team saved."""
+    import os
+
+    def private(path: str, flags: int) -> int:
+        return os.open(path, flags, 0o600)
+
+    out = open(args.out, "wb", opener=private) if args.out and args.out != "-" else sys.stdout.buffer
     try:
         with open_service(args) as client, client.stream("GET", "/v1/export") as response:
             if response.status_code >= 400:
