@@ -4,6 +4,7 @@ whichever pooled connection serves it."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
@@ -12,6 +13,7 @@ import httpx
 import pytest
 from conftest import InProcessApp
 
+from memory_service.console.session import COOKIE
 from memory_service.storage.database import READERS
 from memory_service.storage.keys import KeyStore
 
@@ -204,3 +206,20 @@ def test_a_key_revoked_by_another_connection_is_refused_at_once_on_every_pooled_
                 assert [_through(app, reader, key.key) for reader in range(READERS)] == [401] * READERS, trial
     finally:
         cli.close()
+
+
+def test_a_pinned_key_does_not_open_the_console(app: InProcessApp) -> None:
+    """The console browses the whole team (the operator's tool): a key pinned to an agent neither logs in nor
+    passes as a session cookie."""
+    _seed(app)
+    pinned = app.services.keys.create(TEAM, "admin", agent_id="mailer").key
+    with app.client(None) as browser:
+        token = re.search(r'name="csrf" value="([0-9a-f]+)"', browser.get("/ui/login").text)
+        assert token is not None
+        answer = browser.post("/ui/login", data={"key": pinned, "csrf": token.group(1)}, follow_redirects=False)
+        assert answer.status_code == 401 and "set-cookie" not in answer.headers
+    with app.client(None) as browser:
+        browser.cookies.set(COOKIE, pinned)
+        for page in ("/ui/memories", "/ui/limits", "/ui/handled"):
+            shown = browser.get(page, follow_redirects=False)
+            assert shown.status_code == 303 and CEO_TEXT not in shown.text, page

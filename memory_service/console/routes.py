@@ -111,10 +111,10 @@ async def login(request: Request) -> Response:
     if open_access(services):
         return see_other(target)
     key = form.get("key", "").strip()
-    if not key or caller_of_key(services, key) is None:
-        return render(
-            request, "login.html", None, 401, next=target, csrf=login_token(request), error="Unknown API key."
-        )
+    caller = caller_of_key(services, key) if key else None
+    if caller is None or caller.agent_id is not None:  # the console shows the whole team: not a pinned key's
+        error = "Unknown API key." if caller is None else "This key is pinned to an agent: use a team key."
+        return render(request, "login.html", None, 401, next=target, csrf=login_token(request), error=error)
     response = see_other(target)
     response.set_cookie(COOKIE, key, path=COOKIE_PATH, httponly=True, samesite="strict", secure=cookie_secure(request))
     return response

@@ -66,7 +66,7 @@ def resolve(request: Request) -> tuple[Session, str] | None:
         return Session(Settings.LOCAL_TEAM, csrf_token(_secret(request), "")), ""
     key = request.cookies.get(COOKIE, "")
     caller = caller_of_key(services, key) if key else None
-    if caller is None:
+    if caller is None or caller.agent_id is not None:  # a key pinned to an agent sees only its agent: no console
         return None
     return Session(caller.team, csrf_token(_secret(request), key), caller.role), key
 
