@@ -7,6 +7,7 @@ fake llama-server; the restore's crash window is a real process killed between t
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import signal
@@ -21,6 +22,7 @@ from pathlib import Path
 import pytest
 from conftest import KEYS, ROOT
 
+from memory_service.cli.memories import run_export
 from memory_service.config import Settings
 from memory_service.embedding.embedder import Embedder, load_embedder
 from memory_service.extraction.grounding import GroundedFact
@@ -287,3 +289,15 @@ def test_backups_and_restored_data_dirs_are_the_owners_only(tmp_path: Path, open
     restored = tmp_path / "restored"
     restore(saved, Settings(data_dir=restored, chroma_process=False))
     assert _modes(restored)["restored"] == 0o700 and _loose(restored) == {}
+
+
+def test_an_export_written_to_a_file_is_the_owners_only(
+    inprocess_service, fake_llama: FakeLlamaServer, tmp_path: Path, open_umask: None
+) -> None:
+    svc = inprocess_service(fake_llama.url)
+    with svc.client() as client:
+        assert client.post("/v1/remember", json={"agent_id": "bot", "text": "exported secret"}).status_code == 202
+    out = tmp_path / "team.jsonl"
+    assert run_export(argparse.Namespace(url=svc.url, api_key="key-a", out=str(out))) == 0
+    assert b"exported secret" in out.read_bytes()
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
