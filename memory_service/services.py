@@ -308,9 +308,10 @@ class Services(LimitsAndKeys):
         """Queue the team's failed job again, due now; False unless it had failed."""
         return self.journal.retry(team, memory_id, budget_s=self.settings.extract_budget_s)
 
-    def export(self, team: str) -> Iterator[dict[str, Any]]:
-        """Every memory of the team, oldest first, as export records (read lazily, batch by batch)."""
-        return catalog.export_records(self.journal, team)
+    def export(self, team: str, agent_id: str | None = None) -> Iterator[dict[str, Any]]:
+        """Every memory of the team (of `agent_id`, when given), oldest first, as export records (read lazily,
+        batch by batch)."""
+        return catalog.export_records(self.journal, team, agent_id)
 
     def import_records(self, records: list[dict], team: str, *, re_extract: bool) -> ImportTally:
         """Store validated export records; `saved` must follow when any were imported."""

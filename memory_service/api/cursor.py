@@ -7,6 +7,8 @@ import json
 
 from fastapi import HTTPException
 
+from ..contract.types import MAX_EPOCH_S, MIN_EPOCH_S
+
 
 def encode(position: tuple[float, str]) -> str:
     raw = json.dumps([position[0], position[1]], separators=(",", ":")).encode()
@@ -18,8 +20,11 @@ def decode(cursor: str) -> tuple[float, str]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         created_at, memory_id = json.loads(raw)
-        if not isinstance(memory_id, str) or isinstance(created_at, bool):
+        if not isinstance(memory_id, str) or not isinstance(created_at, (int, float)) or isinstance(created_at, bool):
             raise ValueError
-        return float(created_at), memory_id
-    except (ValueError, TypeError):
+        position = float(created_at)  # OverflowError for a 400-digit integer
+        if not MIN_EPOCH_S <= position <= MAX_EPOCH_S:  # also NaN and infinities, which json.loads reads
+            raise ValueError
+        return position, memory_id
+    except (ValueError, TypeError, OverflowError, RecursionError):
         raise HTTPException(400, "cursor is not valid: pass the next_cursor of the previous page unchanged") from None

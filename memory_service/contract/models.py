@@ -5,10 +5,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from .types import (
+    MAX_FACT_SPANS,
+    MAX_IMPORT_FACTS,
     AgentId,
+    Day,
+    EpochSeconds,
     ExportId,
     FreeText,
     IdempotencyKey,
@@ -16,6 +20,7 @@ from .types import (
     JsonFloat,
     JsonInt,
     Metadata,
+    Moment,
     RunId,
     Tags,
 )
@@ -63,9 +68,10 @@ class RememberRequest(Strict):
         description="A repeat with the same key (per team) returns the first save, with header "
         "`Idempotent-Replayed: true`.",
     )
-    occurred_at: datetime | None = Field(
+    occurred_at: Moment | None = Field(
         default=None,
-        description="When what the text tells happened (ISO-8601; with an offset it counts in that "
+        description="When what the text tells happened (ISO-8601, 0002-01-01 to 9998-12-31; with an offset it "
+        "counts in that "
         "offset, without one in MEMORY_TIMEZONE). Relative dates in its facts "
         "('yesterday') count from that day. Default: the save time.",
     )
@@ -152,8 +158,8 @@ class RecallRequest(Strict):
         "(MEMORY_CONSOLIDATE), with all their sources.",
     )
     tags: Tags = Field(default_factory=list, description="Items must carry all of these.")
-    since: datetime | None = None
-    until: datetime | None = None
+    since: Moment | None = None
+    until: Moment | None = None
     time_field: Literal["created_at", "occurred_at"] = Field(
         default="created_at",
         description="What since/until compare: when the text was saved, or when what it "
@@ -223,15 +229,23 @@ class ForgetResponse(BaseModel):
     deleted: int
 
 
+Span = tuple[JsonInt, JsonInt]
+
+
 class ExportedFact(BaseModel):
     """A fact as `/v1/export` writes it and `/v1/import` reads it."""
 
     id: ExportId
     text: FreeText = Field(min_length=1, max_length=4096)
-    spans: list[tuple[int, int]] = Field(default_factory=list)
-    created_at: float | None = None
-    superseded_by: str | None = None
-    superseded_at: float | None = None
+    spans: list[Span] = Field(
+        default_factory=list,
+        max_length=MAX_FACT_SPANS,
+        description=f"[start, end) character offsets in the memory's text, 0 <= start < end <= its length; "
+        f"[0, 0]: supported without a span. At most {MAX_FACT_SPANS}.",
+    )
+    created_at: EpochSeconds | None = None
+    superseded_by: ExportId | None = None
+    superseded_at: EpochSeconds | None = None
 
 
 class ExportedMemory(BaseModel):
@@ -243,12 +257,14 @@ class ExportedMemory(BaseModel):
     run_id: RunId | None = None
     tags: Tags = Field(default_factory=list)
     metadata: Metadata = Field(default_factory=dict)
-    created_at: float
+    created_at: EpochSeconds
     status: JobStatus = JobStatus.QUEUED
     idempotency_key: IdempotencyKey | None = None
-    occurred_at: float | None = None
-    occurred_day: str | None = Field(default=None, pattern=r"^\d{4}-\d{2}-\d{2}$")
-    facts: list[ExportedFact] = Field(default_factory=list)
+    occurred_at: EpochSeconds | None = None
+    occurred_day: Day | None = None
+    facts: list[ExportedFact] = Field(
+        default_factory=list, max_length=MAX_IMPORT_FACTS, description=f"At most {MAX_IMPORT_FACTS}."
+    )
 
     @field_validator("text")
     @classmethod
@@ -256,6 +272,22 @@ class ExportedMemory(BaseModel):
         if not value.strip():
             raise ValueError("text is empty or only whitespace")
         return value
+
+    @field_validator("facts")
+    @classmethod
+    def _spans_inside_text(cls, facts: list[ExportedFact], info: ValidationInfo) -> list[ExportedFact]:
+        """A span past the text would point a fact's source view at nothing (or at another text's words)."""
+        if "text" not in info.data:  # the text was refused: that error is reported
+            return facts
+        length = len(info.data["text"])
+        for i, fact in enumerate(facts):
+            for start, end in fact.spans:
+                if (start, end) != (0, 0) and not 0 <= start < end <= length:
+                    raise ValueError(
+                        f"fact {i}: span [{start}, {end}] is not inside the text: 0 <= start < end <= {length} "
+                        "(the text's length in characters)"
+                    )
+        return facts
 
 
 class ImportResponse(BaseModel):

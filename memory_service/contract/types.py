@@ -6,6 +6,7 @@ each 422 says the rule in words (pydantic's own message would only quote a regul
 
 from __future__ import annotations
 
+from datetime import UTC, date, datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -38,6 +39,16 @@ NO_CONTROL_CHARS = r"^[^\x00-\x1f\x7f]+$"
 NO_NUL = r"^[^\x00]+$"
 MAX_METADATA_DEPTH = 32
 NUL_RULE = "must not contain NUL characters (\\u0000)"
+# What one imported line may carry: far above what extraction stores for one text (at most
+# MEMORY_MAX_FACTS a chunk, 3 spans a fact and chunk), low enough that a line is one short transaction.
+MAX_IMPORT_FACTS = 1000
+MAX_FACT_SPANS = 64
+# Every moment the API takes: a year of margin inside datetime's range (years 1-9999), so neither an
+# offset, a zone nor a relative date ("last year") taken from one can step out of it.
+MIN_MOMENT = datetime(2, 1, 1, tzinfo=UTC)
+MAX_MOMENT = datetime(9998, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
+MIN_EPOCH_S, MAX_EPOCH_S = MIN_MOMENT.timestamp(), MAX_MOMENT.timestamp()
+MOMENT_RULE = "between 0002-01-01 and 9998-12-31 (UTC)"
 
 
 class JobStatus(StrEnum):
@@ -76,6 +87,27 @@ def _tz(value: str) -> str:
 def _no_nul(value: str) -> str:
     if "\x00" in value:
         raise ValueError(NUL_RULE)
+    return value
+
+
+def _moment(value: datetime) -> datetime:
+    """In range once converted to UTC (a naive time read as UTC: its real zone is less than a day off)."""
+    try:
+        utc = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    except OverflowError:  # the offset pushed it past year 1 or 9999
+        utc = None
+    if utc is None or not MIN_MOMENT <= utc <= MAX_MOMENT:
+        raise ValueError(f"must be a date-time {MOMENT_RULE}")
+    return value
+
+
+def _day(value: str) -> str:
+    try:
+        day = date.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not a calendar date (YYYY-MM-DD)") from None
+    if not MIN_MOMENT.date() <= day <= MAX_MOMENT.date():
+        raise ValueError(f"must be a date {MOMENT_RULE}")
     return value
 
 
@@ -187,6 +219,26 @@ ExportId = Annotated[
 # (constraints of an optional one go in its own Annotated, before the validator, or the schema loses them)
 JsonInt = Annotated[int, Field(strict=True), BeforeValidator(whole_float_as_int)]
 JsonFloat = Annotated[float, Field(strict=True)]
+EPOCH_RULE = f"seconds since 1970-01-01 UTC, a finite JSON number {MOMENT_RULE}"
+# A moment as the journal stores it and export writes it (NaN, Infinity and 1e20 refused)
+EpochSeconds = Annotated[
+    float,
+    Field(strict=True, allow_inf_nan=False, ge=MIN_EPOCH_S, le=MAX_EPOCH_S, description=EPOCH_RULE),
+    _rule(EPOCH_RULE),
+]
+# A moment the caller gives as ISO-8601 (remember's occurred_at, recall's and list's since/until)
+Moment = Annotated[
+    datetime,
+    AfterValidator(_moment),
+    Field(description=f"ISO-8601 date-time {MOMENT_RULE}"),
+]
+DAY_RULE = f"a calendar date YYYY-MM-DD {MOMENT_RULE}"
+Day = Annotated[
+    str,
+    Field(pattern=r"^\d{4}-\d{2}-\d{2}$", description=DAY_RULE),
+    _rule(DAY_RULE),
+    AfterValidator(_day),
+]
 Metadata = Annotated[
     dict[str, Any],
     AfterValidator(check_metadata),

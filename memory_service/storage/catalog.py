@@ -82,11 +82,15 @@ def list_memories(
     return items, (last.created_at, last.id) if last is not None else None
 
 
-def export_records(journal: Journal, team: str, batch: int = 200) -> Iterator[dict[str, Any]]:
-    """Every memory of the team, oldest first, with its facts (spans, supersession history)."""
+def export_records(
+    journal: Journal, team: str, agent_id: str | None = None, batch: int = 200
+) -> Iterator[dict[str, Any]]:
+    """Every memory of the team (of one agent when `agent_id` is given), oldest first, with its facts (spans,
+    supersession history)."""
     after: Cursor | None = None
+    flt = ListFilter(agent_id=agent_id)
     while True:
-        page, after = list_memories(journal, team, ListFilter(), limit=batch, after=after, newest_first=False)
+        page, after = list_memories(journal, team, flt, limit=batch, after=after, newest_first=False)
         for item in page:
             yield _record(journal, team, item.memory)
         if after is None:
@@ -137,7 +141,8 @@ def import_record(
 ) -> tuple[Memory, bool, list[ImportedFact]]:
     """Insert one exported memory (idempotent: keyed on its original idempotency key or id).
 
-    Returns (memory, created, active facts newly stored: these still need vectors).
+    Returns (memory, created, active facts newly stored). Those are stored as not yet indexed: their vectors
+    are written after the commit, and if that fails the indexer's sweep writes them.
     """
     now = time.time() if now is None else now
     key = record.get("idempotency_key") or f"import:{record['id']}"
@@ -186,7 +191,7 @@ def _insert_fact(
     norm = normalize(fact["text"])
     created = conn.execute(
         "INSERT INTO facts (id, team, agent_id, memory_id, text, norm, shape, tags, created_at, "
-        "superseded_by, superseded_at) VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING",
+        "superseded_by, superseded_at, indexed) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING",
         (
             fact_id,
             team,
@@ -199,6 +204,7 @@ def _insert_fact(
             float(fact.get("created_at") or record["created_at"]),
             superseded_by,
             fact.get("superseded_at"),
+            int(superseded_by is not None),  # a superseded value never gets a vector; an active one: see above
         ),
     ).rowcount
     for start, end in fact.get("spans") or [(0, 0)]:

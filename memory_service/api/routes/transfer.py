@@ -57,9 +57,11 @@ _EXPORTED: Responses = {200: {"description": "One ExportedMemory a line, oldest 
 
 
 @router.get("/v1/export", response_class=StreamingResponse, responses=_EXPORTED | error_responses(401))
-async def export_route(team: Team, services: ServicesDep) -> StreamingResponse:
-    """Every memory of the team, oldest first, one JSON object a line, with facts, spans and history."""
-    return StreamingResponse(export_chunks(services.export(team)), media_type=NDJSON)
+async def export_route(request: Request, team: Team, services: ServicesDep) -> StreamingResponse:
+    """Every memory of the team, oldest first, one JSON object a line, with facts, spans and history.
+    A key pinned to an agent exports that agent's memories only."""
+    caller: Caller = request.state.caller
+    return StreamingResponse(export_chunks(services.export(team, caller.agent_id)), media_type=NDJSON)
 
 
 def export_chunks(records: Iterable[dict], size: int = EXPORT_CHUNK) -> Iterator[bytes]:
