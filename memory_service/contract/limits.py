@@ -16,6 +16,11 @@ from .types import AgentId, HandledKey, IdempotencyKey, JsonInt, Timezone, whole
 
 TtlDays = Annotated[int, Field(strict=True, ge=1, le=MAX_TTL_DAYS), BeforeValidator(whole_float_as_int)]
 
+# A recall query's distinct content words that steer its keyword search and weigh its hits: the most
+# informative (ids and numbers first, then the longest). Each costs an index look-up; a 1,000-word query
+# cost ~35x a short one before this bound.
+MAX_QUERY_WORDS = 32
+
 
 class LimitSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")

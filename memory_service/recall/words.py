@@ -7,6 +7,7 @@ import re
 import unicodedata
 
 from ..contract.text import STOPWORDS, normalize
+from ..storage.keyword import most_informative
 
 
 def stem(word: str) -> str | None:
@@ -19,6 +20,12 @@ def stems(text: str) -> frozenset[str]:
     return frozenset(s for s in map(stem, normalize(text).split()) if s is not None)
 
 
+def query_stems(query: str) -> frozenset[str]:
+    """The stems a query's hits are weighed by: at most `MAX_QUERY_WORDS`, the most informative (as the
+    keyword search picks its words), so a 1,000-word query costs no more per candidate than a short one."""
+    return frozenset(most_informative(sorted(stems(query))))
+
+
 class QueryWords:
     """Which of one query's word stems a text holds, found by one regex per recall.
 
@@ -28,7 +35,7 @@ class QueryWords:
     """
 
     def __init__(self, query: str) -> None:
-        self.terms = stems(query)
+        self.terms = query_stems(query)
         # a word (as `normalize` splits them) that starts with one of the stems; checked whole below
         alternatives = "|".join(sorted((re.escape(t) for t in self.terms), key=len, reverse=True))
         self._pattern = re.compile(rf"(?<![0-9a-z])(?:{alternatives})[0-9a-z]*(?:'[a-z]+)?") if alternatives else None

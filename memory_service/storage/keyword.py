@@ -1,8 +1,12 @@
 """Keyword search over a team's passages and active facts, with recall's filters inside the query.
 
-SQLite: FTS5 with BM25, bounded so a common word does not make it rank every row (rarest words first,
-from `fts5vocab` document frequencies). PostgreSQL: `tsvector @@ tsquery` over a GIN index, ranked with
+SQLite: FTS5 finds the rows, bounded so a common word does not make it rank every row (the team's rarest
+words first), and `team_bm25` ranks them. PostgreSQL: `tsvector @@ tsquery` over a GIN index, ranked with
 `ts_rank_cd`. Both: a text is findable the moment its save commits.
+
+Nothing another team stores may change a team's answer (ids, order, scores): every count that picks the
+plan or ranks a row is the team's own (FTS5's `bm25()` and `fts5vocab` count every team's rows), and a
+cache is keyed by team. At most `MAX_QUERY_WORDS` query words are used (`keyword_words`).
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ import time
 from functools import lru_cache
 from typing import Any
 
+from ..contract.limits import MAX_QUERY_WORDS
 from ..contract.text import STOPWORDS
+from . import team_bm25
 from .database import Database
 from .records import DELETED, KeywordHit, tags_of
 
@@ -27,6 +33,7 @@ KEYWORD_AGENT_SET_ROWS = 5000  # an agent with at most this many rows is filtere
 DOC_FREQ_TTL_S = 30.0  # document frequencies only bound the work: a slightly old count is fine
 
 _FTS_TOKEN = re.compile(r"[\w]+", re.UNICODE)
+_DIGIT = re.compile(r"\d")
 _PLAIN_TAG = re.compile(r"[\x20\x21\x23-\x5b\x5d-\x7e]+")  # printable ASCII but `"` and `\`
 
 
@@ -44,6 +51,23 @@ def fts_query(text: str) -> str | None:
 def fts_words(text: str) -> list[str]:
     """The query's content words, once each, in order."""
     return list(dict.fromkeys(w for w in _FTS_TOKEN.findall(text.lower()) if len(w) > 1 and w not in STOPWORDS))
+
+
+def most_informative(words: list[str], keep: int = MAX_QUERY_WORDS) -> list[str]:
+    """At most `keep` of `words`, in their order: those holding a digit (ids, numbers) first, then the longest.
+
+    Chosen from the words alone, no index statistic: what another team stores cannot change the choice,
+    and a 1,000-word query costs no look-up per word."""
+    if len(words) <= keep:
+        return words
+    ranked = sorted(range(len(words)), key=lambda i: (_DIGIT.search(words[i]) is None, -len(words[i]), i))
+    chosen = set(ranked[:keep])
+    return [w for i, w in enumerate(words) if i in chosen]
+
+
+def keyword_words(text: str) -> list[str]:
+    """The query words the keyword search uses: its content words, bounded (`most_informative`)."""
+    return most_informative(fts_words(text))
 
 
 class PorterStems:
@@ -167,7 +191,7 @@ class KeywordSearch:
         looking at no more than the newest `KEYWORD_MAX_SCANNED`. Ranking every row that shares one common
         word with the query was the slowest part of recall at 100k facts.
         """
-        words = fts_words(query)
+        words = keyword_words(query)
         if not words:
             return []
         with self.db.reading() as conn:
@@ -195,7 +219,7 @@ class KeywordSearch:
         ):
             if kind not in kinds:
                 continue
-            match = self._bounded_match(conn, fts, words)
+            match = self._bounded_match(conn, fts, table, team, words)
             where, args = _item_filter(kind, agent_id, tags, since, until)
             # CROSS JOIN keeps the FTS match as the outer loop: the planner may otherwise scan the
             # team's rows and probe the index per row (seconds); newest rows first when capped
@@ -204,18 +228,25 @@ class KeywordSearch:
                 # match instead of a row read (a large agent's set would cost more to build than it saves)
                 where += f" AND +{fts}.rowid IN (SELECT rowid FROM {table} WHERE team = ? AND agent_id = ?)"
                 args += [team, agent_id]
-            floor = self._scan_floor(conn, fts, match) if filtered else None
+            floor = self._scan_floor(conn, fts, table, team, match) if filtered else None
             if floor is not None:
                 where += f" AND {fts}.rowid >= ?"
                 args.append(floor)
             sql = (
-                f"SELECT * FROM (SELECT {cols}, bm25({fts}) AS r FROM {fts} CROSS JOIN {table} t "
+                f"SELECT {cols}, {fts}.rowid FROM {fts} CROSS JOIN {table} t "
                 f"ON t.rowid = {fts}.rowid WHERE {fts} MATCH ? AND t.team = ? {where} "
-                f"ORDER BY {fts}.rowid DESC LIMIT ?) ORDER BY r LIMIT ?"
+                f"ORDER BY {fts}.rowid DESC LIMIT ?"
             )
-            for row in conn.execute(sql, (match, team, *args, KEYWORD_MAX_RANKED, limit)):
-                hits.append(_hit(kind, row, row[6]))
+            rows = conn.execute(sql, (match, team, *args, KEYWORD_MAX_RANKED)).fetchall()
+            hits += self._ranked(kind, words, rows, limit)
         return hits
+
+    def _ranked(self, kind: str, words: list[str], rows: list[Any], limit: int) -> list[KeywordHit]:
+        """The team's candidates by BM25 among themselves (`team_bm25`), best first (ties: newest first)."""
+        prefixes = team_bm25.word_prefixes(words, [self._stems.of(w) for w in words])
+        scored = team_bm25.scores(prefixes, [row[2] for row in rows])
+        order = sorted(range(len(rows)), key=lambda i: (-scored[i], -int(rows[i][6])))[:limit]
+        return [_hit(kind, rows[i], -scored[i]) for i in order]
 
     def _keyword_postgres(
         self,
@@ -252,18 +283,18 @@ class KeywordSearch:
                 hits.append(_hit(kind, row, -float(row[6])))
         return hits
 
-    def _bounded_match(self, conn: Any, fts: str, words: list[str]) -> str:
+    def _bounded_match(self, conn: Any, fts: str, table: str, team: str, words: list[str]) -> str:
         """The FTS5 expression that bounds how many rows get ranked.
 
-        Words are taken rarest first (document frequencies from `fts5vocab`) while together they match at
-        most `KEYWORD_RARE_ROWS` rows; if that is every word, the plain OR of all words. Otherwise rows with
+        Words are taken rarest first (the team's document frequencies, `_team_doc_freq`) while together
+        they match at most `KEYWORD_RARE_ROWS` of the team's rows; if that is every word, the plain OR of all words. Otherwise rows with
         one of those rare words OR with all the words the index holds: an id, a number or a name (rare) is
         never dropped, the common words still count in BM25 (they are phrases of the expression), and a
         query of common words ranks the rows that hold them all. A word no row holds ("long" in "how long
         did the deploy take") stays among the rare ones, so a text saved since its count was cached is
         found by it, but it is left out of the all-words group, which it would otherwise empty.
         """
-        df = {w: self._doc_freq(conn, fts, w) for w in words}
+        df = {w: self._team_doc_freq(conn, fts, table, team, w) for w in words}
         ordered = sorted(words, key=lambda w: df[w])
         rare: list[str] = []
         total = 0
@@ -278,12 +309,14 @@ class KeywordSearch:
         held = _joined([w for w in words if df[w] > 0], "AND")
         return f"{_joined(rare, 'OR')} OR ({held})" if rare else held
 
-    def _scan_floor(self, conn: Any, fts: str, match: str) -> int | None:
-        """The rowid of the `KEYWORD_MAX_SCANNED`-th newest match (None if fewer): a filter that keeps few
-        rows must not make the search walk every match. Walking the index alone is cheap."""
+    def _scan_floor(self, conn: Any, fts: str, table: str, team: str, match: str) -> int | None:
+        """The rowid of the team's `KEYWORD_MAX_SCANNED`-th newest match (None if fewer): a filter that keeps
+        few rows must not make the search walk every match. The team's: another team's newer matches must
+        not push this team's rows out."""
         row = conn.execute(
-            f"SELECT rowid FROM {fts} WHERE {fts} MATCH ? ORDER BY rowid DESC LIMIT 1 OFFSET ?",
-            (match, KEYWORD_MAX_SCANNED - 1),
+            f"SELECT {fts}.rowid FROM {fts} CROSS JOIN {table} t ON t.rowid = {fts}.rowid "
+            f"WHERE {fts} MATCH ? AND t.team = ? ORDER BY {fts}.rowid DESC LIMIT 1 OFFSET ?",
+            (match, team, KEYWORD_MAX_SCANNED - 1),
         ).fetchone()
         return None if row is None else int(row[0])
 
@@ -298,23 +331,46 @@ class KeywordSearch:
                 0
             ]
         )
-        self._df_cache[(table, f"{team}\x00{agent_id}")] = (count, now)
+        self._cache((table, f"{team}\x00{agent_id}"), count, now)
         return count
 
-    def _doc_freq(self, conn: Any, fts: str, word: str) -> int:
-        """Rows of `fts` (all teams) holding `word`: a bound for one team. A phrase counts its rarest token.
+    def _team_doc_freq(self, conn: Any, fts: str, table: str, team: str, word: str) -> int:
+        """The team's rows of `fts` holding `word`, counted up to `KEYWORD_RARE_ROWS + 1` (past it a word
+        is common, whatever the count). Only the team's rows: another team's must not change the plan.
 
-        Cached for `DOC_FREQ_TTL_S`: a look-up walks every index segment (~0.5 ms at 100k rows)."""
+        Every team's count (`_doc_freq`) bounds it: a word no row holds costs no walk. Cached per team for
+        `DOC_FREQ_TTL_S`: a count walks the word's matches, joined to their team."""
         now = time.monotonic()
-        cached = self._df_cache.get((fts, word))
+        key = (fts, f"{team}\x00{word}")
+        cached = self._df_cache.get(key)
         if cached is not None and now - cached[1] < DOC_FREQ_TTL_S:
             return cached[0]
+        df = 0
+        if self._doc_freq(conn, fts, word) > 0:
+            df = int(
+                conn.execute(
+                    f"SELECT count(*) FROM (SELECT 1 FROM {fts} CROSS JOIN {table} t ON t.rowid = {fts}.rowid "
+                    f"WHERE {fts} MATCH ? AND t.team = ? LIMIT ?)",
+                    (f'"{word}"', team, KEYWORD_RARE_ROWS + 1),
+                ).fetchone()[0]
+            )
+        self._cache(key, df, now)
+        return df
+
+    def _doc_freq(self, conn: Any, fts: str, word: str) -> int:
+        """Rows of `fts` (all teams) holding `word`: only a bound for one team's count, never used as one.
+        A phrase counts its rarest token. Not cached: a look-up costs ~0.5 ms at 100k rows."""
         counts = [
             conn.execute(f"SELECT doc FROM temp.{fts}_vocab WHERE term = ?", (term,)).fetchone()
             for term in self._stems.of(word)
         ]
-        df = min((int(c[0]) if c else 0 for c in counts), default=0)
+        return min((int(c[0]) if c else 0 for c in counts), default=0)
+
+    def _cache(self, key: tuple[str, str], value: int, now: float) -> None:
+        """Keep a team's count; a full cache sheds its expired entries, then (still full) everything."""
         if len(self._df_cache) > 20_000:
-            self._df_cache.clear()
-        self._df_cache[(fts, word)] = (df, now)
-        return df
+            for old in [k for k, (_, at) in self._df_cache.items() if now - at >= DOC_FREQ_TTL_S]:
+                del self._df_cache[old]
+            if len(self._df_cache) > 20_000:
+                self._df_cache.clear()
+        self._df_cache[key] = (value, now)
