@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
@@ -56,10 +57,22 @@ class Settings(BaseSettings):
         default=None, validation_alias=AliasChoices("MEMORY_CHAT_TEMPLATE_FILE", "llama_chat_template_file")
     )
     api_keys: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)  # key -> team
+    # host names a keyless service answers to besides 127.0.0.1, localhost and [::1] (a reverse proxy's name):
+    # any other Host is refused, so a web page cannot reach the service through DNS rebinding
+    trusted_hosts: Annotated[tuple[str, ...], NoDecode] = ()
+    # a bearer token that may read /metrics (a Prometheus scrape) when keys are configured; admin keys may too
+    metrics_token: str | None = None
     extract_budget_s: float = Field(default=20.0, ge=0.5, le=3600)
     max_output_tokens: int = Field(default=384, ge=16, le=8192)
     max_attempts: int = Field(default=4, ge=1, le=100)
     retry_base_s: float = Field(default=2.0, ge=0.0, le=3600)
+    # a machine busy with something else can leave even the smallest piece of a text unable to finish within
+    # the budget: the job then waits (no attempt spent) this long, doubling each time up to the max, and
+    # resumes sooner once a call fits its window again; slower than the budget for `slow_give_up_s` is no
+    # busy moment but a model too slow for it: its timeouts spend attempts again (0: never wait)
+    slow_pause_s: float = Field(default=60.0, ge=0.05, le=86400)
+    slow_pause_max_s: float = Field(default=4 * 3600.0, ge=0.05, le=7 * 86400)
+    slow_give_up_s: float = Field(default=86400.0, ge=0, le=30 * 86400)
     max_text_bytes: int = Field(default=64 * 1024, ge=1, le=16 * 1024 * 1024)
     # a client must finish its request headers this long after starting them, and may not stall a body longer
     # than this between bytes: a slow or stuck client cannot hold a connection for ever (slowloris)
@@ -110,6 +123,11 @@ class Settings(BaseSettings):
     @classmethod
     def _parse_api_keys(cls, value: Any) -> Any:
         return parse_api_keys(value) if isinstance(value, str) else value
+
+    @field_validator("trusted_hosts", mode="before")
+    @classmethod
+    def _parse_trusted_hosts(cls, value: Any) -> Any:
+        return parse_trusted_hosts(value) if isinstance(value, str) else value
 
     @field_validator("llm_url")
     @classmethod
@@ -232,6 +250,9 @@ def speed_prior_variable(speed_prior: tuple[float, float]) -> dict[str, str]:
     return {WORKER_SPEED_PRIOR: json.dumps(list(speed_prior))}
 
 
+_SECRET_FIELDS = frozenset({"api_keys", "metrics_token"})  # never echoed: the value holds keys
+
+
 def _explain(exc: ValidationError) -> str:
     """One line per bad variable: its name, the value given, and what is allowed."""
     lines = []
@@ -239,21 +260,35 @@ def _explain(exc: ValidationError) -> str:
         field = str(error["loc"][0]) if error["loc"] else "?"
         name = "MEMORY_CHAT_TEMPLATE_FILE" if field == "llama_chat_template_file" else f"MEMORY_{field.upper()}"
         message = error["msg"].removeprefix("Value error, ")
-        lines.append(f"{name}={error.get('input')!r}: {message}")
+        shown = "<hidden>" if field in _SECRET_FIELDS else repr(error.get("input"))
+        lines.append(f"{name}={shown}: {message}")
     return "; ".join(lines)
 
 
 def parse_api_keys(raw: str) -> dict[str, str]:
-    """`key:team,key:team` -> {key: team}."""
+    """`key:team,key:team` -> {key: team}. An error names the entry by its number, never its text: the
+    message reaches logs and terminals, and the entry (or its neighbours) may be a valid key."""
     keys: dict[str, str] = {}
-    for entry in filter(None, (part.strip() for part in raw.split(","))):
+    for number, entry in enumerate(filter(None, (part.strip() for part in raw.split(","))), 1):
         key, sep, team = entry.partition(":")
-        if not sep or not key.strip() or not team.strip():
-            raise ValueError(f"entry {entry!r} must look like 'key:team'")
+        if not sep:
+            raise ValueError(f"entry {number} has no ':' (each entry must look like 'key:team')")
+        if not key.strip() or not team.strip():
+            raise ValueError(f"entry {number} has an empty {'key' if not key.strip() else 'team'} (want 'key:team')")
         if key.strip() in keys:
-            raise ValueError(f"the key for team {team!r} is listed twice")
+            raise ValueError(f"entry {number} repeats the key of an earlier entry")
         keys[key.strip()] = team.strip()
     return keys
+
+
+def parse_trusted_hosts(raw: str) -> tuple[str, ...]:
+    """`proxy.example,memory.lan` -> host names (lower case, no port) a keyless service answers to."""
+    hosts: list[str] = []
+    for number, entry in enumerate(filter(None, (part.strip().lower() for part in raw.split(","))), 1):
+        if not re.fullmatch(r"\[[0-9a-f:.]+\]|[a-z0-9_-]+(\.[a-z0-9_-]+)*", entry):
+            raise ValueError(f"entry {number} must be a bare host name such as proxy.example (no scheme, port or path)")
+        hosts.append(entry)
+    return tuple(hosts)
 
 
 def parse_llm_urls(raw: str) -> list[str]:

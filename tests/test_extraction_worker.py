@@ -84,7 +84,7 @@ def test_the_app_runs_the_workers_in_its_lifespan_when_asked(services: Services)
     """`create_app(..., run_workers=True)` through TestClient: the save is done before the answer comes back,
     and the stores stay open to their owner after the lifespan ends."""
     app = create_app(services.settings, services=services, run_workers=True)
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://127.0.0.1") as client:  # keyless: answers loopback names only
         saved = client.post("/v1/remember", json={"text": TEXT, "agent_id": "oncall", "wait_s": 30})
         assert saved.status_code == 202 and saved.json()["status"] == "done", saved.text
         memory = client.get(f"/v1/memories/{saved.json()['id']}").json()

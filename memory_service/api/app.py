@@ -16,6 +16,7 @@ from ..config import ConfigError, Settings, is_loopback
 from ..services import KEYS_FILE, Services
 from ..storage.keys import KeyStore
 from . import errors
+from .host_guard import HostGuard
 from .request_id import RequestId
 from .routes import health as routes_health
 from .routes import keys as routes_keys
@@ -176,6 +177,8 @@ def create_app(
     app.add_middleware(
         BodySizeLimit, max_body=settings.max_text_bytes * 4 + BODY_OVERHEAD_BYTES, max_text=settings.max_text_bytes
     )
+    # before any body is read: a page in a browser reaches a keyless service only from a trusted name
+    app.add_middleware(HostGuard, trusted=settings.trusted_hosts, bound=settings.host)
     app.add_middleware(RequestId, access=settings.access_log)  # outermost: even a refused body gets its id
 
     for module in (

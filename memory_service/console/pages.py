@@ -9,9 +9,10 @@ from typing import Any
 
 from ..config import Settings
 from ..contract.models import MemoryOut
-from .highlight import Segment, segments
+from .highlight import MAX_MARKED, Segment, highlight
 
 STATUSES = ("queued", "extracting", "done", "failed")
+SPANS_LISTED = 20  # a fact's spans listed beside it as [start–end]; the rest are counted
 PENDING = ("queued", "extracting")
 
 
@@ -57,6 +58,7 @@ class FactRow:
     spans: list[list[int]]
     superseded_by: str | None
     replaced_by_text: str | None
+    spans_more: int = 0  # spans beyond SPANS_LISTED, not listed
 
 
 @dataclass
@@ -65,6 +67,8 @@ class MemoryPage:
     facts: list[FactRow]
     history: list[FactRow]
     segments: list[Segment]
+    unmarked: int = 0  # spans not marked in the text, beyond MAX_MARKED
+    max_marked: int = MAX_MARKED
     timing_rows: list[tuple[str, Any]] = field(default_factory=list)
     attempt_rows: list[tuple[str, Any]] = field(default_factory=list)
 
@@ -83,9 +87,17 @@ def memory_page(memory: MemoryOut, replaced_texts: dict[str, str]) -> MemoryPage
     active = [f for f in memory.facts if f.superseded_by is None]
     old = [f for f in memory.facts if f.superseded_by is not None]
     rows = [
-        FactRow(n, f.text, f.spans, f.superseded_by, replaced_texts.get(f.superseded_by or ""))
+        FactRow(
+            n,
+            f.text,
+            f.spans[:SPANS_LISTED],
+            f.superseded_by,
+            replaced_texts.get(f.superseded_by or ""),
+            max(0, len(f.spans) - SPANS_LISTED),
+        )
         for n, f in enumerate(active + old, 1)
     ]
+    marked = highlight(memory.text, [f.spans for f in active + old])
     timings = memory.timings or {}
     timing_rows = [(label, timings[key]) for key, label in TIMING_LABELS.items() if key in timings]
     attempt = timings.get("attempt") or {}
@@ -96,7 +108,8 @@ def memory_page(memory: MemoryOut, replaced_texts: dict[str, str]) -> MemoryPage
         memory=memory,
         facts=rows[: len(active)],
         history=rows[len(active) :],
-        segments=segments(memory.text, [r.spans for r in rows]),
+        segments=marked.segments,
+        unmarked=marked.omitted,
         timing_rows=timing_rows,
         attempt_rows=attempt_rows,
     )

@@ -7,7 +7,6 @@ through the same stores; every POST checks its origin and CSRF token first.
 from __future__ import annotations
 
 import asyncio
-import hmac
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import urlencode
@@ -23,6 +22,7 @@ from ..api import errors
 from ..api.auth import caller_of_key, open_access
 from ..api.routes.memories import memory_out
 from ..contract.limit_rules import InvalidInput, LimitNotFound
+from ..contract.models import MemoryOut
 from ..recall.search import RecallQuery
 from ..storage.catalog import ListFilter
 from ..storage.keys import role_allows
@@ -43,6 +43,7 @@ from .session import (
     resolve,
     safe_next,
     same_origin,
+    token_matches,
 )
 
 if TYPE_CHECKING:
@@ -105,7 +106,7 @@ async def login_form(request: Request, next: str = "") -> Response:
 async def login(request: Request) -> Response:
     form = await read_form(request)
     target = safe_next(form.get("next"))
-    if not same_origin(request) or not hmac.compare_digest(form.get("csrf", ""), login_token(request)):
+    if not same_origin(request) or not token_matches(form.get("csrf", ""), login_token(request)):
         raise CsrfRejected("login form from elsewhere")
     services = services_of(request)
     if open_access(services):
@@ -200,7 +201,12 @@ async def memory(request: Request, memory_id: str, session: SessionDep) -> Respo
         return render(request, "missing.html", session, 404, what=f"No memory with id {memory_id!r} in this team.")
     replaced_ids = [f.superseded_by for f in out.facts if f.superseded_by]
     replaced = await asyncio.to_thread(services.facts_by_ids, session.team, replaced_ids)
-    page = pages.memory_page(out, {i: f.text for i, f in replaced.items()})
+    # the marks and the page are built in a thread: a memory with many spans must not hold the event loop
+    return await asyncio.to_thread(_memory_page, request, session, out, {i: f.text for i, f in replaced.items()})
+
+
+def _memory_page(request: Request, session: Session, out: MemoryOut, replaced: dict[str, str]) -> Response:
+    page = pages.memory_page(out, replaced)
     return render(
         request, "memory.html", session, page=page, m=out, refresh=REFRESH_S if out.status in pages.PENDING else None
     )

@@ -101,6 +101,11 @@ def same_origin(request: Request) -> bool:
     return urlsplit(origin).netloc == request.headers.get("host", "")
 
 
+def token_matches(given: str, expected: str) -> bool:
+    """Constant-time, on bytes: `hmac.compare_digest` refuses a str that is not ASCII (a 500, not a 403)."""
+    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), expected.encode())
+
+
 async def read_form(request: Request) -> dict[str, str]:
     """A small urlencoded form (the console's only kind); last value wins."""
     body = await request.body()
@@ -112,7 +117,7 @@ async def read_form(request: Request) -> dict[str, str]:
 async def checked_form(request: Request, session: Session) -> dict[str, str]:
     """The POSTed form, after its origin and CSRF token are verified."""
     form = await read_form(request)
-    if not same_origin(request) or not hmac.compare_digest(form.get("csrf", ""), session.csrf):
+    if not same_origin(request) or not token_matches(form.get("csrf", ""), session.csrf):
         raise CsrfRejected("missing or wrong CSRF token")
     return form
 

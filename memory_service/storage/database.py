@@ -317,9 +317,16 @@ def is_postgres_url(url: str | None) -> bool:
     return bool(url) and url.split(":", 1)[0] in ("postgresql", "postgres")  # type: ignore[union-attr]
 
 
+_SECRET_PARAM = re.compile(
+    r"(?i)\b(password|sslpassword|passwd|pwd|user|username|passfile|sslkey|token|secret)(\s*=\s*)"
+    r"('(?:[^'\\]|\\.)*'|[^\s&;]*)"
+)
+
+
 def describe(url: str) -> str:
-    """The URL without its password, for logs and errors."""
-    return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
+    """The URL (or key=value DSN) without credentials, for logs, errors and /ready: the whole `user:pass@`
+    (up to its last @, a password may hold one) and every password- or user-like parameter."""
+    return _SECRET_PARAM.sub(r"\1\2***", re.sub(r"://.*@", "://***@", url))
 
 
 def open_database(settings: Any) -> Database | None:

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import hmac
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 
 from ...contract.models import HealthOut, ReadyOut, StatsOut
 from ...llm.handle import ModelHandle
 from ...metrics import CONTENT_TYPE
+from ...storage.database import describe
+from ..auth import Team, identify, open_access
 from ..deps import ServicesDep
 
 router = APIRouter(tags=["health"])
@@ -50,7 +53,7 @@ async def ready(services: ServicesDep) -> JSONResponse:
         "throughput": model.throughput.snapshot(),
         "extract_budget_s": services.settings.extract_budget_s,
         # where the journal and the vectors live (the counts above just read the first)
-        "storage": services.storage_locations(),
+        "storage": {name: describe(where) for name, where in services.storage_locations().items()},
     }
     return JSONResponse(body, status_code=200 if ok else 503)
 
@@ -59,7 +62,7 @@ def _server(model: ModelHandle, throughput: bool = False) -> dict[str, Any]:
     """One llama-server as /ready shows it: where, up or not (and why not), what it runs."""
     props = model.props
     out: dict[str, Any] = {
-        "url": model.client.base_url,
+        "url": describe(model.client.base_url),
         "reachable": model.ready,
         "error": model.last_error,
         "n_ctx": props.n_ctx if props else None,
@@ -73,9 +76,11 @@ def _server(model: ModelHandle, throughput: bool = False) -> dict[str, Any]:
 
 
 @router.get("/v1/stats", response_model=StatsOut)
-async def stats(services: ServicesDep) -> dict:
-    """Jobs by status, the measured model speed and readiness, as JSON (for people and scripts)."""
-    counts = await asyncio.to_thread(services.job_counts)
+async def stats(services: ServicesDep, team: Team) -> dict:
+    """Jobs by status, the measured model speed and readiness, as JSON (for people and scripts). With keys,
+    the jobs are the caller's team's only: one team does not see another's activity."""
+    keyless = open_access(services)
+    counts = await asyncio.to_thread(services.job_counts if keyless else lambda: services.status_counts(team))
     model = services.primary_model
     return {
         "jobs": counts,
@@ -85,9 +90,24 @@ async def stats(services: ServicesDep) -> dict:
     }
 
 
+async def scraper(request: Request) -> None:
+    """Who may read /metrics, which counts every team's activity: anyone in keyless loopback mode; with keys,
+    the bearer MEMORY_METRICS_TOKEN (a Prometheus `authorization` credential) or an admin key."""
+    services = request.app.state.services
+    if open_access(services):
+        return
+    token = services.settings.metrics_token
+    scheme, _, presented = request.headers.get("authorization", "").partition(" ")
+    if token and scheme.lower() == "bearer" and hmac.compare_digest(presented.strip().encode(), token.encode()):
+        return
+    if identify(request).role != "admin":  # 401 without a known key
+        raise HTTPException(403, "/metrics needs an admin key or the MEMORY_METRICS_TOKEN bearer token")
+
+
 @router.get(
     "/metrics",
     response_class=Response,
+    dependencies=[Depends(scraper)],
     responses={
         200: {
             "description": "Prometheus text exposition format 0.0.4",
