@@ -24,6 +24,7 @@ from memory_service.pipeline.passages import index_passages
 from memory_service.recall.filtered_vectors import FilteredVectors
 from memory_service.recall.search import RecallQuery, recall
 from memory_service.storage.consolidation import ConsolidationStore
+from memory_service.storage.forget import mark_forgotten, pending, purge
 from memory_service.storage.journal import Journal
 from memory_service.storage.keyword import keyword_words
 from memory_service.storage.vectors import VectorStore
@@ -169,6 +170,54 @@ def test_team_a_answer_is_the_same_whatever_team_b_stores(stores):
     assert _answers(stores) == before
     Forgetter(stores.journal, stores.vectors, ConsolidationStore(stores.journal)).forget(B, memory_ids=ids)
     assert _answers(stores) == before
+
+
+def _insert(journal: Journal, team: str, text: str, now: float, fact: str | None = None) -> str:
+    memory, _ = journal.insert(
+        team=team,
+        agent_id="ann",
+        text=text,
+        run_id=None,
+        tags=[],
+        metadata={},
+        idempotency_key=None,
+        budget_s=60.0,
+        now=now,
+    )
+    if fact is not None:
+        with journal.transaction() as conn:
+            conn.execute(
+                "INSERT INTO facts (id, team, agent_id, memory_id, text, norm, shape, tags, created_at) "
+                "VALUES (?,?,?,?,?,?,?,?,?)",
+                ("f-" + memory.id, team, "ann", memory.id, fact, fact.lower(), fact, "[]", now),
+            )
+    return memory.id
+
+
+def test_keyword_search_of_a_team_ignores_other_teams_on_both_backends(journal):
+    """The keyword leg alone, on SQLite and PostgreSQL: same hits, order and ranks with or without B's rows."""
+    for i in range(30):
+        extra = " zorblax" if i % 5 == 0 else ""
+        _insert(journal, A, f"note {i} on the launch review{extra} and billing {i % 3}", 1000.0 + i, f"fact {i}{extra}")
+
+    def hits() -> list[Any]:
+        return [
+            [(h.kind, h.item_id, h.rank) for h in journal.keyword_search(A, q, kinds={"passage", "fact"}, limit=90)]
+            for q in ("zorblax launch review", "billing review", "zorblax")
+        ]
+
+    before = hits()
+    assert all(before)
+    ids = [
+        _insert(
+            journal, B, "zorblax " * (1 + i % 4) + "launch review billing " + "x " * (i % 20), 5000.0 + i, "zorblax"
+        )
+        for i in range(600)
+    ]
+    assert hits() == before
+    mark_forgotten(journal, B, memory_ids=ids)
+    purge(journal, pending(journal, limit=10_000))
+    assert hits() == before
 
 
 def test_a_long_query_keeps_a_bounded_number_of_keyword_words():
