@@ -114,6 +114,24 @@ def test_a_pinned_key_exports_only_its_agent_and_cannot_import(inprocess) -> Non
         assert refused.status_code == 403 and f"mine-{marker}" in refused.json()["detail"]
 
 
+def test_an_export_imported_back_into_its_own_team_or_round_trip_adds_nothing(inprocess) -> None:
+    """Found by the property test (tests/test_property_teams.py): a saved memory, exported and imported back into
+    its own team, was imported again as a duplicate; and a copy that went to team B and came back did the same."""
+    marker = uuid.uuid4().hex[:8]
+    text = f"Saved natively {marker}."
+    with inprocess.client("key-a") as a, inprocess.client("key-b") as b:
+        saved = a.post("/v1/remember", json={"text": text, "agent_id": "porter"})
+        assert saved.status_code == 202, saved.text
+        mine = [raw for raw in a.get("/v1/export").text.splitlines() if marker in raw]
+        assert post_lines(a, mine)["skipped"] == 1
+        assert post_lines(b, mine)["imported"] == 1  # a copy in team B
+        back = [raw for raw in b.get("/v1/export").text.splitlines() if marker in raw]
+        tally = post_lines(a, back)
+        assert (tally["imported"], tally["skipped"]) == (0, 1), tally
+        listed = [m for m in a.get("/v1/memories", params={"limit": 500}).json()["items"] if m["text"] == text]
+        assert len(listed) == 1
+
+
 @pytest.fixture(scope="module")
 def embedder() -> Embedder:
     return load_embedder("onnx")

@@ -141,6 +141,9 @@ def import_record(
 ) -> tuple[Memory, bool, list[ImportedFact]]:
     """Insert one exported memory (idempotent: keyed on its original idempotency key or id).
 
+    A line is skipped when the team already holds it: the same key, the memory itself (an export imported back
+    into its own team), or the original it was copied from (a copy that went to another team and back).
+
     Returns (memory, created, active facts newly stored). Those are stored as not yet indexed: their vectors
     are written after the commit, and if that fails the indexer's sweep writes them.
     """
@@ -150,8 +153,11 @@ def import_record(
     status = {DONE: DONE, FAILED: FAILED}.get(record.get("status", ""), QUEUED) if keep_facts else QUEUED
     tags = json.dumps(record.get("tags") or [])
     with journal.transaction() as conn:
+        # the line's lineage: this team's own memory (its id), or a copy of one (`import:<original id>`)
+        original = key.removeprefix("import:") if key.startswith("import:") else record["id"]
         row = conn.execute(
-            "SELECT * FROM memories WHERE team = ? AND idempotency_key = ? AND status != ?", (team, key, DELETED)
+            "SELECT * FROM memories WHERE team = ? AND status != ? AND (idempotency_key = ? OR id = ? OR id = ?)",
+            (team, DELETED, key, record["id"], original),
         ).fetchone()
         if row is not None:
             return Memory.from_row(row), False, []
