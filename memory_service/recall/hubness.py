@@ -14,6 +14,13 @@ Scores are computed off the request path (see `FilteredVectors`), from vectors a
 - a team of up to a few thousand vectors: exactly, in blocks;
 - a larger team: within each cluster of its clustered index (its members are each other's nearest
   neighbours, nearly always), about half a second at 100k vectors.
+
+Only the team's own vectors enter a score (its clusters too are built from them alone), and a pass is due
+when the team itself grew: another team's saves cannot move this team's ranking (tests/
+test_team_isolation_scores.py). One input is shared: the clustered indexes' memory budget, all teams
+(`CLUSTERED_BYTES_MAX`, ~650k vectors). Past it a team of over 5,000 vectors keeps Chroma's search and
+goes without hubness: that tells it only that the store's large teams together are that big, never what
+another team holds.
 """
 
 from __future__ import annotations
