@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -214,6 +215,20 @@ def test_with_keys_metrics_need_an_admin_key_or_the_metrics_token(tmp_path: Path
         assert [scrape(t) for t in (None, "wrong", reader, "key-a", "scrape-secret")] == [401, 401, 403, 200, 200]
     finally:
         services.close()
+
+
+def test_a_teams_admin_scrapes_only_its_own_teams_series(inprocess: InProcessApp) -> None:
+    """Any team's admin key reads /metrics, but never another team's counters (the scrape token reads all)."""
+    limit = f"scrape-{uuid.uuid4().hex[:6]}"
+    for key in ("key-a", "key-b"):
+        client = inprocess.client(key)
+        assert client.put(f"/v1/limits/{limit}", json={"daily_limit": 5, "timezone": "UTC"}).status_code == 201
+        assert client.post(f"/v1/limits/{limit}/consume", json={"agent_id": "x"}).status_code == 200
+    seen = inprocess.client("key-b").get("/metrics")
+    assert seen.status_code == 200
+    assert 'team="team-b"' in seen.text and "team-a" not in seen.text
+    samples = [line for line in seen.text.splitlines() if line and not line.startswith("#")]
+    assert samples and all('team="team-b"' in line for line in samples), samples  # no team-less aggregate either
 
 
 def test_with_keys_stats_need_a_key_and_count_the_callers_team_only(inprocess: InProcessApp) -> None:

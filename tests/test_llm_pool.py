@@ -64,7 +64,7 @@ def test_a_pool_keeps_extracting_when_one_server_dies_and_uses_it_again_once_it_
     (tmp_path / "b").mkdir()
     first, second = start_llama("tiny", tmp_path / "a"), start_llama("tiny", tmp_path / "b")
     try:
-        service = service_factory(f"{first.url},{second.url}")
+        service = service_factory(f"{first.url},{second.url}", env={"MEMORY_METRICS_TOKEN": "scrape"})
         with service.client() as client:
             ready = client.get("/ready")
             assert ready.status_code == 200, ready.text
@@ -72,7 +72,7 @@ def test_a_pool_keeps_extracting_when_one_server_dies_and_uses_it_again_once_it_
             assert [s["url"] for s in body["model_servers"]] == [first.url, second.url]
             assert all(s["reachable"] and s["slots"] == 1 for s in body["model_servers"])
             assert body["model_server"]["url"] == first.url  # the single-server view: the first one up
-            metrics = client.get("/metrics").text
+            metrics = client.get("/metrics", headers={"Authorization": "Bearer scrape"}).text
             assert f'memory_model_up{{server="{first.url}"}} 1.0' in metrics
             assert f'memory_model_up{{server="{second.url}"}} 1.0' in metrics
 

@@ -42,10 +42,14 @@ def service(fake: FakeLlamaServer, tmp_path_factory: pytest.TempPathFactory) -> 
         "MEMORY_RETRY_BASE_S": "0.2",
         "MEMORY_LOG_FORMAT": "json",
         "MEMORY_ACCESS_LOG": "1",
+        "MEMORY_METRICS_TOKEN": SCRAPE_TOKEN,  # the operator's scrape: every team's series
     }
     svc = InProcessService(tmp_path_factory.mktemp("metrics") / "data", fake.url, env).start()
     yield svc
     svc.stop()
+
+
+SCRAPE_TOKEN = "scrape-token"
 
 
 @pytest.fixture
@@ -55,7 +59,7 @@ def client(service: InProcessService) -> Iterator[httpx.Client]:
 
 
 def scrape(client: httpx.Client) -> Samples:
-    response = client.get("/metrics")
+    response = client.get("/metrics", headers={"Authorization": f"Bearer {SCRAPE_TOKEN}"})
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
     return {
         (s.name, frozenset(s.labels.items())): s.value

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
@@ -90,24 +90,34 @@ async def stats(services: ServicesDep, team: Team) -> dict:
     }
 
 
-async def scraper(request: Request) -> None:
-    """Who may read /metrics, which counts every team's activity: anyone in keyless loopback mode; with keys,
-    the bearer MEMORY_METRICS_TOKEN (a Prometheus `authorization` credential) or an admin key."""
+async def scraper(request: Request) -> str | None:
+    """Who may read /metrics, and how much of it: anyone in keyless loopback mode, and with keys the bearer
+    MEMORY_METRICS_TOKEN (a Prometheus `authorization` credential), the whole page (None). A team's unpinned
+    admin key reads only its own team's labelled series: the rest counts other teams' activity."""
     services = request.app.state.services
     if open_access(services):
-        return
+        return None
     token = services.settings.metrics_token
     scheme, _, presented = request.headers.get("authorization", "").partition(" ")
     if token and scheme.lower() == "bearer" and hmac.compare_digest(presented.strip().encode(), token.encode()):
-        return
-    if identify(request).role != "admin":  # 401 without a known key
-        raise HTTPException(403, "/metrics needs an admin key or the MEMORY_METRICS_TOKEN bearer token")
+        return None
+    caller = identify(request)  # 401 without a known key
+    if caller.role != "admin" or caller.agent_id is not None:
+        raise HTTPException(403, "/metrics needs an unpinned admin key or the MEMORY_METRICS_TOKEN bearer token")
+    return caller.team
+
+
+def team_series(exposition: bytes, team: str) -> bytes:
+    """Only the samples labelled with `team` (HELP/TYPE lines kept): what a team's admin may see of /metrics."""
+    mine = f'team="{team}"'.encode()
+    return b"".join(
+        line for line in exposition.splitlines(keepends=True) if line.startswith(b"#") or mine in line.split(b"}")[0]
+    )
 
 
 @router.get(
     "/metrics",
     response_class=Response,
-    dependencies=[Depends(scraper)],
     responses={
         200: {
             "description": "Prometheus text exposition format 0.0.4",
@@ -115,7 +125,9 @@ async def scraper(request: Request) -> None:
         }
     },
 )
-async def metrics(services: ServicesDep) -> Response:
+async def metrics(services: ServicesDep, team: Annotated[str | None, Depends(scraper)]) -> Response:
     """Prometheus text exposition, for scraping. Rendered in a thread: the gauges read the journal."""
     body = await asyncio.to_thread(services.render_metrics)
+    if team is not None:
+        body = team_series(body, team)
     return Response(body, media_type=CONTENT_TYPE)
