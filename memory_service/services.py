@@ -267,11 +267,16 @@ class Services(LimitsAndKeys):
         if self.consolidator is not None:
             self.consolidator.wake.set()  # its own event: a save must stop it even after a worker took the wake-up
 
-    def consolidation_status(self) -> dict[str, Any]:
-        """What /v1/stats shows of consolidation (blocking: call it in a thread)."""
+    def consolidation_status(self, team: str | None = None) -> dict[str, Any]:
+        """What /v1/stats shows of consolidation (blocking: call it in a thread). For one `team`: its items
+        only, and no runs or error, which span every team."""
         if self.consolidator is None:
-            return {"enabled": False, "running": False, "items": store_for(self.journal).count(), "runs": []}
-        return self.consolidator.status()
+            status: dict[str, Any] = {"enabled": False, "running": False, "runs": []}
+        else:
+            status = self.consolidator.status()
+        if team is None:
+            return status | {"items": store_for(self.journal).count()}
+        return status | {"items": store_for(self.journal).count(team), "runs": [], "last_error": None}
 
     def job_counts(self) -> dict[str, int]:
         """Texts by extraction status, and active facts (blocking: the scrape calls it in a thread)."""

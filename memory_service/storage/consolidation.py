@@ -205,9 +205,10 @@ class ConsolidationStore(RunLog):
             ).fetchall()
         return [(r[0], r[1], tuple(sorted(json.loads(r[2]))), float(r[3])) for r in rows]
 
-    def count(self) -> int:
+    def count(self, team: str | None = None) -> int:
+        scope, args = (" WHERE team = ?", (team,)) if team is not None else ("", ())
         with self.journal.reading() as conn:
-            return int(conn.execute("SELECT COUNT(*) FROM consolidated").fetchone()[0])
+            return int(conn.execute("SELECT COUNT(*) FROM consolidated" + scope, args).fetchone()[0])
 
     def unindexed(self, limit: int, team: str | None = None) -> list[Item]:
         """Items whose vector was never written (a stop between the commit and the upsert, a reindex)."""

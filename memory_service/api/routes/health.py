@@ -86,7 +86,7 @@ async def stats(services: ServicesDep, team: Team) -> dict:
         "jobs": counts,
         "throughput": model.throughput.snapshot(),
         "model_ready": model.ready,
-        "consolidation": await asyncio.to_thread(services.consolidation_status),
+        "consolidation": await asyncio.to_thread(services.consolidation_status, None if keyless else team),
     }
 
 
