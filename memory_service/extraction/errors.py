@@ -22,7 +22,23 @@ class LlmUnavailable(ExtractionError):
 
 
 class LlmTimeout(ExtractionError):
-    """The job's budget ran out before the model answered (the request was cancelled)."""
+    """The job's budget ran out before the model answered (the request was cancelled).
+
+    `smallest_piece` (its tokens) is set when the piece could not be split further: only time helps then,
+    so the worker waits for the machine to be less busy instead of spending an attempt.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        raw_reply: str | None = None,
+        timings: dict | None = None,
+        report: dict | None = None,
+        smallest_piece: int | None = None,
+    ) -> None:
+        super().__init__(message, raw_reply=raw_reply, timings=timings, report=report)
+        self.smallest_piece = smallest_piece
 
 
 class ContextOverflow(ExtractionError):

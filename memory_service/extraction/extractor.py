@@ -295,6 +295,7 @@ class Extractor:
                     "(memory-service doctor measures both)",
                     timings=exc.timings,
                     report=exc.report,
+                    smallest_piece=chunk.tokens,
                 ) from exc
             raise
 

@@ -21,6 +21,10 @@ class Throughput:
     _system_cached: bool = False
     # "measured", or where the first figures came from before any call was measured
     source: str = "unmeasured"
+    # even the smallest piece missed its window: since when, how many pauses in a row, no call before `_paused_until`
+    _slow_since: float | None = None
+    _slow_pauses: int = 0
+    _paused_until: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def prior(self, prompt_tps: float | None, gen_tps: float | None, source: str) -> None:
@@ -32,6 +36,8 @@ class Throughput:
     def observe(self, timings: dict[str, Any], system_tokens: int = 0) -> None:
         with self._lock:
             self.source = "measured"
+            # a call answered within its window: whatever made the machine too slow is over
+            self._slow_since, self._slow_pauses, self._paused_until = None, 0, 0.0
             if system_tokens:
                 # llama.cpp reuses the KV cache of an identical prefix: is the system prompt being served from it?
                 self._system_cached = float(timings.get("cache_n") or 0) >= 0.8 * system_tokens
@@ -56,6 +62,29 @@ class Throughput:
             self._gen_tps = factor * (self._gen_tps or self._prompt_tps / factor / 3)
             self.source = "lowered after a timeout"
 
+    def too_slow(self, now: float, first_s: float, max_s: float) -> float:
+        """Even the smallest piece missed its window: how long its job waits (doubling, at most `max_s`).
+
+        The model itself is tried again, with whatever job is due, after `first_s`: a machine busy for a
+        while is noticed to be free within that, not after the job's longer pause.
+        """
+        with self._lock:
+            if self._slow_since is None:
+                self._slow_since = now
+            pause = min(max_s, first_s * 2.0 ** min(self._slow_pauses, 40))
+            self._slow_pauses += 1
+            self._paused_until = max(self._paused_until, now + min(pause, first_s))
+            return pause
+
+    def slow_for(self, now: float) -> float | None:
+        """Seconds the model has been too slow for the budget (None when a call last fitted)."""
+        since = self._slow_since
+        return None if since is None else now - since
+
+    def paused_for(self, now: float) -> float:
+        """Seconds before this model should be given a job again (0: now)."""
+        return max(0.0, self._paused_until - now)
+
     def system_cached(self) -> bool:
         return self._system_cached
 
@@ -78,6 +107,9 @@ class Throughput:
             "generation_tokens_per_s": round(self._gen_tps, 1) if self._gen_tps else None,
             "seconds_per_job": round(self._job_s, 2) if self._job_s else None,
             "source": self.source,
+            # set while even the smallest piece misses its window: the jobs wait (`deferred` in the job counts)
+            "slower_than_budget_since": round(self._slow_since, 3) if self._slow_since else None,
+            "paused_until": round(self._paused_until, 3) if self._slow_since else None,
         }
 
 

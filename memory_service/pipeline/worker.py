@@ -6,6 +6,8 @@ Only errors spend attempts. Slowness does not: every model call gets its own
 budget window when it starts (a queued job is not charged for its wait), long
 texts are cut into chunks that fit that window at the measured speed, and a
 call that still runs out of time makes the job resume with smaller chunks.
+When even the smallest piece runs out of time (a machine busy with something
+else), the job waits a doubling pause and resumes sooner once a call fits again.
 When the model server is down, jobs wait for it without spending attempts.
 """
 
@@ -21,11 +23,12 @@ from typing import Any
 from ..config import Settings
 from ..embedding.embedder import Embedder
 from ..extraction.coverage import Asked, asked_in, speaker_of
-from ..extraction.errors import ContextOverflow, ExtractionError, LlmUnavailable, TooSlow
+from ..extraction.errors import ContextOverflow, ExtractionError, LlmTimeout, LlmUnavailable, TooSlow
 from ..extraction.extractor import Earlier, ExtractionResult, Extractor, Progress, earlier_context
 from ..extraction.gate import small_talk_reason
 from ..llm.handle import ModelHandle
 from ..metrics import Metrics
+from ..storage.jobs import SLOW_WAIT
 from ..storage.journal import DELETED, FAILED, LOST, QUEUED, FactPlan, Journal, Memory
 from ..storage.vectors import VectorStore
 from .background import IDLE_POLL_S, process_holder, wait_for
@@ -65,6 +68,10 @@ class ExtractionWorker:
         while True:
             try:
                 extractor = await self.model.wait_ready()
+                paused = self.model.throughput.paused_for(time.time())
+                if paused > 0:  # too slow for the budget a moment ago: no job is tried before the pause ends
+                    await asyncio.sleep(min(paused, IDLE_POLL_S))
+                    continue
                 worker = f"{self.holder}:{worker_no}"
                 job = await asyncio.to_thread(
                     self.journal.claim_next,
@@ -109,6 +116,7 @@ class ExtractionWorker:
         if result is None:  # deferred or failed: the job says which
             return
         self.model.throughput.observe_job(time.time() - started)
+        await self._resume_waiting()
         if not await asyncio.to_thread(self.journal.live, [job.id]):
             log.info("job %s: its memory was forgotten during extraction; nothing stored", job.id)
             self.metrics.job(job.team, "forgotten", time.time() - started)
@@ -171,6 +179,9 @@ class ExtractionWorker:
                 )
             else:
                 await self._fail(job, exc, attempt, progress)
+        except LlmTimeout as exc:
+            if exc.smallest_piece is None or not await self._wait_for_speed(job, exc, started, progress):
+                await self._fail(job, exc, attempt, progress)
         except ContextOverflow as exc:
             # the server may have been restarted with a smaller -c: re-read /props before the retry
             await self.model.probe()
@@ -181,6 +192,36 @@ class ExtractionWorker:
             log.exception("job %s: unexpected error", job.id)
             await self._fail(job, ExtractionError(f"internal error: {exc!r}"), attempt, progress)
         return None
+
+    async def _wait_for_speed(self, job: Memory, exc: LlmTimeout, started: float, progress: Progress) -> bool:
+        """Even the smallest piece missed its window: the machine is busy, so the job waits a doubling pause
+        instead of spending an attempt. False once the model has been too slow for MEMORY_SLOW_GIVE_UP_S
+        (that is no busy moment: the timeout is an error again, and says what to change)."""
+        settings, now = self.settings, time.time()
+        slow_for = self.model.throughput.slow_for(now)
+        if settings.slow_give_up_s <= 0 or (slow_for is not None and slow_for >= settings.slow_give_up_s):
+            return False
+        pause = self.model.throughput.too_slow(now, settings.slow_pause_s, settings.slow_pause_max_s)
+        if progress.chunks:  # the pieces already extracted are kept
+            await asyncio.to_thread(self.journal.save_progress, job.id, progress.to_dict(), job.lease_owner)
+        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now - (slow_for or 0.0)))
+        reason = (
+            f"{SLOW_WAIT}slower than MEMORY_EXTRACT_BUDGET_S={settings.extract_budget_s:g} allows since {since} "
+            f"(a busy machine?); tried again in {pause:g}s, or as soon as a call fits its window; no attempt "
+            f"spent. {exc}"
+        )
+        log.warning("job %s: %s", job.id, reason)
+        await self._defer(job, started, until=now + pause, reason=reason)
+        return True
+
+    async def _resume_waiting(self) -> None:
+        """A job was extracted within the budget: the jobs waiting out a slow model need not wait any longer
+        (unless this very server was found too slow again meanwhile)."""
+        if self.model.throughput.paused_for(time.time()) > 0:
+            return
+        budget_s = self.settings.extract_budget_s
+        if await asyncio.to_thread(self.journal.resume_waiting, budget_s=budget_s):
+            self.wake.set()
 
     async def _earlier_context(self, job: Memory) -> list[Earlier]:
         """The earlier saves of the job's conversation, shown to the model as past turns (when configured)."""

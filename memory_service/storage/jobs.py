@@ -17,6 +17,8 @@ from .records import dumps_or_none as _dumps
 
 EXACT_BACKLOG = 200  # jobs ahead counted exactly on every save; past this, see JobQueue.backlog
 LONG_BACKLOG_REFRESH_S = 1.0
+# how the reason of a job waiting out a model too slow for the budget begins (`waiting_for_speed` counts them)
+SLOW_WAIT = "waiting for the model to be fast enough: "
 
 
 def held_by(owner: str | None) -> tuple[str, tuple[Any, ...]]:
@@ -197,6 +199,29 @@ class JobQueue:
                 (QUEUED, until, until + budget_s, reason, memory_id, DELETED, *args),
             )
             end_attempt(conn, memory_id, owner, "deferred", time.time())
+
+    def waiting_for_speed(self, now: float | None = None) -> int:
+        """Jobs waiting out a pause because the model was too slow for the budget (the `deferred` count)."""
+        now = time.time() if now is None else now
+        with self.db.reading() as conn:
+            return int(
+                conn.execute(
+                    "SELECT COUNT(*) FROM memories WHERE status = ? AND next_attempt_at > ? AND last_error LIKE ?",
+                    (QUEUED, now, SLOW_WAIT + "%"),
+                ).fetchone()[0]
+            )
+
+    def resume_waiting(self, *, budget_s: float, now: float | None = None) -> int:
+        """A call fitted its window again: the jobs waiting out a slow model are due now, not at their pause's end."""
+        now = time.time() if now is None else now
+        with self.db.transaction() as conn:
+            return int(
+                conn.execute(
+                    "UPDATE memories SET next_attempt_at = ?, deadline_at = ? "
+                    "WHERE status = ? AND next_attempt_at > ? AND last_error LIKE ?",
+                    (now, now + budget_s, QUEUED, now, SLOW_WAIT + "%"),
+                ).rowcount
+            )
 
     def fail_attempt(
         self,

@@ -176,6 +176,9 @@ class Settings:
     template_thinks: bool = True
     # mode-specific knobs
     fail_count: int = 2  # fail_then_ok: how many requests fail with 500 first
+    # slow: after this many chat requests it answers at tokens_per_s again (a machine busy for a while);
+    # None: slow for good
+    recover_after: int | None = None
     reasoning_tokens: int = 200  # unclosed_think / think_then_json / reasoning_*: reasoning length
     empty_think: bool = False  # thinking off: prefix the reply with "<think>\n\n</think>\n\n"
     tool_style: str = "hermes"  # tool_call: "hermes" (<tool_call>{json}) or "qwen_xml" (<function=...>)
@@ -192,6 +195,8 @@ class Settings:
             raise ValueError("tokens_per_s must be > 0")
         if self.n_ctx < 1:
             raise ValueError("n_ctx must be >= 1")
+        if self.recover_after is not None and self.recover_after < 0:
+            raise ValueError("recover_after must be >= 0")
         if self.tool_style not in ("hermes", "qwen_xml"):
             raise ValueError("tool_style must be 'hermes' or 'qwen_xml'")
         if self.drop_style not in ("close", "partial"):
@@ -612,7 +617,7 @@ class _Handler(BaseHTTPRequestHandler):
 
         budget = settings.n_ctx - prompt_n if max_tokens is None else max_tokens
         reply, predicted_n = _apply_budget(_build_reply(settings, body), budget)
-        tokens_per_s = 1.0 if mode == "slow" else settings.tokens_per_s
+        tokens_per_s = 1.0 if mode == "slow" and self.fake._take_slow() else settings.tokens_per_s
         self._prompt_tps = settings.prompt_tokens_per_s
         self._cache_n = 0
         if settings.prompt_tokens_per_s:  # a paced prompt also gets a prompt cache: the prefix shared with the last
@@ -775,6 +780,7 @@ class FakeLlamaServer:
         self.calls: list[str] = []  # "METHOD /path" of every request, control endpoints included
         self._lock = threading.Lock()
         self._failures_left = fail_count_of(self._settings)
+        self._slow_left = self._settings.recover_after
         self._slots = threading.BoundedSemaphore(slots)
         self._held = 0  # requests held by `hang_when` right now
         self._last_prompt = ""
@@ -848,6 +854,7 @@ class FakeLlamaServer:
             updated.check()
             self._settings = updated
             self._failures_left = fail_count_of(updated)
+            self._slow_left = updated.recover_after
 
     def state(self) -> dict[str, Any]:
         """Current mode and options, as GET /_fake/mode returns them."""
@@ -889,6 +896,14 @@ class FakeLlamaServer:
                 self._failures_left -= 1
                 return True
             return False
+
+    def _take_slow(self) -> bool:
+        """slow mode bookkeeping: True while the machine is still busy (every request without recover_after)."""
+        with self._lock:
+            if self._slow_left is None:
+                return True
+            self._slow_left -= 1
+            return self._slow_left >= 0
 
     def _track(self, conn: socket.socket, opened: bool) -> None:
         with self._lock:
