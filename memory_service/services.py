@@ -279,8 +279,8 @@ class Services(LimitsAndKeys):
         return status | {"items": store_for(self.journal).count(team), "runs": [], "last_error": None}
 
     def job_counts(self) -> dict[str, int]:
-        """Texts by extraction status, and active facts (blocking: the scrape calls it in a thread)."""
-        return self.journal.counts()
+        """Texts by status (`deferred`: queued, waiting out a model too slow), active facts (blocking: in a thread)."""
+        return {**self.journal.counts(), "deferred": self.journal.waiting_for_speed()}
 
     def memory(self, team: str, memory_id: str) -> Memory | None:
         """The team's memory, or None (this and what follows block: call them in a thread)."""

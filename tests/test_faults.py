@@ -55,6 +55,8 @@ def service(fake: FakeLlamaServer, tmp_path_factory: pytest.TempPathFactory) -> 
         "MEMORY_EXTRACT_BUDGET_S": str(BUDGET_S),
         "MEMORY_MAX_ATTEMPTS": str(MAX_ATTEMPTS),
         "MEMORY_RETRY_BASE_S": "0.2",
+        # a model too slow for the budget fails here as an error would (tests/test_slow_waits.py: it waits)
+        "MEMORY_SLOW_GIVE_UP_S": "0",
     }
     svc = InProcessService(tmp_path_factory.mktemp("faults") / "data", fake.url, env).start()
     yield svc

@@ -306,6 +306,9 @@ class JobCounts(BaseModel):
     extracting: int
     done: int
     failed: int
+    deferred: int | None = Field(
+        default=None, description="Queued jobs waiting out a model too slow for the budget (every team's only)."
+    )
 
 
 class ThroughputOut(BaseModel):
@@ -313,6 +316,10 @@ class ThroughputOut(BaseModel):
     generation_tokens_per_s: float | None
     seconds_per_job: float | None
     source: str = Field(description="Where the speeds come from: measured, a prior, or unmeasured.")
+    slower_than_budget_since: float | None = Field(
+        default=None, description="Epoch seconds since even the smallest piece misses the budget; null: it fits."
+    )
+    paused_until: float | None = Field(default=None, description="While too slow: no job is tried before this.")
 
 
 class ModelServerOut(BaseModel):
