@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -108,3 +109,26 @@ def test_the_pause_doubles_up_to_its_cap_and_ends_with_a_call_that_fits() -> Non
     throughput.observe({"prompt_per_second": 50.0, "prompt_n": 40, "predicted_per_second": 10.0, "predicted_n": 8})
     assert throughput.slow_for(1010.0) is None and throughput.paused_for(1004.0) == 0.0
     assert throughput.too_slow(2000.0, 60.0, 300.0) == 60.0  # a new busy spell starts from the first pause
+
+
+def test_the_wait_is_stored_on_the_job_and_kept_across_a_restart(inprocess_service, tmp_path) -> None:
+    data = tmp_path / "data"
+    with FakeLlamaServer("slow", n_ctx=2048, tokens_per_s=5000, facts=[FACT]) as fake:
+        env = {**ENV, "MEMORY_SLOW_PAUSE_S": "3"}
+        first = inprocess_service(fake.url, data_dir=data, env=env)
+        with first.client("key-a") as client:
+            memory_id = save(client, FACT)
+            waiting = eventually(
+                "the job to wait",
+                lambda: (m := client.get(f"/v1/memories/{memory_id}").json())["deferrals"] and m,
+            )
+        first.stop()
+        fake.set_mode("ok")
+        again = inprocess_service(fake.url, data_dir=data, env=env)
+        with again.client("key-a") as client:
+            done = wait_status(client, memory_id, timeout=30)
+    assert waiting["status"] == "queued" and waiting["attempts"] == 0, waiting
+    assert done["status"] == "done" and done["attempts"] == 1 and done["deferrals"] == 1, done
+    # the restarted service kept the pause written on the job: it took the job no sooner
+    resumed_at = datetime.fromisoformat(waiting["next_attempt_at"]).timestamp()
+    assert done["timings"]["attempt"]["started_at"] >= resumed_at - 0.01
