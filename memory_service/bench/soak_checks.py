@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 from ..client.service import service_client
-from .soak_load import Recorder, Sample, Team
+from .soak_load import OP_DEADLINE_S, Recorder, Sample, Team
 from .stats import latency_summary, percentile
 
 
@@ -157,6 +157,11 @@ def verdicts(
         "no_cross_team_answer": dict(recorder.cross_team)
         | {"examples": recorder.violations[:5], "pass": recorder.cross_team["violations"] == 0},
         "faults_recovered": {"errors": errors, "pass": not errors},
+        "every_operation_answered": {
+            "unanswered": dict(recorder.unresolved),
+            "within_s": OP_DEADLINE_S,
+            "pass": not any(recorder.unresolved.values()),
+        },
         "recall_p99_bound": p99_bound(recorder.samples, "recall", bound),
         "ack_p99_bound": p99_bound(recorder.samples, "remember", bound),
     }
