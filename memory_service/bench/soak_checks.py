@@ -106,6 +106,7 @@ def latencies(samples: list[Sample]) -> dict[str, Any]:
                 "p99_ms": attempt["p99_ms"],
                 "max_ms": attempt["max_ms"],
                 "with_retries_p99_ms": latency_summary([s.total_s for s in mine])["p99_ms"],
+                "with_retries_max_ms": latency_summary([s.total_s for s in mine])["max_ms"],
                 "retried": sum(1 for s in mine if s.retries),
             }
     return out
