@@ -27,6 +27,7 @@ from .pipeline.background import process_holder
 from .pipeline.forgetting import Forgetter
 from .pipeline.importing import ImportTally, import_batch
 from .pipeline.passages import PassageIndexer
+from .pipeline.settling import Settling
 from .pipeline.worker import ExtractionWorker
 from .recall.background import BackgroundWork
 from .recall.filtered_vectors import FilteredVectors
@@ -39,15 +40,13 @@ from .storage.database import DRIVER_ERRORS, Database, describe
 from .storage.datadir import KEYS_FILE as KEYS_FILE  # named from here by the app and the CLI
 from .storage.datadir import DataDir, DataDirBusy
 from .storage.datalock import DataDirLock
-from .storage.journal import DONE, FAILED, Fact, Journal, Memory
+from .storage.journal import Fact, Journal, Memory
 from .storage.keys import KeyInfo, KeyStore, NewKey, Role
 from .storage.limit_views import ConsumeResult, LimitView
 from .storage.limits import LimitStore, Per
 from .storage.vectors import VectorStore
 
 log = logging.getLogger("memory_service")
-
-SETTLE_POLL_S = 0.5
 
 
 class LimitsAndKeys:
@@ -119,9 +118,9 @@ class Services(LimitsAndKeys):
     holder: str = field(default_factory=process_holder)  # this process's name in job leases
     metrics: Metrics = field(default_factory=Metrics)
     _tasks: list[asyncio.Task] = field(default_factory=list)
-    _waiters: dict[str, list[asyncio.Event]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self.settling = Settling(self.journal, shared_database=self.database is not None)
         wake = asyncio.Event()  # shared: a save wakes the idle workers of every server
         self.extractors = [
             ExtractionWorker(
@@ -132,7 +131,7 @@ class Services(LimitsAndKeys):
                 self.vectors,
                 metrics=self.metrics,
                 forgetter=self.forgetter,
-                settled=self._settled,
+                settled=self.settling.settled,
                 wake=wake,
                 holder=self.holder,
             )
@@ -302,8 +301,8 @@ class Services(LimitsAndKeys):
         return catalog.facets(self.journal, team, top, agent_id)
 
     def status_counts(self, team: str) -> dict[str, int]:
-        """The team's jobs by state; `job_counts` counts every team's."""
-        return catalog.status_counts(self.journal, team)
+        """The team's jobs by state (and how many wait out a slow model); `job_counts` counts every team's."""
+        return catalog.status_counts(self.journal, team) | {"deferred": self.journal.waiting_for_speed(team=team)}
 
     def backlog(self, created_at: float | None = None) -> tuple[int, int]:
         """(jobs, characters) waiting or running, only those saved by `created_at` when given."""
@@ -370,35 +369,4 @@ class Services(LimitsAndKeys):
 
     async def wait_settled(self, team: str, memory_id: str, timeout: float) -> Memory | None:
         """The memory once its job reaches done or failed (the worker says so), or as it is after `timeout`."""
-        event = asyncio.Event()
-        self._waiters.setdefault(memory_id, []).append(event)
-        try:
-            # registered first, then looked at: a job that settled in between is not waited for
-            current = await asyncio.to_thread(self.journal.get, team, memory_id)
-            if current is None or current.status in (DONE, FAILED):
-                return current
-            if self.database is None:
-                await asyncio.wait_for(event.wait(), timeout)
-            else:  # another process's worker may settle it: look again now and then
-                deadline = asyncio.get_running_loop().time() + timeout
-                while (left := deadline - asyncio.get_running_loop().time()) > 0:
-                    try:
-                        await asyncio.wait_for(event.wait(), min(left, SETTLE_POLL_S))
-                        break
-                    except TimeoutError:
-                        current = await asyncio.to_thread(self.journal.get, team, memory_id)
-                        if current is None or current.status in (DONE, FAILED):
-                            return current
-        except TimeoutError:
-            pass
-        finally:
-            waiters = self._waiters.get(memory_id, [])
-            if event in waiters:
-                waiters.remove(event)
-            if not waiters:
-                self._waiters.pop(memory_id, None)
-        return await asyncio.to_thread(self.journal.get, team, memory_id)
-
-    def _settled(self, memory_id: str) -> None:
-        for event in self._waiters.pop(memory_id, []):
-            event.set()
+        return await self.settling.wait(team, memory_id, timeout)

@@ -1,1 +1,1 @@
-"""The write path after the journal: the extraction worker (claim, lease, retry, defer), post-processing, the dedup decision, the one builder of vector items, the passage indexer, forgetting and import."""
+"""The write path after the journal: the extraction worker (claim, lease, retry, defer), post-processing, the dedup decision, the one builder of vector items, the passage indexer, forgetting, import, and the waits of `remember` with `wait_s` (settling)."""

@@ -200,14 +200,17 @@ class JobQueue:
             )
             end_attempt(conn, memory_id, owner, "deferred", time.time())
 
-    def waiting_for_speed(self, now: float | None = None) -> int:
-        """Jobs waiting out a pause because the model was too slow for the budget (the `deferred` count)."""
+    def waiting_for_speed(self, now: float | None = None, team: str | None = None) -> int:
+        """Jobs (of `team`, or every team's) waiting out a pause because the model was too slow for the budget
+        (the `deferred` count)."""
         now = time.time() if now is None else now
+        scope, args = (" AND team = ?", (team,)) if team is not None else ("", ())
         with self.db.reading() as conn:
             return int(
                 conn.execute(
-                    "SELECT COUNT(*) FROM memories WHERE status = ? AND next_attempt_at > ? AND last_error LIKE ?",
-                    (QUEUED, now, SLOW_WAIT + "%"),
+                    "SELECT COUNT(*) FROM memories WHERE status = ? AND next_attempt_at > ? AND last_error LIKE ?"
+                    + scope,
+                    (QUEUED, now, SLOW_WAIT + "%", *args),
                 ).fetchone()[0]
             )
 
