@@ -187,3 +187,22 @@ def test_cli_creates_and_revokes_keys_that_a_running_app_honours_at_once(app: In
     with app.client(made["key"]) as http:
         assert http.get("/v1/team").status_code == 401
     assert made["key"] not in (app.settings.data_dir / "keys.sqlite3").read_bytes().decode(errors="replace")
+
+
+def test_a_key_revoked_by_another_process_is_refused_at_the_next_lookup_on_both_databases(database) -> None:
+    """A second store on the same database stands for another process (the CLI, another API worker): its
+    revocation is seen by the very next lookup here, on PostgreSQL too (it used to take up to a second)."""
+    from memory_service.storage.database import PostgresDatabase, SqliteDatabase
+    from memory_service.storage.keys import KeyStore
+
+    here = KeyStore(database)
+    other_db = SqliteDatabase(database.path) if database.dialect == "sqlite" else PostgresDatabase(database.url)
+    try:
+        made = here.create("ops", "write")
+        assert here.lookup(made.key) is not None
+        KeyStore(other_db).revoke(made.info.id)
+        assert here.lookup(made.key) is None
+        again = KeyStore(other_db).create("ops", "read")
+        assert here.lookup(again.key) is not None  # and a key made elsewhere works at once
+    finally:
+        other_db.close()

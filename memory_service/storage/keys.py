@@ -5,13 +5,12 @@ A key is `msk_<id>_<secret>`: the id names it in listings and revocations; the 3
 what proves it. Only sha256 of the whole key is stored. A fast hash is enough because the secret has 256
 bits of entropy: there is nothing to brute-force, unlike a password.
 
-On SQLite every check reads the key's own row by its hash (a unique-index lookup: about 10 µs a request,
-3 µs more than the in-memory check it replaced): a key revoked by any connection or process (the CLI,
-an admin route) is refused at the very next request. A cache keyed on `PRAGMA data_version` cannot do
-that: the value is per connection, and the reads come from a pool of connections. On PostgreSQL (shared
-by several processes, a network round trip away) the active keys are kept in memory and reloaded at most
-once a second: a key created or revoked through another process works, or stops working, everywhere
-within that second; through this process, at once.
+Every check reads the key's own row by its hash (a unique-index lookup: about 10 µs a request on SQLite,
+3 µs more than the in-memory check it replaced; one round trip on PostgreSQL): a key revoked by any
+connection or process (the CLI, an admin route, another API worker) is refused at the very next request.
+A cache keyed on `PRAGMA data_version` cannot do that: the value is per connection, and the reads come
+from a pool of connections. Only "is there any key at all" (keyless mode) is cached on PostgreSQL, for a
+second.
 """
 
 from __future__ import annotations
@@ -132,14 +131,13 @@ class KeyStore:
     # -- checking --------------------------------------------------------------------
 
     def lookup(self, presented: str) -> KeyInfo | None:
-        """The active key matching `presented`: its row on SQLite, the second-old copy on PostgreSQL."""
-        digest = key_hash(presented)
-        if self.db.dialect == "sqlite":
-            with self.db.reading() as conn:
-                row = conn.execute("SELECT * FROM api_keys WHERE hash = ? AND revoked_at IS NULL", (digest,)).fetchone()
-            return None if row is None else _info(row)
-        self._refresh()
-        return self._active.get(digest)
+        """The active key matching `presented`, read from its row at every request (one primary-key lookup),
+        so a revocation by any process or connection is refused at the next request, on either database."""
+        with self.db.reading() as conn:
+            row = conn.execute(
+                "SELECT * FROM api_keys WHERE hash = ? AND revoked_at IS NULL", (key_hash(presented),)
+            ).fetchone()
+        return None if row is None else _info(row)
 
     def has_keys(self) -> bool:
         if self.db.dialect == "sqlite":
