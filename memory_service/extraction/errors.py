@@ -57,6 +57,26 @@ class TruncatedReply(BadReply):
         self.facts = facts
 
 
+class CutBySpeed(LlmTimeout):
+    """The reply was cut, before any complete fact, at an output cap lowered to what the measured speed writes
+    within the budget: slowness like a timeout (the job waits, no attempt spent), not a bad reply.
+
+    `sooner` is set when this very call measured a speed that now affords a larger cap (the machine got faster):
+    the job resumes at once instead of waiting.
+    """
+
+    def __init__(self, message: str, *, cause: TruncatedReply, cap: int, smallest_piece: int, sooner: bool) -> None:
+        super().__init__(
+            message,
+            raw_reply=cause.raw_reply,
+            timings=cause.timings,
+            report=cause.report,
+            smallest_piece=smallest_piece,
+        )
+        self.cap = cap
+        self.sooner = sooner
+
+
 class TooSlow(ExtractionError):
     """A call ran out of time (or of output cap sized to the time) on a chunk that can still be split.
 

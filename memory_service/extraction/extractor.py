@@ -18,6 +18,7 @@ from .client import Completion, ServerProps
 from .errors import (
     BadReply,
     ContextOverflow,
+    CutBySpeed,
     ExtractionError,
     LlmTimeout,
     TooSlow,
@@ -246,11 +247,15 @@ class Extractor:
         facts = self._parse(run, chunk, call, completion)
         self._keep(run, chunk, call, facts)
 
+    def _cap(self, run: _Run, chunk: Chunk) -> int:
+        """The output cap of a call on `chunk`: what the measured speed writes within the budget."""
+        uncached = 0 if self.throughput.system_cached() else run.system_tokens
+        return max(MIN_OUTPUT_TOKENS, self.output_cap(run.budget_s, chunk.tokens + uncached))
+
     def _call_record(self, run: _Run, chunk: Chunk) -> dict[str, Any]:
         """What a model call is given (its output cap fits the measured speed) and when its deadline is."""
         started = time.time()
-        uncached = 0 if self.throughput.system_cached() else run.system_tokens
-        cap = max(MIN_OUTPUT_TOKENS, self.output_cap(run.budget_s, chunk.tokens + uncached))
+        cap = self._cap(run, chunk)
         call: dict[str, Any] = {
             "chunk": run.progress.chunks,
             "start": run.base + chunk.start,
@@ -301,7 +306,9 @@ class Extractor:
 
     def _count(self, progress: Progress, completion: Completion, call: dict[str, Any], system_tokens: int) -> None:
         """The call's timings: into the measured speed, the caller's counter, the totals and the call's record."""
-        self.throughput.observe(completion.timings, system_tokens=system_tokens)
+        # a reply cut at a cap lowered for speed did not fit its window: the machine is still too slow
+        cut = completion.finish_reason == "length" and call["max_tokens"] < self.max_output_tokens
+        self.throughput.observe(completion.timings, system_tokens=system_tokens, fitted=not cut)
         if self.on_timings is not None:
             self.on_timings(completion.timings)
         for key in TOTAL_KEYS:
@@ -333,11 +340,25 @@ class Extractor:
                     cause=exc,
                     chunk_tokens=chunk.tokens,
                 ) from exc
-            raise
+            if cap < self.max_output_tokens:  # as small as the text splits: only a faster machine helps
+                raise self._cut_by_speed(run, chunk, call, exc) from exc
+            raise  # cut at the full cap: the model rambled or looped, a bad reply
         except BadReply as exc:
             call["error"] = "BadReply"
             exc.timings, exc.report = dict(run.progress.totals), self._report(run)
             raise
+
+    def _cut_by_speed(self, run: _Run, chunk: Chunk, call: dict[str, Any], exc: TruncatedReply) -> CutBySpeed:
+        """A reply cut at the cap the measured speed allowed, before any fact, on a piece too small to split."""
+        cap, call["error"] = call["max_tokens"], "CutBySpeed"
+        message = (
+            f"the reply was cut at the {cap}-token output cap that {run.budget_s:g}s allowed at the measured speed "
+            f"(full cap {self.max_output_tokens}), before any complete fact; this {chunk.tokens}-token piece "
+            f"is as small as the text splits, so the model is too slow for MEMORY_EXTRACT_BUDGET_S={run.budget_s:g}: "
+            "raise it, or use a faster model or build (memory-service doctor measures both)"
+        )
+        # `sooner`: this very call measured a machine fast enough for a larger cap
+        return CutBySpeed(message, cause=exc, cap=cap, smallest_piece=chunk.tokens, sooner=self._cap(run, chunk) > cap)
 
     def _keep(self, run: _Run, chunk: Chunk, call: dict[str, Any], facts: list[str]) -> None:
         """Ground the chunk's facts and keep the new ones on the progress (chunk overlaps repeat facts)."""

@@ -33,11 +33,12 @@ class Throughput:
             if self._prompt_tps is None and prompt_tps and gen_tps:
                 self._prompt_tps, self._gen_tps, self.source = float(prompt_tps), float(gen_tps), source
 
-    def observe(self, timings: dict[str, Any], system_tokens: int = 0) -> None:
+    def observe(self, timings: dict[str, Any], system_tokens: int = 0, fitted: bool = True) -> None:
+        """A call's speed; `fitted`: it answered in full within its window (False: cut at a cap lowered for speed)."""
         with self._lock:
             self.source = "measured"
-            # a call answered within its window: whatever made the machine too slow is over
-            self._slow_since, self._slow_pauses, self._paused_until = None, 0, 0.0
+            if fitted:  # a call answered within its window: whatever made the machine too slow is over
+                self._slow_since, self._slow_pauses, self._paused_until = None, 0, 0.0
             if system_tokens:
                 # llama.cpp reuses the KV cache of an identical prefix: is the system prompt being served from it?
                 self._system_cached = float(timings.get("cache_n") or 0) >= 0.8 * system_tokens

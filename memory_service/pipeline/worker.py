@@ -7,7 +7,8 @@ budget window when it starts (a queued job is not charged for its wait), long
 texts are cut into chunks that fit that window at the measured speed, and a
 call that still runs out of time makes the job resume with smaller chunks.
 When even the smallest piece runs out of time (a machine busy with something
-else), the job waits a doubling pause and resumes sooner once a call fits again.
+else), or its reply is cut at the output cap lowered to the measured speed, the
+job waits a doubling pause and resumes sooner once a call fits again.
 When the model server is down, jobs wait for it without spending attempts.
 """
 
@@ -23,7 +24,7 @@ from typing import Any
 from ..config import Settings
 from ..embedding.embedder import Embedder
 from ..extraction.coverage import Asked, asked_in, speaker_of
-from ..extraction.errors import ContextOverflow, ExtractionError, LlmTimeout, LlmUnavailable, TooSlow
+from ..extraction.errors import ContextOverflow, CutBySpeed, ExtractionError, LlmTimeout, LlmUnavailable, TooSlow
 from ..extraction.extractor import Earlier, ExtractionResult, Extractor, Progress, earlier_context
 from ..extraction.gate import small_talk_reason
 from ..llm.handle import ModelHandle
@@ -180,7 +181,12 @@ class ExtractionWorker:
             else:
                 await self._fail(job, exc, attempt, progress)
         except LlmTimeout as exc:
-            if exc.smallest_piece is None or not await self._wait_for_speed(job, exc, started, progress):
+            if isinstance(exc, CutBySpeed) and exc.sooner:
+                # the cut call itself measured a machine fast enough for a larger cap: go again at once
+                await keep(progress)
+                reason = f"faster again, resuming with a larger output cap: {exc}"
+                await self._defer(job, started, until=job.next_attempt_at, reason=reason)
+            elif exc.smallest_piece is None or not await self._wait_for_speed(job, exc, started, progress):
                 await self._fail(job, exc, attempt, progress)
         except ContextOverflow as exc:
             # the server may have been restarted with a smaller -c: re-read /props before the retry
@@ -194,8 +200,8 @@ class ExtractionWorker:
         return None
 
     async def _wait_for_speed(self, job: Memory, exc: LlmTimeout, started: float, progress: Progress) -> bool:
-        """Even the smallest piece missed its window: the machine is busy, so the job waits a doubling pause
-        instead of spending an attempt. False once the model has been too slow for MEMORY_SLOW_GIVE_UP_S
+        """Even the smallest piece missed its window (or its reply was cut at the cap the speed allowed: a
+        CutBySpeed): the machine is busy, so the job waits a doubling pause instead of spending an attempt. False once the model has been too slow for MEMORY_SLOW_GIVE_UP_S
         (that is no busy moment: the timeout is an error again, and says what to change)."""
         settings, now = self.settings, time.time()
         slow_for = self.model.throughput.slow_for(now)
