@@ -102,7 +102,7 @@ def probe_check(probe: dict[str, Any], budget_s: float) -> Check:
     if not probe["valid"]:
         error = probe["error"]
         fix = "see the raw reply; run with a model that follows a JSON schema (--model default)"
-        if error.startswith("LlmTimeout"):
+        if error.startswith(("LlmTimeout", "CutBySpeed")):
             fix = (
                 f"the model could not answer within MEMORY_EXTRACT_BUDGET_S={budget_s:g}s: use a smaller model, "
                 "more threads (MEMORY_LLAMA_THREADS), or a larger budget"
