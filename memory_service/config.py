@@ -87,6 +87,9 @@ class Settings(BaseSettings):
     # the embedded store runs in a child process: its calls hold Python's lock for their whole length, and
     # in the API process every request waited behind them (see storage/chroma_process.py). 0 runs it in-process
     chroma_process: bool = True
+    # how long a call to that child may take (plus an allowance per row) before the child counts as hung and is
+    # replaced: chromadb hung after the disk filled up, and every vector call queued behind it
+    vector_call_timeout_s: float = Field(default=30.0, gt=0, le=3600)
     # postgresql://user@host/db: the journal, jobs, limits, handled ledger and keys live there instead of
     # the data dir's SQLite files, so several API processes can share them (see "Outgrowing one machine")
     database_url: str | None = None
@@ -200,12 +203,13 @@ DEFAULT_URL = "http://127.0.0.1:8700"
 @dataclass(frozen=True)
 class ClientEnv:
     """How the command line and the MCP server reach a running service, from the environment (flags
-    override it): MEMORY_URL, MEMORY_API_KEY, MEMORY_AGENT_ID and MEMORY_MCP_READ_ONLY."""
+    override it): MEMORY_URL, MEMORY_API_KEY, MEMORY_AGENT_ID, MEMORY_MCP_READ_ONLY and MEMORY_MCP_TOOLS."""
 
     url: str | None = None  # as given; `service_url` falls back to the local default
     api_key: str | None = None
     agent_id: str = "agent"
     mcp_read_only: bool = False
+    mcp_tools: str = "core"  # the MCP server's profile, checked by `memory-service mcp` (core or full)
 
     @classmethod
     def from_env(cls) -> ClientEnv:
@@ -214,6 +218,7 @@ class ClientEnv:
             api_key=os.environ.get("MEMORY_API_KEY"),
             agent_id=os.environ.get("MEMORY_AGENT_ID", "agent"),
             mcp_read_only=os.environ.get("MEMORY_MCP_READ_ONLY", "").lower() in ("1", "true", "yes"),
+            mcp_tools=os.environ.get("MEMORY_MCP_TOOLS", "core"),
         )
 
     @property

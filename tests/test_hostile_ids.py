@@ -221,7 +221,8 @@ def test_mcp_tools_refuse_a_hostile_id_before_any_http_call(service: InProcessSe
     async def scenario() -> None:
         async with AsyncMemoryClient(service.url, api_key="key-a", transport=Recording()) as memory:
             found = await probe(memory, service.url)
-            server = build_server(Toolbox(memory, url=service.url, agent_id="mcp-attacker"), found)
+            toolbox = Toolbox(memory, url=service.url, agent_id="mcp-attacker")
+            server = build_server(toolbox, found, profile="full")  # every tool that takes an id or a name
             async with Client(server) as client:
                 schemas = {tool.name: tool.input_schema for tool in (await client.list_tools()).tools}
                 for tool, argument in (

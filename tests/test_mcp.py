@@ -26,10 +26,15 @@ from mcp.client.stdio import StdioServerParameters
 from memory_service.contract import limits as contract_limits
 from memory_service.contract import models as api_models
 from memory_service.llm.runtime.server import free_port
+from memory_service.mcp_server.profiles import PROFILES
 from memory_service.mcp_server.tools import TOOL_NAMES, TOOLS
 from tests.fakes.fake_llama_server import FakeLlamaServer
 
-READ_TOOLS = tuple(spec.name for spec in TOOLS if not spec.writes)
+READ_TOOLS = {
+    "full": tuple(spec.name for spec in TOOLS if not spec.writes),
+    "core": ("recall", "check_limit", "was_handled"),
+}
+CORE = ("remember", "recall", "consume_limit", "mark_handled")
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +80,7 @@ def run(fn: Any, *args: Any) -> Any:
 
 
 async def _round_trip(client: Client, marker: str) -> None:
+    """Over the full profile (`--tools full`): every tool that takes a memory id."""
     tools = await client.list_tools()
     assert [t.name for t in tools.tools] == list(TOOL_NAMES)
     failed, saved = await call(
@@ -97,8 +103,14 @@ async def _round_trip(client: Client, marker: str) -> None:
 @pytest.mark.process  # the MCP server, spawned as a harness does
 def test_stdio_lists_tools_and_remembers_recalls_gets_forgets(service: InProcessService) -> None:
     async def scenario() -> None:
-        async with stdio(service.url) as client:
+        async with stdio(service.url) as client:  # the default: the core profile
             assert "recall" in (client.instructions or "")
+            assert [t.name for t in (await client.list_tools()).tools] == list(CORE)
+            failed, saved = await call(client, "remember", text="Invoice INV-7730 was paid by Acme Corp.")
+            assert not failed, saved
+            failed, found = await call(client, "recall", query="invoice INV-7730")
+            assert not failed and "INV-7730" in found, found
+        async with stdio(service.url, "key-a", "--tools", "full") as client:
             await _round_trip(client, "INV-7731")
 
     run(scenario)
@@ -110,7 +122,7 @@ def test_streamable_http_round_trip(service: InProcessService, tmp_path) -> None
     log = open(tmp_path / "mcp-http.log", "wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "memory_service", "mcp", "--transport", "http", "--port", str(port)],
-        env=_env(service.url, "key-a"),
+        env=_env(service.url, "key-a", MEMORY_MCP_TOOLS="full"),
         cwd=str(ROOT),
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -147,7 +159,7 @@ def test_stale_ids_and_unknown_limits_are_tool_errors_that_say_what_exists(servi
             assert http.put(f"/v1/limits/{name}", json={"daily_limit": 1, "timezone": "UTC"}).status_code in (200, 201)
 
     async def scenario() -> None:
-        async with stdio(service.url, "key-b") as client:
+        async with stdio(service.url, "key-b", "--tools", "full") as client:
             failed, text = await call(client, "consume_limit", name="emial")
             assert failed and "No limit named 'emial'" in text and "emails, posts" in text, text
             failed, text = await call(client, "check_limit", name="tweets")
@@ -169,7 +181,7 @@ def test_stale_ids_and_unknown_limits_are_tool_errors_that_say_what_exists(servi
             failed, text = await call(client, "was_handled", key="msg-0001")
             assert not failed and "not handled" in text, text
 
-        async with stdio(service.url, "key-a") as client:  # team-a sees none of team-b's limits or keys
+        async with stdio(service.url, "key-a", "--tools", "full") as client:  # none of team-b's limits or keys
             failed, text = await call(client, "consume_limit", name="emails")
             assert failed and "no daily limits yet" in text and "posts" not in text, text
             failed, text = await call(client, "was_handled", key="msg-1187")
@@ -225,10 +237,11 @@ def test_refused_key_lists_no_tools_and_names_the_setting(service: InProcessServ
 
 
 @pytest.mark.process  # the MCP server, spawned as a harness does
-def test_read_only_hides_every_tool_that_writes(service: InProcessService) -> None:
+@pytest.mark.parametrize("profile", PROFILES)
+def test_read_only_hides_every_tool_that_writes(service: InProcessService, profile: str) -> None:
     async def scenario() -> None:
-        async with stdio(service.url, "key-a", "--read-only") as client:
-            assert tuple(t.name for t in (await client.list_tools()).tools) == READ_TOOLS
+        async with stdio(service.url, "key-a", "--read-only", "--tools", profile) as client:
+            assert tuple(t.name for t in (await client.list_tools()).tools) == READ_TOOLS[profile]
             failed, text = await call(client, "remember", text="should not be saved")
             assert failed, text
             assert "only read" in client.instructions
@@ -242,9 +255,13 @@ def test_tools_follow_the_keys_role(service: InProcessService) -> None:
         keys = {role: admin.post("/v1/keys", json={"role": role}).json()["key"] for role in ("read", "write")}
 
     async def scenario() -> None:
+        async with stdio(service.url, keys["read"], "--tools", "full") as client:
+            assert tuple(t.name for t in (await client.list_tools()).tools) == READ_TOOLS["full"]
         async with stdio(service.url, keys["read"]) as client:
-            assert tuple(t.name for t in (await client.list_tools()).tools) == READ_TOOLS
+            assert tuple(t.name for t in (await client.list_tools()).tools) == READ_TOOLS["core"]
         async with stdio(service.url, keys["write"]) as client:
+            assert [t.name for t in (await client.list_tools()).tools] == list(CORE)
+        async with stdio(service.url, keys["write"], "--tools", "full") as client:
             assert [t.name for t in (await client.list_tools()).tools] == [n for n in TOOL_NAMES if n != "forget"]
             failed, text = await call(client, "remember", text="Written with a write key.")
             assert not failed, text
@@ -287,8 +304,10 @@ async def _everything_the_model_reads(client: Client) -> tuple[list[str], set[st
 
 
 @pytest.mark.process  # the MCP server, spawned as a harness does
-def test_every_tool_name_the_model_reads_is_a_tool_it_can_see(service: InProcessService) -> None:
-    """Instructions, descriptions, argument docs and error messages may name only visible tools."""
+@pytest.mark.parametrize("profile", PROFILES)
+def test_every_tool_name_the_model_reads_is_a_tool_it_can_see(service: InProcessService, profile: str) -> None:
+    """Instructions, descriptions, argument docs and error messages may name only visible tools, in each
+    profile."""
     fields = _api_field_names()
 
     async def sweep(client: Client) -> None:
@@ -306,31 +325,12 @@ def test_every_tool_name_the_model_reads_is_a_tool_it_can_see(service: InProcess
 
     async def scenario() -> None:
         for key, args in (("key-a", ()), ("key-a", ("--read-only",)), (writer, ())):
-            async with stdio(service.url, key, *args) as client:
+            async with stdio(service.url, key, *args, "--tools", profile) as client:
                 await sweep(client)
-        async with stdio(f"http://127.0.0.1:{free_port()}") as client:
+        async with stdio(f"http://127.0.0.1:{free_port()}", "key-a", "--tools", profile) as client:
             await sweep(client)
 
     run(scenario)
-
-
-@pytest.mark.process  # the MCP server, spawned as a harness does
-def test_tool_list_token_count_with_the_models_tokenizer(service: InProcessService, default_llama) -> None:
-    """Small models pay for every token of the tool list in every prompt: measure it with the model's
-    own tokenizer and keep it small."""
-
-    async def tool_list() -> str:
-        async with stdio(service.url) as client:
-            tools = (await client.list_tools()).tools
-            return json.dumps([t.model_dump(by_alias=True, exclude_none=True) for t in tools])
-
-    listed = run(tool_list)
-    tokens = len(httpx.post(f"{default_llama.url}/tokenize", json={"content": listed}, timeout=30).json()["tokens"])
-    print(
-        f"\nMCP tool list: {len(TOOL_NAMES)} tools, {len(listed)} characters, {tokens} tokens "
-        "(default model's tokenizer)"
-    )
-    assert tokens < 1500, f"the tool list costs {tokens} tokens in every prompt; keep it under 1500"
 
 
 def test_team_view_counts_only_the_callers_team(service: InProcessService) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 
 from ..config import ClientEnv
+from ..mcp_server.profiles import PROFILES  # stdlib only: the command line stays quick to start
 from .common import Subcommands, add_client_arguments
 
 
@@ -33,8 +34,23 @@ def add_mcp_parser(subcommands: Subcommands) -> None:
         default=ClientEnv.from_env().mcp_read_only,
         help="list only the tools that read (env MEMORY_MCP_READ_ONLY=1)",
     )
+    parser.add_argument(
+        "--tools",
+        type=_profile,
+        default=ClientEnv.from_env().mcp_tools,
+        metavar="{core,full}",
+        help="core (default): remember, recall, consume_limit, mark_handled, under 500 tokens for small models; "
+        "full: also get_memory, forget, check_limit, was_handled (env MEMORY_MCP_TOOLS)",
+    )
     add_client_arguments(parser)
     parser.set_defaults(func=run_mcp)
+
+
+def _profile(value: str) -> str:
+    """An argparse type, applied to the MEMORY_MCP_TOOLS default too: a bad value is a usage error."""
+    if value not in PROFILES:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a tool profile: {' or '.join(PROFILES)}")
+    return value
 
 
 def run_mcp(args: argparse.Namespace) -> int:
@@ -43,6 +59,8 @@ def run_mcp(args: argparse.Namespace) -> int:
 
     from ..mcp_server.server import McpConfig, serve
 
-    config = McpConfig(url=args.url, api_key=args.api_key, agent_id=args.agent_id, read_only=args.read_only)
+    config = McpConfig(
+        url=args.url, api_key=args.api_key, agent_id=args.agent_id, read_only=args.read_only, tools=args.tools
+    )
     anyio.run(lambda: serve(config, args.transport, host=args.host, port=args.port))
     return 0

@@ -1,8 +1,8 @@
 """Build and run the MCP server: probe the service, list only the tools that can work, then serve.
 
 A tool that can't work is not listed: when the service does not answer at start (or refuses the key),
-the server lists no tools and its instructions say why; the key's role (read, write, admin) decides which
-of the others are listed.
+the server lists no tools and its instructions say why; the key's role (read, write, admin) and the
+profile (`core` by default, `full` on request: see profiles.py) decide which of the others are listed.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from mcp_types import ToolAnnotations
 from ..client import AsyncMemoryClient, MemoryServiceError
 from ..contract.models import TeamOut
 from ..storage.keys import role_allows
+from .profiles import DEFAULT_PROFILE, Profile, select
 from .tools import TOOLS, Toolbox
 
 log = logging.getLogger("memory_service.mcp")
@@ -33,6 +34,7 @@ class McpConfig:
     api_key: str | None
     agent_id: str
     read_only: bool = False
+    tools: Profile = DEFAULT_PROFILE
 
 
 @dataclass(frozen=True)
@@ -54,13 +56,13 @@ async def probe(memory: AsyncMemoryClient, url: str) -> Probe:
         return Probe(None, f"the memory service at {url} answered {exc.status}: {exc.message}")
 
 
-def visible_tools(found: Probe, read_only: bool) -> tuple[str, ...]:
-    """Nothing when the service can't be used; else the tools the key's role allows (only the reading
-    ones with `read_only`)."""
+def visible_tools(found: Probe, read_only: bool, profile: Profile = DEFAULT_PROFILE) -> tuple[str, ...]:
+    """Nothing when the service can't be used; else the tools of the profile that the key's role allows
+    (only the reading ones with `read_only`)."""
     if found.team is None:
         return ()
     role = "read" if read_only else found.team.role
-    return tuple(spec.name for spec in TOOLS if role_allows(role, spec.needs))
+    return select((spec.name for spec in TOOLS if role_allows(role, spec.needs)), profile)
 
 
 # What the instructions say about each job, naming the first of its tools the key can see.
@@ -114,12 +116,14 @@ def compact_schema(schema: Any) -> Any:
     return out
 
 
-def build_server(toolbox: Toolbox, found: Probe, *, read_only: bool = False) -> MCPServer:
+def build_server(
+    toolbox: Toolbox, found: Probe, *, read_only: bool = False, profile: Profile = DEFAULT_PROFILE
+) -> MCPServer:
     """An MCP server listing only the `visible_tools`, each with a compact argument schema.
 
     Arguments are still validated against the full signature (None accepted where the schema omits it).
     """
-    visible = visible_tools(found, read_only)
+    visible = visible_tools(found, read_only, profile)
     functions = toolbox.bind(frozenset(visible))
     tools = []
     for spec in TOOLS:
@@ -150,9 +154,8 @@ async def serve(
         found = await probe(memory, config.url)
         if found.problem:
             log.warning("MCP server starts with no tools: %s", found.problem)
-        server = build_server(
-            Toolbox(memory, url=config.url, agent_id=config.agent_id), found, read_only=config.read_only
-        )
+        toolbox = Toolbox(memory, url=config.url, agent_id=config.agent_id)
+        server = build_server(toolbox, found, read_only=config.read_only, profile=config.tools)
         if transport == "stdio":
             await server.run_stdio_async()
         else:

@@ -20,7 +20,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import AfterValidator, Field, ValidationError, ValidatorFunctionWrapHandler, WrapValidator
 
 from ..client import AsyncMemoryClient, MemoryServiceError
-from ..contract.ids import ID_PATTERN, ID_RULE, MAX_ID_LEN, MAX_MEMORY_ID_LEN, MEMORY_ID_PATTERN, MEMORY_ID_RULE
+from ..contract.ids import ID_RULE, MAX_MEMORY_ID_LEN, MEMORY_ID_PATTERN, MEMORY_ID_RULE, is_id
 from ..contract.limit_rules import MAX_HANDLED_KEY_LEN, MAX_NAME_LEN, NAME_PATTERN, NAME_RULE, check_name
 from ..storage.keys import Role
 
@@ -43,22 +43,19 @@ class ToolSpec:
 
 
 TOOLS: tuple[ToolSpec, ...] = (
-    ToolSpec("remember", "Save something worth knowing later: what you did, learned or were told.", needs="write"),
-    ToolSpec(
-        "recall", "Search the team's memory before you act, to find what was already done or known.", needs="read"
-    ),
+    ToolSpec("remember", "Save what you did, learned or were told, for later sessions.", needs="write"),
+    ToolSpec("recall", "Search memory before you act: what was done or known.", needs="read"),
     ToolSpec("get_memory", "Show one saved text with its status and the facts taken from it.", needs="read"),
     ToolSpec("forget", "Delete one saved text and the facts that came only from it.", needs="admin"),
     ToolSpec(
         "consume_limit",
-        "Use units of a daily limit just before a limited action; if it says DENIED, do not do the action today.",
+        "Use a daily limit just before a limited action. If DENIED, do not do it today.",
         needs="write",
     ),
     ToolSpec("check_limit", "See how much of a daily limit is left today, without using any.", needs="read"),
     ToolSpec(
         "mark_handled",
-        "Record that an item (a URL, a message id) is handled, so no agent handles it "
-        "twice; it tells you if it was handled before.",
+        "Mark an item handled just before handling it; if handled before, skip it.",
         needs="write",
     ),
     ToolSpec("was_handled", "Check whether an item was already handled, without marking it.", needs="read"),
@@ -83,6 +80,18 @@ def _short(value: Any) -> str:
     return repr(value if not isinstance(value, str) else value[:80])
 
 
+def _agent_id(value: str) -> str:
+    if not is_id(value):
+        raise ValueError("not an agent id")
+    return value
+
+
+def _item_key(value: str) -> str:
+    if not 1 <= len(value) <= MAX_HANDLED_KEY_LEN:
+        raise ValueError("not an item key")
+    return value
+
+
 # Every id argument is checked against the contract's own pattern: a prompt-injected "id" such as
 # '../limits/emails' never reaches a URL (the client would refuse it too, but the model reads this message).
 MemoryId = Annotated[
@@ -96,22 +105,21 @@ MemoryId = Annotated[
 ]
 LimitName = Annotated[
     str,
-    Field(max_length=MAX_NAME_LEN, pattern=NAME_PATTERN, description="The limit's name, e.g. 'emails'."),
+    Field(max_length=MAX_NAME_LEN, pattern=NAME_PATTERN, description="Limit name, e.g. 'emails'."),
     AfterValidator(check_name),  # no '..' either, which the pattern cannot say
     _refused(lambda v: f"No limit can be named {_short(v)}: a limit name is {NAME_RULE}."),
 ]
 AgentId = Annotated[
     str,
-    Field(max_length=MAX_ID_LEN, pattern=ID_PATTERN, description="Only memories of this agent, e.g. 'mailer'."),
+    Field(description="Only this agent's memories."),
+    AfterValidator(_agent_id),  # checked, not shown: a regular expression is tokens a small model can't use
     _refused(lambda v: f"No agent can have the id {_short(v)}: an agent_id is {ID_RULE}."),
 ]
 ItemKey = Annotated[
     str,
-    Field(
-        min_length=1,
-        max_length=MAX_HANDLED_KEY_LEN,
-        description="The item's id, e.g. 'https://example.com/post/42' or 'msg-1187'.",
-    ),
+    Field(description="Item id, e.g. a URL or 'msg-1187'."),
+    AfterValidator(_item_key),  # checked, not shown (as agent ids)
+    _refused(lambda v: f"No item key can be {_short(v)}: a key is 1-{MAX_HANDLED_KEY_LEN} characters."),
 ]
 
 
@@ -184,10 +192,8 @@ class Toolbox:
 
     async def remember(
         self,
-        text: Annotated[
-            str, Field(description="What to keep, in plain words, e.g. 'Sent the weekly digest to 40 users.'")
-        ],
-        tags: Annotated[list[str] | None, Field(description="Optional labels, e.g. ['digest'].")] = None,
+        text: Annotated[str, Field(description="Plain words, e.g. 'Sent the digest to 40 users.'")],
+        tags: Annotated[list[str] | None, Field(description="Optional labels.")] = None,
     ) -> str:
         saved = await self._call(self.memory.remember(text, agent_id=self.agent_id, tags=tags or []))
         if not saved.created:
@@ -196,10 +202,10 @@ class Toolbox:
 
     async def recall(
         self,
-        query: Annotated[str, Field(description="What you want to know, e.g. 'was the digest sent this week?'")],
+        query: Annotated[str, Field(description="What to find, e.g. 'digest sent this week?'")],
         agent_id: AgentId | None = None,
-        tags: Annotated[list[str] | None, Field(description="Only memories with all these tags.")] = None,
-        k: Annotated[int, Field(ge=1, le=20, description="How many results, 1-20.")] = 5,
+        tags: Annotated[list[str] | None, Field(description="Only with all these tags.")] = None,
+        k: Annotated[int, Field(ge=1, le=20, description="How many results.")] = 5,
     ) -> str:
         found = await self._call(self.memory.recall(query, k=k, agent_id=agent_id, tags=tags or None))
         if not found.items:
@@ -238,13 +244,13 @@ class Toolbox:
     async def consume_limit(
         self,
         name: LimitName,
-        amount: Annotated[int, Field(ge=1, description="Units to use, e.g. 1 per email sent.")] = 1,
+        amount: Annotated[int, Field(ge=1)] = 1,
     ) -> str:
         answer = await self._limit_call(self.memory.limits.consume(name, agent_id=self.agent_id, amount=amount), name)
         if not answer.allowed:
             return (
-                f"DENIED: limit {name!r} is used up for today ({answer.used} of {answer.limit}). "
-                f"Do not do the action; the limit resets at {answer.resets_at}."
+                f"DENIED: the daily limit {name!r} is reached ({answer.used} of {answer.limit} used). "
+                f"Do not do the action, and say that the limit is reached; it resets at {answer.resets_at}."
             )
         return (
             f"ALLOWED: used {amount} of {name!r}; {answer.remaining} of {answer.limit} left today "
