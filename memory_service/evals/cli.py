@@ -47,7 +47,14 @@ Keys = dict[tuple[str, str], str | None]  # (kind:path, conversation or "all") -
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    """Each --data file through its harness; 2 when a file is of neither format."""
+    """Each --data file through its harness; 2 when a file is of neither format. --agent: the agent eval."""
+    if getattr(args, "agent", False):
+        from .agent_runner import run_agent_eval
+
+        return run_agent_eval(args)
+    if not args.data:
+        print("memory-service eval: --data is required (or --agent for the agent eval)", file=sys.stderr)
+        return 2
     started = time.monotonic()
     settings = service_settings(getattr(args, "settings", None) or [])  # a bad --set fails before any work
     out = Path(args.out)

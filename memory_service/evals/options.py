@@ -13,12 +13,16 @@ from ..config import ClientEnv
 
 
 def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.add_argument("--data", required=True, action="append", help="a LoCoMo .json or PersonaExt .jsonl file")
+    parser.add_argument(
+        "--data", action="append", default=[], help="a LoCoMo .json or PersonaExt .jsonl file (all but --agent)"
+    )
     parser.add_argument("--out", default="eval-results")
     env = ClientEnv.from_env()
     parser.add_argument("--url", default=env.url, help="evaluate a running service")
     parser.add_argument("--api-key", default=env.api_key)
-    parser.add_argument("--limit", type=int, default=None, help="only the first N conversations / utterances")
+    parser.add_argument(
+        "--limit", type=int, default=None, help="only the first N conversations / utterances (--agent: tasks)"
+    )
     parser.add_argument("--model", default="default", help="model of the self-started service")
     parser.add_argument("--llm-url", default=None, help="self-started service: reuse this llama-server")
     parser.add_argument(
@@ -35,7 +39,31 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
         action="store_true",
         help="self-started service: MEMORY_CONSOLIDATE=1, and wait for consolidation before asking",
     )
+    add_agent_arguments(parser)
     return parser
+
+
+def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--agent`: a small model as the agent, in a real loop over the MCP server (memory_service/evals/agent_*)."""
+    agent = parser.add_argument_group("agent-in-the-loop eval (--agent)")
+    agent.add_argument(
+        "--agent", action="store_true", help="run the agent eval: a model works scripted tasks through the MCP tools"
+    )
+    agent.add_argument("--agent-url", default=None, help="the agent: any OpenAI-compatible endpoint with tool calling")
+    agent.add_argument(
+        "--agent-model", default="large", help="without --agent-url: model of the agent's own llama-server"
+    )
+    agent.add_argument(
+        "--agent-model-name", default=None, help="the `model` field sent to --agent-url, if it needs one"
+    )
+    agent.add_argument("--agent-threads", type=int, default=None, help="threads of the agent's own llama-server")
+    agent.add_argument(
+        "--profiles", default="off,core,full", help="comma-separated: off (no memory tools, the baseline), core, full"
+    )
+    agent.add_argument("--tasks", action="append", default=None, help="only this task (repeatable); default all")
+    agent.add_argument(
+        "--sessions-timeout", type=float, default=600.0, help="seconds one session may take before it is cut"
+    )
 
 
 def eval_parser(description: str = "memory-service eval", prog: str = "memory-service eval") -> argparse.ArgumentParser:

@@ -21,6 +21,9 @@ Runtime control over HTTP, for a service running in another process:
 ``POST /_fake/mode {"mode": ..., <options>}``, ``GET /_fake/mode``,
 ``GET /_fake/requests`` and ``DELETE /_fake/requests``.
 
+Mode ``script`` plays a tool-calling agent model: ``set_mode("script", script=[turns])`` replays assistant
+turns with ``tool_calls`` chosen by the conversation (see `scripted_reply`), for the agent eval's smoke test.
+
 Tokens are approximated deterministically (runs of up to 4 word characters,
 or one punctuation character; whitespace is free), the same way for
 ``/tokenize``, ``prompt_n`` (the ``/apply-template`` rendering of the
@@ -65,6 +68,7 @@ MODES: frozenset[str] = frozenset(
         "fail_then_ok",
         "ignore_kwarg",
         "loading",
+        "script",
     }
 )
 
@@ -187,6 +191,8 @@ class Settings:
     # any mode: a chat request whose messages contain this text takes a slot and holds it until the client
     # leaves (a long request that only a disconnect ends, as llama-server cancels a task whose client left)
     hang_when: str | None = None
+    # script: assistant turns replayed to a tool-calling agent (see `scripted_reply`)
+    script: list[dict[str, Any]] | None = None
 
     def check(self) -> None:
         if self.mode not in MODES:
@@ -215,6 +221,7 @@ class _Reply:
     reasoning: str | None = None
     tool_calls_null: bool = False
     finish_reason: str = "stop"
+    tool_calls: list[dict[str, Any]] | None = None  # script mode: OpenAI tool_calls of the reply
 
 
 def _facts_for(settings: Settings, messages: list[dict[str, Any]]) -> list[str]:
@@ -231,9 +238,73 @@ def _facts_json(facts: list[str]) -> str:
     return json.dumps({"facts": facts}, ensure_ascii=False)
 
 
+def _script_vars(turn: dict[str, Any], messages: list[dict[str, Any]]) -> dict[str, str]:
+    """A turn's `vars` ({name: regex}): the first match (its group 1 if any) in the conversation, newest last."""
+    text = "\n".join(_text_of(m.get("content")) for m in messages)
+    found: dict[str, str] = {}
+    for name, pattern in (turn.get("vars") or {}).items():
+        match = re.search(pattern, text)
+        if match:
+            found[name] = match.group(1) if match.groups() else match.group(0)
+    return found
+
+
+def _fill(value: Any, found: dict[str, str]) -> Any:
+    if isinstance(value, str):
+        for name, got in found.items():
+            value = value.replace("{" + name + "}", got)
+        return value
+    if isinstance(value, dict):
+        return {k: _fill(v, found) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_fill(v, found) for v in value]
+    return value
+
+
+def scripted_reply(script: list[dict[str, Any]], body: dict[str, Any]) -> _Reply:
+    """script mode: the first turn that fits this conversation, as a tool-calling model would answer.
+
+    A turn fits when its `when` is in the first user message, its `step` (default 0) is the number of
+    assistant messages so far, and the offered tools include all of `tools_include` and none of
+    `tools_exclude`. Its `tool_calls` ([{"name", "arguments"}]) are replied as OpenAI tool_calls, minus those
+    naming a tool the request does not offer (a model calls only what it is shown); `content` is the text.
+    `{name}` in either is replaced by the match of `vars[name]` (a regex) in the conversation. No turn fits:
+    the answer "Done." without tool calls.
+    """
+    messages = body.get("messages") or []
+    first_user = next((_text_of(m.get("content")) for m in messages if m.get("role") == "user"), "")
+    step = sum(1 for m in messages if m.get("role") == "assistant")
+    offered = {str((t.get("function") or {}).get("name")) for t in body.get("tools") or [] if isinstance(t, dict)}
+    for turn in script:
+        if (
+            str(turn.get("when", "")) in first_user
+            and int(turn.get("step", 0)) == step
+            and set(turn.get("tools_include") or []) <= offered
+            and not set(turn.get("tools_exclude") or []) & offered
+        ):
+            found = _script_vars(turn, messages)
+            calls = [
+                {
+                    "id": f"call_{uuid.uuid4().hex[:12]}",
+                    "type": "function",
+                    "function": {
+                        "name": call["name"],
+                        "arguments": json.dumps(_fill(call.get("arguments") or {}, found)),
+                    },
+                }
+                for call in turn.get("tool_calls") or []
+                if call["name"] in offered
+            ]
+            content = str(_fill(turn.get("content", ""), found))
+            return _Reply(content, tool_calls=calls or None, finish_reason="tool_calls" if calls else "stop")
+    return _Reply("Done.")
+
+
 def _build_reply(settings: Settings, body: dict[str, Any]) -> _Reply:
     """The full, untruncated reply the model "would" generate in this mode."""
     messages = body.get("messages") or []
+    if settings.mode == "script":
+        return scripted_reply(settings.script or [], body)
     facts = _facts_for(settings, messages)
     payload = _facts_json(facts)
     mode = settings.mode
@@ -600,6 +671,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
 
         prompt_n = count_tokens(self._render(settings, body))
+        if body.get("tools"):  # the template renders the offered tools into the prompt too
+            prompt_n += count_tokens(json.dumps(body["tools"], ensure_ascii=False))
         max_tokens = body.get("max_tokens", body.get("max_completion_tokens", body.get("n_predict")))
         if not isinstance(max_tokens, int) or max_tokens < 0:
             max_tokens = None
@@ -651,6 +724,8 @@ class _Handler(BaseHTTPRequestHandler):
             message["reasoning_content"] = reply.reasoning
         if reply.tool_calls_null:
             message["tool_calls"] = None
+        if reply.tool_calls:
+            message["tool_calls"] = reply.tool_calls
         self._send_json(200, self._envelope(body, prompt_n, predicted_n, tokens_per_s, reply, message))
 
     def _envelope(
