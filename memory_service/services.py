@@ -44,6 +44,7 @@ from .storage.journal import Fact, Journal, Memory
 from .storage.keys import KeyInfo, KeyStore, NewKey, Role
 from .storage.limit_views import ConsumeResult, LimitView
 from .storage.limits import LimitStore, Per
+from .storage.occurred import occurred_times
 from .storage.vectors import VectorStore
 
 log = logging.getLogger("memory_service")
@@ -173,7 +174,9 @@ class Services(LimitsAndKeys):
             if recovered:
                 log.info("resumed %d job(s) that were mid-extraction at the last stop", recovered)
         # shared database: jobs held by processes that died come back when their lease runs out
-        vectors = data.open_vectors(settings.chroma_url, process=settings.chroma_process)
+        vectors = data.open_vectors(
+            settings.chroma_url, process=settings.chroma_process, call_timeout_s=settings.vector_call_timeout_s
+        )
         forgetter = Forgetter(journal, vectors, store_for(journal))
         purged = forgetter.finish_pending()
         if purged:
@@ -355,6 +358,15 @@ class Services(LimitsAndKeys):
 
     def observe_recall(self, seconds: float) -> None:
         self.metrics.recall.observe(seconds)
+
+    def occurred(self, team: str, memory_ids: list[str]) -> dict[str, float]:
+        """Each memory's occurred_at, else its save time (blocking): the date of recall's context lines."""
+        return occurred_times(self.journal, team, memory_ids)
+
+    async def token_pieces(self, text: str) -> list[Any] | None:
+        """`text`'s token pieces by the first llama-server that is up, None when none is (recall's budget)."""
+        handle = self.models.primary
+        return await handle.client.token_pieces(text, timeout=1.0) if handle.ready else None
 
     def vector_indexes(self) -> int:
         """Team vectors (per kind) that recall searches in process, through a clustered index."""

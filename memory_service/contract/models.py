@@ -146,6 +146,12 @@ def _default_kinds() -> list[ItemKind]:
     return ["fact", "passage"]
 
 
+# the bounds of a recall's `max_tokens`: a line's date and agent alone take ~14 tokens; 32768 is a large
+# model's whole context
+MIN_RECALL_TOKENS = 32
+MAX_RECALL_TOKENS = 32768
+
+
 class RecallRequest(Strict):
     query: FreeText = Field(min_length=1, max_length=4096)
     agent_id: AgentId | None = None
@@ -167,6 +173,14 @@ class RecallRequest(Strict):
     )
     min_score: JsonFloat | None = Field(
         default=None, ge=-1, le=1, description="Minimum cosine similarity of an item to the query."
+    )
+    max_tokens: JsonInt | None = Field(
+        default=None,
+        ge=MIN_RECALL_TOKENS,
+        le=MAX_RECALL_TOKENS,
+        description=f"Token budget ({MIN_RECALL_TOKENS}-{MAX_RECALL_TOKENS}) of `context`: the best of the k items, "
+        "in rank order, whose lines fit (a line too long is skipped, shorter ones after it still tried); `items` "
+        "are then exactly those. Counted by the extraction model's tokenizer, else an estimate (`token_counter`).",
     )
 
     @field_validator("query")
@@ -192,6 +206,18 @@ class RecallItem(BaseModel):
 
 class RecallResponse(BaseModel):
     items: list[RecallItem]
+    context: str = Field(
+        default="",
+        description="Ready to paste into a prompt: one line per item, `[YYYY-MM-DD agent] text` (the date the "
+        "text tells it happened, `occurred_at`, else its save date, UTC), repeats of an earlier line's source "
+        "left out (see docs/recall.md). Within `max_tokens` when given.",
+    )
+    tokens: int | None = Field(default=None, description="Tokens of `context` by `token_counter`; with max_tokens.")
+    token_counter: Literal["model", "estimate"] | None = Field(
+        default=None,
+        description="model: the extraction model's /tokenize; estimate: the documented over-counting rule "
+        "(the model did not answer in time). With max_tokens.",
+    )
 
 
 class AgentCount(BaseModel):

@@ -155,6 +155,12 @@ class LlamaClient:
         data = await self._request("POST", "/tokenize", json={"content": text, "add_special": False}, timeout=timeout)
         return len(data.get("tokens") or [])
 
+    async def token_pieces(self, text: str, timeout: float) -> list[Any]:
+        """`text`'s tokens with their pieces (a string, or a byte list for part of a character): recall's budget."""
+        body = {"content": text, "add_special": False, "with_pieces": True}
+        data = await self._request("POST", "/tokenize", json=body, timeout=timeout)
+        return [t.get("piece") if isinstance(t, dict) else None for t in data.get("tokens") or []]
+
     async def apply_template(self, messages: list[dict[str, str]], *, enable_thinking: bool | None) -> str:
         body: dict[str, Any] = {"messages": messages}
         if enable_thinking is not None:

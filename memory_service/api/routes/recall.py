@@ -1,22 +1,27 @@
-"""POST /v1/recall: ranked facts and passages of the caller's team."""
+"""POST /v1/recall: ranked facts and passages of the caller's team, and a context to paste (within a budget)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 from datetime import UTC, datetime
-from typing import Literal, cast
+from typing import TYPE_CHECKING, Literal, cast
 
 from fastapi import APIRouter, HTTPException, Request
 
 from ...contract.models import RecallItem, RecallRequest, RecallResponse
-from ...recall.search import RecallQuery, to_epoch
+from ...recall.context import budgeted, lines_of, unbudgeted
+from ...recall.search import Hit, RecallQuery, to_epoch
 from ..auth import Team, agent_scope
 from ..deps import ServicesDep
 from ..errors import error_responses
 from ..model_response import ModelResponse
 
+if TYPE_CHECKING:
+    from ...services import Services
+
 ItemKind = Literal["fact", "passage", "consolidated"]
+Counter = Literal["model", "estimate"]
 
 router = APIRouter(tags=["recall"])
 
@@ -44,8 +49,17 @@ async def recall_route(body: RecallRequest, request: Request, team: Team, servic
         min_score=body.min_score,
         time_field=body.time_field,
     )
-    hits = await asyncio.to_thread(services.recall, query)
+    hits, occurred = await asyncio.to_thread(_search, services, query)
+    lines = lines_of(hits, occurred)
+    if body.max_tokens is None:
+        context = unbudgeted(lines)
+    else:  # only the items whose line fits
+        context = await budgeted(lines, body.max_tokens, services.token_pieces)
+        hits = [hits[rank] for rank in context.kept]
     answer = RecallResponse(
+        context=context.text,
+        tokens=context.tokens,
+        token_counter=cast(Counter | None, context.counter),
         items=[
             RecallItem(
                 kind=cast(ItemKind, h.kind),  # the search names only these kinds; pydantic checks it
@@ -60,7 +74,13 @@ async def recall_route(body: RecallRequest, request: Request, team: Team, servic
                 tags=h.tags,
             )
             for h in hits
-        ]
+        ],
     )
     services.observe_recall(time.perf_counter() - started)
     return ModelResponse(answer)
+
+
+def _search(services: Services, query: RecallQuery) -> tuple[list[Hit], dict[str, float]]:
+    """The hits, and when each one's text tells it happened (for the context's dates): one thread hop."""
+    hits = services.recall(query)
+    return hits, services.occurred(query.team, [h.memory_id for h in hits])

@@ -1,0 +1,242 @@
+"""Token-budgeted recall: `max_tokens` bounds the `context` by the counter the answer names, and its lines
+are the best items in rank order that fit, each source said once.
+
+In process with real storage. The estimate: the app with no model server. The model's count: a service whose
+llama-server is the fake (its /tokenize is the tokenizer), or a real HTTP server whose /tokenize hangs.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from conftest import wait_status
+from fakes.fake_llama_server import FakeLlamaServer, count_tokens
+
+from memory_service.recall.context import estimate_tokens
+
+TEXTS = [
+    ("scout", "The spare key for the depot is under the blue flowerpot by the back door."),
+    ("scout", "Depot 7 opens at 06:30 on weekdays; on Saturday at 08:00, closed on Sunday."),
+    ("courier", "Invoice INV-20931 for the depot repair was paid on 2026-02-14, 1,240.50 EUR."),
+    ("courier", "The depot manager is Ingrid Larsen; call her on +47 915 22 048 for access."),
+    ("scout", "A long note about the depot: " + "the forklift needs a new battery and the roof leaks. " * 12),
+    ("planner", "Depot visits are planned on Tuesdays; the depot has 3 loading bays."),
+    ("scout", "Depot key: blue pot."),
+]
+BUDGETS = (32, 40, 64, 120, 400)
+
+
+def recall(client: Any, **body: Any) -> dict[str, Any]:
+    response = client.post("/v1/recall", json={"query": "depot key access battery", "k": 20, **body})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def lines(answer: dict[str, Any]) -> list[str]:
+    return answer["context"].split("\n") if answer["context"] else []
+
+
+def check_fits(full: dict[str, Any], fitted: dict[str, Any], budget: int, count: Any) -> None:
+    """Within the budget by the reported counter; the items are exactly the context's lines, in rank order;
+    and a line left out (not a repeat) would not have fitted."""
+    assert fitted["tokens"] == count(fitted["context"]) <= budget, (budget, fitted)
+    kept = lines(fitted)
+    assert len(kept) == len(fitted["items"])
+    all_lines = lines(full)
+    assert len(all_lines) >= len(kept)
+    ranks = [all_lines.index(line) for line in kept]
+    assert ranks == sorted(ranks), "lines out of rank order"
+    ids = [(i["memory_id"], i["fact_id"], i["kind"]) for i in full["items"]]
+    kept_ids = [(i["memory_id"], i["fact_id"], i["kind"]) for i in fitted["items"]]
+    assert [ids.index(k) for k in kept_ids] == sorted(ids.index(k) for k in kept_ids)
+    for line in all_lines:
+        if line not in kept:  # it was tried when at most this much was used: it did not fit
+            assert count(fitted["context"]) + count(line) + 1 > budget, (budget, line, fitted["context"])
+
+
+@pytest.fixture(scope="module")
+def saved(inprocess) -> Any:
+    """The texts saved by team-a (found by keyword search at once; no model, no worker)."""
+    with inprocess.client() as client:
+        for agent, text in TEXTS:
+            assert client.post("/v1/remember", json={"text": text, "agent_id": agent}).status_code == 202
+    return inprocess
+
+
+def test_estimate_never_exceeds_the_budget_and_keeps_the_best_that_fit(saved):
+    with saved.client() as client:
+        full = recall(client)
+        assert full["tokens"] is None and full["token_counter"] is None  # no budget: nothing counted
+        assert len(lines(full)) == len(full["items"]) == len(TEXTS)
+        for budget in BUDGETS:
+            fitted = recall(client, max_tokens=budget)
+            assert fitted["token_counter"] == "estimate"  # no model server is up
+            check_fits(full, fitted, budget, estimate_tokens)
+        assert recall(client, max_tokens=32)["items"], "a short line fits in the smallest budget"
+        assert recall(client, max_tokens=4000)["items"] == full["items"]  # all fit: the same answer
+
+
+def test_context_lines_are_dated_and_attributed(saved):
+    with saved.client() as client:
+        response = client.post(
+            "/v1/remember",
+            json={
+                "text": "The depot alarm code changed to 5512.",
+                "agent_id": "guard",
+                "occurred_at": "2025-11-03T22:10:00Z",
+            },
+        )
+        assert response.status_code == 202
+        answer = client.post("/v1/recall", json={"query": "depot alarm code", "k": 3}).json()
+    first = answer["items"][0]
+    assert first["text"] == "The depot alarm code changed to 5512."
+    assert lines(answer)[0] == "[2025-11-03 guard] The depot alarm code changed to 5512."  # occurred_at
+    saved_day = first["created_at"][:10]
+    assert any(line.startswith(f"[{saved_day} scout] ") for line in lines(answer)[1:])  # no occurred_at: save day
+
+
+@pytest.mark.parametrize("bad", [0, 31, 32769, -5, "ten", 1.5, True, [64]])
+def test_bad_max_tokens_is_a_422(inprocess, bad):
+    with inprocess.client() as client:
+        response = client.post("/v1/recall", json={"query": "depot", "max_tokens": bad})
+    assert response.status_code == 422, response.text
+    assert any(e["field"] == "max_tokens" for e in response.json()["errors"]), response.json()
+
+
+def test_another_teams_texts_never_enter_the_context(saved):
+    with saved.client() as client:
+        before = recall(client, max_tokens=120)
+    with saved.client("key-b") as other:
+        for n in range(5):
+            text = f"Secret {n}: the depot key access battery codes of team b."
+            assert other.post("/v1/remember", json={"text": text, "agent_id": "spy"}).status_code == 202
+        assert "team b" in recall(other, max_tokens=120)["context"]
+    with saved.client() as client:
+        after = recall(client, max_tokens=120)
+    assert "team b" not in after["context"]
+    assert after["context"] == before["context"]
+
+
+# --------------------------------------------------------------------------- the model's tokenizer
+
+
+@pytest.fixture
+def extracted(inprocess_service) -> Iterator[tuple[Any, FakeLlamaServer]]:
+    """A service on the fake llama-server, every text extracted (its facts: the text's sentences)."""
+    with FakeLlamaServer("ok", tokens_per_s=5000) as fake:
+        svc = inprocess_service(fake.url)
+        with svc.client() as client:
+            ids = [
+                client.post("/v1/remember", json={"text": text, "agent_id": agent}).json()["id"]
+                for agent, text in TEXTS
+            ]
+            for memory_id in ids:
+                assert wait_status(client, memory_id, timeout=60)["status"] == "done"
+        yield svc, fake
+
+
+def test_model_count_never_exceeds_the_budget(extracted):
+    svc, _ = extracted
+    with svc.client() as client:
+        full = recall(client)
+        assert len(full["items"]) > len(lines(full))  # facts and their passages: repeats left out
+        for budget in BUDGETS:
+            fitted = recall(client, max_tokens=budget)
+            assert fitted["token_counter"] == "model"
+            check_fits(full, fitted, budget, count_tokens)
+
+
+def test_a_source_is_said_once(extracted):
+    """A fact and the passage it was taken from are never both lines; the same text saved twice is one line;
+    two facts from one text are both lines."""
+    svc, _ = extracted
+    with svc.client() as client:
+        again = client.post("/v1/remember", json={"text": TEXTS[3][1], "agent_id": "courier2"}).json()["id"]
+        two = "Ingrid Larsen prefers email over calls. Her deputy at the depot is Tomas Berg."
+        pair = client.post("/v1/remember", json={"text": two, "agent_id": "courier"}).json()["id"]
+        for memory_id in (again, pair):
+            assert wait_status(client, memory_id, timeout=60)["status"] == "done"
+        query = {"query": "depot manager Ingrid Larsen deputy call access", "k": 30}
+        answer = client.post("/v1/recall", json=query).json()
+        facts_only = client.post("/v1/recall", json={**query, "kinds": ["fact"]}).json()
+    items, shown = answer["items"], [line.split("] ", 1)[1] for line in lines(answer)]
+    assert [i["text"] for i in items if i["kind"] == "passage"].count(TEXTS[3][1]) == 2
+    assert shown.count(TEXTS[3][1]) == 1  # saved twice: one line
+    assert "The depot manager is Ingrid Larsen." in [i["text"] for i in items]  # a fact of it: said by its passage
+    assert "The depot manager is Ingrid Larsen." not in shown
+    for a in shown:
+        assert not any(a != b and a.casefold() in b.casefold() for b in shown), a
+    shown_passages = {i["memory_id"] for i in items if i["kind"] == "passage" and i["text"] in shown}
+    passage_texts = {i["text"] for i in items if i["kind"] == "passage"}
+    for item in items:  # a fact line (not also a passage's text) is never from a passage that is a line
+        if item["kind"] == "fact" and item["text"] in shown and item["text"] not in passage_texts:
+            assert not shown_passages & set(item["source_memory_ids"]), item
+    facts_shown = [line.split("] ", 1)[1] for line in lines(facts_only)]
+    assert (
+        "Ingrid Larsen prefers email over calls." in facts_shown
+        and "Her deputy at the depot is Tomas Berg." in facts_shown
+    )
+
+
+class HangingTokenizer(BaseHTTPRequestHandler):
+    """A llama-server that is up (health, props) but whose /tokenize takes 3 s: the machine is swamped."""
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _send(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:  # noqa: N802 - stdlib name
+        if self.path.startswith("/props"):
+            self._send(200, {"default_generation_settings": {"n_ctx": 4096}, "total_slots": 1})
+        else:
+            self._send(200, {"status": "ok"})
+
+    def do_POST(self) -> None:  # noqa: N802 - stdlib name
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path.startswith("/tokenize"):
+            time.sleep(3)
+            self._send(200, {"tokens": []})
+        else:
+            self._send(503, {"error": {"message": "busy"}})
+
+
+def test_a_slow_tokenizer_falls_back_to_the_estimate_in_time(inprocess_service):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), HangingTokenizer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        svc = inprocess_service(f"http://127.0.0.1:{server.server_address[1]}")
+        with svc.client() as client:
+            for agent, text in TEXTS[:3]:
+                client.post("/v1/remember", json={"text": text, "agent_id": agent})
+            recall(client, max_tokens=64)  # warm: the query embedder's first run
+            started = time.monotonic()
+            answer = recall(client, max_tokens=64)
+            took = time.monotonic() - started
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert answer["token_counter"] == "estimate" and answer["items"]
+    assert answer["tokens"] == estimate_tokens(answer["context"]) <= 64
+    assert took < 1.5, f"recall waited {took:.2f}s for a tokenizer that does not answer"
+
+
+def test_estimate_over_counts_the_fakes_tokenizer_and_typical_bpe():
+    """The estimate counts digits, punctuation and non-ASCII characters one by one, so it never falls below the
+    fake's tokenizer (a stand-in for BPE) on text heavy with them."""
+    for text in [t for _, t in TEXTS] + ["a b c d e f", "2026-03-01 12:30:45", "naïve café — 東京 🙂", "x" * 50]:
+        assert estimate_tokens(text) >= count_tokens(text), text
+    assert estimate_tokens("[2026-03-01 scout] ok") == 15
