@@ -147,6 +147,22 @@ async def run_task(http: httpx.AsyncClient, target: Target, profile: str, task: 
     }
 
 
+def failed_run(profile: str, task: Task, problem: str) -> dict[str, Any]:
+    """A run that could not happen: counted as a failure, with why."""
+    return {
+        "task": task.name,
+        "profile": profile,
+        "success": False,
+        "problem": problem[:500],
+        "checks": {},
+        "tools": [],
+        "schema_tokens": 0,
+        "side_effects": [],
+        "sessions": [],
+        "wall_time_s": 0.0,
+    }
+
+
 async def profile_available(url: str, key: str | None, profile: str) -> tuple[bool, list[str]]:
     """Does the MCP server know this profile? `core` lists fewer tools than `full` once it exists."""
     if profile == "off":
@@ -179,7 +195,11 @@ async def run_all(
             for task in tasks:
                 key = keys[(profile, task.name)]
                 target = Target(service_url, key, agent_url, args.agent_model_name, float(args.sessions_timeout))
-                runs.append(await run_task(http, target, profile, task))
+                try:
+                    runs.append(await run_task(http, target, profile, task))
+                except Exception as exc:  # one broken run (setup refused, MCP server down) must not end the eval
+                    runs.append(failed_run(profile, task, f"{type(exc).__name__}: {exc}"))
+                    notes.append(f"{profile}/{task.name} could not run: {runs[-1]['problem']}")
                 _progress(f"{profile}/{task.name}: {'success' if runs[-1]['success'] else 'FAILED'}")
     return {"runs": runs, "notes": notes, "summary": summarise(runs)}
 
