@@ -19,6 +19,7 @@ from . import errors
 from .host_guard import HostGuard
 from .request_id import RequestId
 from .routes import health as routes_health
+from .routes import hindsight as routes_hindsight
 from .routes import keys as routes_keys
 from .routes import limits as routes_limits
 from .routes import memories as routes_memories
@@ -189,6 +190,7 @@ def create_app(
         routes_team,
         routes_keys,
         routes_health,
+        routes_hindsight,  # Hindsight's REST API for its clients; last: it ends in a catch-all
     ):
         app.include_router(module.router)
     console.mount(app)  # the operator's pages at /ui, on the same keys and stores

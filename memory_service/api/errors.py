@@ -42,6 +42,7 @@ _STATUS_NAMES = {
     422: "invalid_request",
     429: "limit_reached",
     500: "internal",
+    501: "not_implemented",
     503: "unavailable",
 }
 

@@ -1,0 +1,260 @@
+"""Hindsight's REST API (the part agents use), so `hindsight-client` and the integrations built on it work
+against this service by changing their base URL and key. The mapping is in docs/hindsight.md: a bank is an
+agent_id of the key's team, document_id a run_id (and the idempotency key), timestamp occurred_at, context and
+metadata kept in the memory's metadata, tags tags. Anything else under /v1/default answers 501."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+import uuid
+from datetime import datetime
+from typing import Any, cast
+
+from fastapi import APIRouter, HTTPException, Request
+
+from ...contract.hindsight import (
+    SEGMENT_PATTERN,
+    SEGMENT_RULE,
+    HsItem,
+    HsOperationStatus,
+    HsRecallRequest,
+    HsRecallResponse,
+    HsRecallResult,
+    HsRetainRequest,
+    HsRetainResponse,
+    HsType,
+)
+from ...contract.types import MAX_TAGS
+from ...extraction.dates import occurred
+from ...recall.rank import Hit
+from ...recall.search import RecallQuery
+from ...storage.journal import DONE, FAILED
+from ...storage.records import Memory
+from ..auth import Team, Writer, agent_scope, check_agent
+from ..deps import ServicesDep
+from . import hindsight_docs
+from . import hindsight_store as store
+from .hindsight_store import PREFIX, BankId
+
+router = APIRouter(tags=["hindsight"], include_in_schema=False)
+
+MAX_METADATA_BYTES = 8 * 1024
+KINDS: dict[str, str] = {"world": "fact", "experience": "passage", "observation": "consolidated"}
+TYPES: dict[str, HsType] = {"fact": "world", "passage": "experience", "consolidated": "observation"}
+K_OF_BUDGET = {"low": 10, "mid": 30, "high": 100}
+SERVED = (
+    "served: POST /v1/default/banks/{bank_id}/memories (retain, batch, async), POST .../memories/recall, "
+    "GET .../operations/{operation_id}, GET/DELETE .../documents[/{document_id}], GET /v1/default/banks, "
+    "PUT /v1/default/banks/{bank_id}, GET .../profile (see docs/hindsight.md)"
+)
+_SEGMENT = re.compile(SEGMENT_PATTERN)
+
+
+def _not_served(what: str) -> HTTPException:
+    return HTTPException(501, f"{what} is not served by memory-service's Hindsight API; {SERVED}")
+
+
+def _prepared(bank: str, body: HsRetainRequest, services: ServicesDep, operation_id: str | None) -> list[dict]:
+    """Every item as remember's fields, all checked before any is stored (a refused batch stores nothing)."""
+    per_document: dict[str, int] = {}
+    out = []
+    for n, item in enumerate(body.items):
+        out.append(_fields(bank, n, item, body, services, operation_id, per_document))
+    return out
+
+
+def _fields(
+    bank: str,
+    n: int,
+    item: HsItem,
+    body: HsRetainRequest,
+    services: ServicesDep,
+    operation_id: str | None,
+    per_document: dict[str, int],
+) -> dict[str, Any]:
+    if item.update_mode == "append":
+        raise _not_served("update_mode 'append'")
+    try:
+        text = item.text()
+    except ValueError as exc:
+        raise HTTPException(422, f"items.{n}.content: {exc}") from None
+    if not text.strip() or "\x00" in text:
+        raise HTTPException(422, f"items.{n}.content: empty, only whitespace, or holds a NUL character")
+    size, limit = len(text.encode("utf-8")), services.settings.max_text_bytes
+    if size > limit:
+        raise HTTPException(413, f"items.{n}.content is {size} bytes; the limit is {limit} (MEMORY_MAX_TEXT_BYTES)")
+    tags = list(dict.fromkeys([*(item.tags or []), *(body.document_tags or [])]))
+    if len(tags) > MAX_TAGS:
+        raise HTTPException(422, f"items.{n}: {len(tags)} tags with document_tags; at most {MAX_TAGS}")
+    key = None
+    if item.document_id is not None:
+        index = per_document.get(item.document_id, 0)
+        per_document[item.document_id] = index + 1
+        key = f"hindsight:{bank}:{item.document_id}:{index}"
+    elif operation_id is not None:
+        key = f"hindsight:{bank}:op:{operation_id}:{n}"
+    meta = {
+        k: v
+        for k, v in {
+            "context": item.context,
+            "metadata": item.metadata,
+            "document_id": item.document_id,
+            "operation_id": operation_id,
+        }.items()
+        if v is not None
+    }
+    if len(json.dumps(meta)) > MAX_METADATA_BYTES:
+        raise HTTPException(413, f"items.{n}: context and metadata are larger than {MAX_METADATA_BYTES} bytes")
+    moment = item.timestamp if isinstance(item.timestamp, datetime) else None
+    occurred_at, occurred_day = occurred(moment, time.time(), services.settings.timezone)
+    return {
+        "agent_id": bank,
+        "text": text,
+        "run_id": item.document_id,
+        "tags": tags,
+        "metadata": {store.META: meta} if meta else {},
+        "idempotency_key": key,
+        "occurred_at": occurred_at,
+        "occurred_day": occurred_day,
+    }
+
+
+@router.post(PREFIX + "/banks/{bank_id}/memories", response_model=HsRetainResponse)
+async def retain(
+    bank_id: BankId, body: HsRetainRequest, request: Request, team: Writer, services: ServicesDep
+) -> HsRetainResponse:
+    """Each item is a remember: committed to the journal before this answers, recallable by its words at once,
+    its facts extracted in the background. `async` changes only the answer (an operation id to poll)."""
+    check_agent(request, bank_id)
+    operation_id = (body.operation_id or str(uuid.uuid4())) if body.is_async else None
+    fields = _prepared(bank_id, body, services, operation_id)
+    created_any = False
+    for one in fields:
+        memory, created, _ = await asyncio.to_thread(services.remember, team=team, **one)
+        if not created and memory.agent_id != bank_id:
+            raise HTTPException(409, "idempotency key already used in this team by another agent")
+        created_any = created_any or created
+    if created_any:
+        services.saved()
+    return HsRetainResponse(
+        success=True,
+        bank_id=bank_id,
+        items_count=len(fields),
+        is_async=body.is_async,
+        operation_id=operation_id,
+        operation_ids=[operation_id] if operation_id else None,
+    )
+
+
+def _fit(hits: list[Hit], max_tokens: int) -> list[Hit]:
+    """The best hits whose texts fit `max_tokens` together (by store.estimate_tokens), in rank order."""
+    kept, used = [], 0
+    for hit in hits:
+        cost = store.estimate_tokens(hit.text)
+        if used + cost <= max_tokens:
+            kept.append(hit)
+            used += cost
+    return kept
+
+
+def _results(hits: list[Hit], memories: dict[str, Memory | None]) -> list[HsRecallResult]:
+    out = []
+    for hit in hits:
+        memory = memories.get(hit.memory_id)
+        meta = store.hs_meta(memory) if memory is not None else {}
+        out.append(
+            HsRecallResult(
+                id=hit.fact_id or hit.memory_id,
+                text=hit.text,
+                type=TYPES.get(hit.kind, "world"),
+                context=meta.get("context"),
+                occurred_start=store.iso_of(memory.occurred_at) if memory is not None else None,
+                mentioned_at=store.iso_of(hit.created_at),
+                document_id=store.document_id_of(memory) if memory is not None else None,
+                metadata=meta.get("metadata"),
+                tags=hit.tags,
+            )
+        )
+    return out
+
+
+@router.post(PREFIX + "/banks/{bank_id}/memories/recall", response_model=HsRecallResponse)
+async def recall(
+    bank_id: BankId, body: HsRecallRequest, request: Request, team: Team, services: ServicesDep
+) -> HsRecallResponse:
+    """A /v1/recall within the bank: types pick the kinds, tags_match filters, max_tokens bounds the texts."""
+    agent_scope(request, bank_id)
+    if body.tag_groups:
+        raise _not_served("tag_groups (use tags with tags_match)")
+    kinds = tuple(dict.fromkeys(KINDS[t] for t in body.types)) if body.types else ("fact", "passage")
+    k = K_OF_BUDGET[body.budget or "mid"]
+    wanted = body.tags or []
+    exact_pushdown = body.tags_match in ("all_strict", "exact")
+    query = RecallQuery(
+        team=team,
+        query=body.query,
+        k=k if body.tags_match == "all_strict" or not wanted else 100,
+        kinds=kinds,
+        agent_id=bank_id,
+        tags=tuple(wanted) if exact_pushdown else (),
+    )
+    hits = await asyncio.to_thread(services.recall, query)
+    hits = [h for h in hits if hindsight_docs._tags_match(h.tags, wanted, body.tags_match)] if wanted else hits
+    if body.tags_match == "exact" and not wanted:
+        hits = [h for h in hits if not h.tags]
+    hits = _fit(hits[:k], body.max_tokens)
+    ids = list(dict.fromkeys(h.memory_id for h in hits))
+    memories = await asyncio.to_thread(lambda: {i: services.memory(team, i) for i in ids})
+    return HsRecallResponse(results=_results(hits, memories))
+
+
+@router.get(PREFIX + "/banks/{bank_id}/operations/{operation_id}", response_model=HsOperationStatus)
+async def operation_status(
+    bank_id: BankId, operation_id: str, request: Request, team: Team, services: ServicesDep
+) -> HsOperationStatus:
+    """completed once every item's extraction is done, failed if one failed, else pending or processing."""
+    agent_scope(request, bank_id)
+    if len(operation_id) > 128 or not _SEGMENT.fullmatch(operation_id):
+        raise HTTPException(422, f"path.operation_id: {SEGMENT_RULE}")
+    memories = await asyncio.to_thread(store.operation, services, team, bank_id, operation_id)
+    if not memories:
+        raise HTTPException(404, f"no operation {operation_id!r} among bank {bank_id!r}'s recent retains")
+    states = {m.status for m in memories}
+    status = "failed" if FAILED in states else "completed" if states == {DONE} else "pending"
+    if status == "pending" and "extracting" in states:
+        status = "processing"
+    failed = next((m.last_error for m in memories if m.status == FAILED), None)
+    done_at = max((m.finished_at or 0 for m in memories), default=0) if status == "completed" else None
+    return HsOperationStatus(
+        operation_id=operation_id,
+        status=cast(Any, status),
+        created_at=store.iso_of(min(m.created_at for m in memories)),
+        completed_at=store.iso_of(done_at) if done_at else None,
+        error_message=failed,
+    )
+
+
+router.include_router(hindsight_docs.router)
+
+_SUBRESOURCES = frozenset({"chunks", "history", "reprocess"})
+
+
+@router.api_route(PREFIX + "/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
+async def not_served(rest: str, team: Team) -> None:
+    """The rest of Hindsight (reflect, mental models, entities, directives...): 501 naming what is served. An
+    id that could never be one (`..`, a `/` inside a document id, too long) is a 422 first."""
+    parts = rest.split("/")
+    if parts[0] == "banks" and len(parts) > 1:
+        bank = parts[1]
+        if len(bank) > 128 or not _SEGMENT.fullmatch(bank):
+            raise HTTPException(422, f"path.bank_id: {SEGMENT_RULE}")
+        if len(parts) > 3 and parts[2] == "documents":
+            doc = parts[3:]
+            if len(doc) > 2 or (len(doc) == 2 and doc[1] not in _SUBRESOURCES) or not _SEGMENT.fullmatch(doc[0]):
+                raise HTTPException(422, f"path.document_id: {SEGMENT_RULE}")
+    if any(p in ("", ".", "..") for p in parts):
+        raise HTTPException(422, "the path holds an empty, '.' or '..' segment")
+    raise _not_served(f"/v1/default/{rest[:200]}")
