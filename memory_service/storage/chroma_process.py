@@ -32,7 +32,14 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 120.0  # importing chromadb and opening a large store on a slow, busy machine
-CALL_TIMEOUT_S = 300.0  # a get of a whole 5,000-row batch with embeddings on a slow, busy machine
+# A call's answer is awaited `call_timeout_s` (MEMORY_VECTOR_CALL_TIMEOUT_S) plus ROW_ALLOWANCE_S per row
+# it carries: then the child is taken as hung (chromadb's upsert hung so after the disk filled up), killed
+# and replaced, and the call fails as `ChromaProcessFailed`. Measured on a loaded 2-core machine: 5,000
+# rows took 0.17 s to get with embeddings and 2.5 s to upsert; 5 ms a row allows 25 s for them, ten times
+# and more, on top of the base.
+CALL_TIMEOUT_S = 30.0
+ROW_ALLOWANCE_S = 0.005
+DROP_TIMEOUT_S = 300.0  # dropping a whole collection (a rebuild) rewrites the store: no per-row count says how long
 STOP_TIMEOUT_S = 10.0
 
 
@@ -49,6 +56,16 @@ class ChromaProcessFailed(RuntimeError):
 
 class ChromaCallError(RuntimeError):
     """Chroma raised an error of its own type in the child; the message keeps its type and text."""
+
+    @property
+    def storage_full_or_failing(self) -> bool:
+        """Whether the store's disk is full or failing (SQLite's words, which chromadb passes on): it passes,
+        so a retry can succeed; any other Chroma error is a bug or bad input."""
+        text = str(self).lower()
+        return any(words in text for words in _DISK_TROUBLE)
+
+
+_DISK_TROUBLE = ("database or disk is full", "disk i/o error", "no space left on device")
 
 
 def _serve(conn: Any, path: str) -> None:
@@ -132,8 +149,9 @@ class ChildCollection:
 class ChromaProcess:
     """The client side: the calls of a chromadb client that `VectorStore` uses, answered by the child."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, call_timeout_s: float = CALL_TIMEOUT_S) -> None:
         self._path = str(path)
+        self.call_timeout_s = call_timeout_s
         self._lock = threading.Lock()
         self._process: subprocess.Popen | None = None
         self._conn: Connection | None = None
@@ -175,8 +193,9 @@ class ChromaProcess:
                 process, conn = self._running()
                 try:
                     conn.send((op, name, kwargs))
-                    if not conn.poll(CALL_TIMEOUT_S):
-                        raise TimeoutError(f"no answer in {CALL_TIMEOUT_S:.0f} s")
+                    timeout = self.timeout_for(op, kwargs)
+                    if not conn.poll(timeout):
+                        raise TimeoutError(f"no answer in {timeout:.0f} s")
                     status, value = conn.recv()
                     break
                 except (EOFError, OSError, TimeoutError) as exc:
@@ -194,6 +213,18 @@ class ChromaProcess:
         if status == "error":
             _raise(*value)
         return value
+
+    def timeout_for(self, op: str, kwargs: dict[str, Any]) -> float:
+        """How long a call may take before its child is taken as hung: the base plus an allowance per row."""
+        if op == "drop":
+            return max(self.call_timeout_s, DROP_TIMEOUT_S)
+        rows = max(
+            len(kwargs.get("ids") or ()),
+            len(kwargs.get("embeddings") if kwargs.get("embeddings") is not None else ()),
+            int(kwargs.get("n_results") or 0) * len(kwargs.get("query_embeddings") or ()),
+            int(kwargs.get("limit") or 0),
+        )
+        return self.call_timeout_s + ROW_ALLOWANCE_S * rows
 
     def _running(self) -> tuple[subprocess.Popen, Connection]:
         """The child and its pipe, started again if it died and waited for until its store is open."""

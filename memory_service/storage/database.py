@@ -24,6 +24,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from .chroma_process import ChromaCallError
+
 Dialect = Literal["sqlite", "postgresql"]
 
 # The drivers' "operational" errors. SQLite files some of these for a busy database and others for bugs
@@ -61,10 +63,12 @@ def storage_unavailable(exc: BaseException) -> bool:
 
     Only what really passes counts: a locked or busy SQLite file, a failing or full disk, a PostgreSQL
     connection refused or lost (psycopg raises those, and the pool's timeout, with no SQLSTATE), a closed
-    store. "no such column", a syntax error or a constraint is a bug and never counts.
+    store, the vector store's child reporting its disk full or failing. "no such column", a syntax error or a constraint is a bug and never counts.
     """
     if isinstance(exc, StorageClosed):
         return True
+    if isinstance(exc, ChromaCallError):  # the vector store's disk: full or failing, as SQLite's below
+        return exc.storage_full_or_failing
     if isinstance(exc, sqlite3.OperationalError):
         code = getattr(exc, "sqlite_errorcode", None)
         if code is not None:

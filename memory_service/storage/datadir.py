@@ -176,11 +176,14 @@ class DataDir:
         private_file(file)
         return file
 
-    def open_vectors(self, url: str | None = None, *, process: bool = False) -> VectorStore:
+    def open_vectors(
+        self, url: str | None = None, *, process: bool = False, call_timeout_s: float | None = None
+    ) -> VectorStore:
         """The Chroma server at `url`, or the embedded store in `chroma/` (in a child process with `process`)."""
         from .vectors import VectorStore
 
-        store = VectorStore(self.vectors_dir, url=url, process=process)
+        more = {} if call_timeout_s is None else {"call_timeout_s": call_timeout_s}
+        store = VectorStore(self.vectors_dir, url=url, process=process, **more)
         if url is None:  # Chroma creates its files with the umask's modes (later ones: the next start's prepare)
             make_private(self.vectors_dir)
         return store

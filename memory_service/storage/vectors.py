@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .chroma_process import ChromaProcess, chroma_settings
+from .chroma_process import CALL_TIMEOUT_S, ChromaProcess, chroma_settings
 
 MAX_BATCH = 5000  # Chroma refuses more than 5,461 rows per call
 CONNECT_TIMEOUT_S = 5.0
@@ -80,14 +80,21 @@ def tag_key(tag: str) -> str:
 
 
 class VectorStore:
-    def __init__(self, path: Path | None = None, *, url: str | None = None, process: bool = False) -> None:
+    def __init__(
+        self,
+        path: Path | None = None,
+        *,
+        url: str | None = None,
+        process: bool = False,
+        call_timeout_s: float = CALL_TIMEOUT_S,
+    ) -> None:
         if url:
             self._client = _http_client(url)
         else:
             assert path is not None
             path.mkdir(parents=True, exist_ok=True)
             if process:  # chromadb is imported by the child only
-                self._client = ChromaProcess(path)
+                self._client = ChromaProcess(path, call_timeout_s=call_timeout_s)
             else:
                 import chromadb
 
@@ -99,6 +106,11 @@ class VectorStore:
         self._collections: dict[tuple[str, str], Any] = {}
         self._lock = threading.Lock()
         self._listeners: list[VectorListener] = []
+
+    @property
+    def child_pid(self) -> int | None:
+        """The pid of the child serving the embedded store (`process=True`), else None: for operators' dumps."""
+        return self._client.pid if isinstance(self._client, ChromaProcess) else None
 
     def add_listener(self, listener: VectorListener) -> None:
         """Told of every upsert and delete after it is applied: what keeps caches of vectors consistent."""
