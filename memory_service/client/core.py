@@ -199,7 +199,9 @@ class Requests:
         until: datetime | str | None = None,
         min_score: float | None = None,
         time_field: str | None = None,
+        max_tokens: int | None = None,
     ) -> Call[RecallResponse]:
+        """`max_tokens`: only the best items whose lines fit; the answer's `context` is those lines, to paste."""
         body = _drop_none(
             {
                 "query": query,
@@ -212,6 +214,7 @@ class Requests:
                 "until": _iso(until),
                 "min_score": min_score,
                 "time_field": time_field,
+                "max_tokens": max_tokens,
             }
         )
         return Call("POST", "/v1/recall", _model(RecallResponse), json=body)

@@ -4,6 +4,7 @@
     with MemoryClient("http://127.0.0.1:8700", api_key="...") as memory:
         saved = memory.remember("Sent the digest to 40 users.", agent_id="mailer", wait_s=10)
         hits = memory.recall("digest", k=5).items
+        prompt_part = memory.recall("digest", max_tokens=300).context  # dated lines, within 300 tokens
 
 Both share one implementation (client_core.Requests builds every call and reads every answer); the
 classes here only send. `remember` adds an idempotency key, so a resend never saves twice. A 429 or 503
@@ -114,7 +115,8 @@ class _Surface:
         return self._run(self._requests.get(memory_id))
 
     def recall(self, query: str, **options: Any) -> Any:
-        """RecallResponse; options: k, agent_id (searches only that agent), kinds, tags, since, until, min_score, time_field."""
+        """RecallResponse (its `context`: the items as lines to paste); options: k, agent_id (searches only that
+        agent), kinds, tags, since, until, min_score, time_field, max_tokens (the best items that fit it)."""
         return self._run(self._requests.recall(query, **options))
 
     def list(self, **filters: Any) -> Any:
