@@ -18,8 +18,7 @@ import pytest
 from hindsight_client import Hindsight
 from hindsight_client_api.exceptions import ApiException
 
-from memory_service.api.routes.hindsight_store import estimate_tokens
-from tests.fakes.fake_llama_server import FakeLlamaServer
+from tests.fakes.fake_llama_server import FakeLlamaServer, count_tokens
 from tests.inprocess import InProcessService
 
 DAY = "2026-03-14T09:30:00+00:00"
@@ -176,10 +175,10 @@ def test_max_tokens_bounds_the_results(service: InProcessService) -> None:
     for n in range(6):
         hs.retain(bank, f"Lantern report {n}: " + "the lantern on the pier flickers at dusk. " * 8)
     everything = hs.recall(bank, "lantern pier report", types=["experience"], max_tokens=100_000).results
-    budget = 2 * estimate_tokens(everything[0].text)
+    budget = 3 * count_tokens(everything[0].text)  # by the fake llama-server's /tokenize, as the service counts
     bounded = hs.recall(bank, "lantern pier report", types=["experience"], max_tokens=budget).results
     assert 0 < len(bounded) < len(everything)
-    assert sum(estimate_tokens(r.text) for r in bounded) <= budget
+    assert sum(count_tokens(r.text) for r in bounded) <= budget
     hs.close()
 
 
@@ -241,3 +240,33 @@ def test_hostile_ids_through_the_client(service: InProcessService) -> None:
         hs.retain("ok", "text", document_id="../escape")
     assert refused.value.status == 422
     hs.close()
+
+
+def test_roles_and_pinned_keys_hold(service: InProcessService) -> None:
+    """The same keys and roles as /v1: a read key cannot retain, a write key cannot delete, a pinned key acts
+    only in its own bank."""
+
+    def key(**body: Any) -> str:
+        answer = raw(service, "POST", "/v1/keys", json=body)
+        assert answer.status_code == 201, answer.text
+        return str(answer.json()["key"])
+
+    reader, writer, pinned = key(role="read"), key(role="write"), key(role="write", agent_id="own-bank")
+    read_only = client(service, reader)
+    with pytest.raises(ApiException) as refused:
+        read_only.retain("role-bank", "A reader may not write.")
+    assert refused.value.status == 403
+    hs = client(service, writer)
+    hs.retain("role-bank", "A writer may write.", document_id="w1")
+    with pytest.raises(ApiException) as refused:
+        run(hs.documents.delete_document("role-bank", "w1"))
+    assert refused.value.status == 403
+    mine = client(service, pinned)
+    mine.retain("own-bank", "A pinned key writes in its bank.")
+    for call in (lambda: mine.retain("role-bank", "elsewhere"), lambda: mine.recall("role-bank", "writer")):
+        with pytest.raises(ApiException) as refused:
+            call()
+        assert refused.value.status == 403
+    assert {b.bank_id for b in run(mine.banks.list_banks()).banks} == {"own-bank"}
+    for c in (read_only, hs, mine):
+        c.close()

@@ -29,6 +29,7 @@ from ...contract.hindsight import (
 )
 from ...contract.types import MAX_TAGS
 from ...extraction.dates import occurred
+from ...recall.context import budgeted, lines_of
 from ...recall.rank import Hit
 from ...recall.search import RecallQuery
 from ...storage.journal import DONE, FAILED
@@ -149,15 +150,13 @@ async def retain(
     )
 
 
-def _fit(hits: list[Hit], max_tokens: int) -> list[Hit]:
-    """The best hits whose texts fit `max_tokens` together (by store.estimate_tokens), in rank order."""
-    kept, used = [], 0
-    for hit in hits:
-        cost = store.estimate_tokens(hit.text)
-        if used + cost <= max_tokens:
-            kept.append(hit)
-            used += cost
-    return kept
+async def _within(services: ServicesDep, team: str, hits: list[Hit], max_tokens: int) -> list[Hit]:
+    """The best hits that fit `max_tokens`, counted as /v1/recall counts its context (recall/context.py: the
+    model's /tokenize, else its over-counting estimate) on each hit's dated line, so the texts fit too;
+    repeats (a passage and the fact drawn from it) are said once."""
+    occurred = await asyncio.to_thread(services.occurred, team, [h.memory_id for h in hits])
+    context = await budgeted(lines_of(hits, occurred), max_tokens, services.token_pieces)
+    return [hits[rank] for rank in context.kept]
 
 
 def _results(hits: list[Hit], memories: dict[str, Memory | None]) -> list[HsRecallResult]:
@@ -205,7 +204,7 @@ async def recall(
     hits = [h for h in hits if hindsight_docs._tags_match(h.tags, wanted, body.tags_match)] if wanted else hits
     if body.tags_match == "exact" and not wanted:
         hits = [h for h in hits if not h.tags]
-    hits = _fit(hits[:k], body.max_tokens)
+    hits = await _within(services, team, hits[:k], body.max_tokens)
     ids = list(dict.fromkeys(h.memory_id for h in hits))
     memories = await asyncio.to_thread(lambda: {i: services.memory(team, i) for i in ids})
     return HsRecallResponse(results=_results(hits, memories))

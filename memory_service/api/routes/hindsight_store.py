@@ -37,12 +37,6 @@ DocumentId = Annotated[
 ]
 
 
-def estimate_tokens(text: str) -> int:
-    """The documented estimate: one token per 4 bytes of UTF-8, rounded up (never under what a BPE tokenizer
-    counts for English prose, which averages about 4 characters a token)."""
-    return (len(text.encode("utf-8")) + 3) // 4
-
-
 def iso_of(epoch: float | None) -> str | None:
     return None if epoch is None else datetime.fromtimestamp(epoch, tz=UTC).isoformat()
 
