@@ -24,6 +24,7 @@ from ..bench.probes import machine_info
 from ..bench.report import write_json
 from ..bench.service_runner import ServiceRunner
 from . import locomo, locomo_data, personaext
+from .budget import BudgetRun
 from .options import eval_parser
 
 
@@ -75,7 +76,8 @@ def run_eval(args: argparse.Namespace) -> int:
         summary: dict[str, Any] = {}
         for kind, path, data in jobs:
             job_started = time.monotonic()
-            result = run_job(kind, path, data, url=url, keys=keys, external=bool(args.url))
+            budget = _budget(args, ready) if kind == "locomo" else None
+            result = run_job(kind, path, data, url=url, keys=keys, external=bool(args.url), budget=budget)
             own = service is not None
             result.update(_job_context(args, path, ready, settings if own else None, own, job_started))
             stem = f"{kind}-{path.stem}"
@@ -139,7 +141,16 @@ def start_service(args: argparse.Namespace, data_dir: Path, keys: Keys, settings
     return service
 
 
-def run_job(kind: str, path: Path, data: Any, *, url: str, keys: Keys, external: bool) -> dict[str, Any]:
+def _budget(args: argparse.Namespace, ready: dict[str, Any]) -> BudgetRun:
+    """Budgeted recall (the service's tokenizer) and the reader, from the options (evals/reader.py)."""
+    from .reader import setup
+
+    return setup(args, ready, _progress)
+
+
+def run_job(
+    kind: str, path: Path, data: Any, *, url: str, keys: Keys, external: bool, budget: BudgetRun | None = None
+) -> dict[str, Any]:
     """One data file through its harness."""
     scope = f"{kind}:{path}"
     if kind == "locomo":
@@ -152,6 +163,7 @@ def run_job(kind: str, path: Path, data: Any, *, url: str, keys: Keys, external:
             url=url,
             keys={c.sample_id: keys[(scope, c.sample_id)] for c in data},
             isolation="agent" if external else "team",
+            budget=budget,
         )
     _progress(f"PersonaExt {path.name}: {len(data)} utterance(s)")
     return personaext.run(data, url=url, key=keys[(scope, "all")])
@@ -189,10 +201,15 @@ def _ready(url: str) -> dict[str, Any]:
 
 def _headline(kind: str, result: dict[str, Any]) -> dict[str, Any]:
     if kind == "locomo":
+        shown = ("recall@5", "recall@10", "recall@20", "mrr", "recall@256tok", "recall@512tok", "recall@1024tok")
+        answers = {
+            mode: (a.get("overall") or {}).get("f1")
+            for mode, a in (result.get("answers") or {}).items()
+            if isinstance(a, dict)
+        }
         return {
-            name: {m: r["overall"].get(m) for m in ("recall@5", "recall@10", "recall@20", "mrr")}
-            for name, r in result["results"].items()
-        } | {"goal": result["goal"]}
+            name: {m: r["overall"].get(m) for m in shown if m in r["overall"]} for name, r in result["results"].items()
+        } | {"goal": result["goal"], "reader_f1": answers or None}
     return {
         k: result["metrics"].get(k)
         for k in ("tail_found_in_stored_facts", "facts_per_utterance_mean", "stored_over_proposed")

@@ -10,7 +10,9 @@ three kinds (the two naming consolidated items only when the service consolidate
 turn ids through provenance (memory_id / source_memory_ids -> dia_id, from our
 own map of remember responses), so facts are judged by the turns they came
 from. Metrics (locomo_metrics): evidence recall@1/5/10/20, hit@10, MRR, overall and per category.
-The data set's parsing is in locomo_data.
+With a tokenizer, evidence recall within 256/512/1,024 tokens of context (budget.py), and with a reader,
+its answers scored by F1 (and a judge) (reader.py). The data set's parsing is in locomo_data; the goals
+and the figure in locomo_report.
 
     memory-service eval --data locomo.json --out DIR [--limit N] [--url URL --api-key KEY]
 """
@@ -21,17 +23,19 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
 
-from ..bench.plots import pyplot, write_figure
 from ..bench.stats import latency_summary
 from ..client.service import service_client
+from .budget import BUDGET_K, BudgetRun, baseline_budget, budget_scores, service_lines
 from .locomo_baseline import PUBLISHED_BASELINE, embedding_baseline
 from .locomo_data import SKIP_CATEGORIES, Conversation, agent_id_for, session_time, turn_text
-from .locomo_metrics import CUTOFFS, K, aggregate, ranked_dia_ids, score_question, top_diagnostics
+from .locomo_metrics import K, aggregate, ranked_dia_ids, score_question, top_diagnostics
+from .locomo_report import goals, plot
+
+__all__ = ["CONFIGS", "goals", "plot", "run"]
 
 # name -> `kinds` sent to /v1/recall (None: the product default, fields left out)
 # "all" adds consolidated items (MEMORY_CONSOLIDATE) to the default facts and passages: what they add
@@ -138,6 +142,7 @@ def ask(
     memory_to_dia: dict[str, str],
     isolation: str,
     configs: dict[str, list[str] | None] = CONFIGS,
+    budget: BudgetRun | None = None,
 ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[float]]]:
     rows: dict[str, list[dict[str, Any]]] = {name: [] for name in configs}
     latencies: dict[str, list[float]] = {name: [] for name in configs}
@@ -152,17 +157,22 @@ def ask(
             items = _post(client, "/v1/recall", body)["items"]
             latencies[name].append(time.perf_counter() - started)
             ranked = ranked_dia_ids(items, memory_to_dia)
-            rows[name].append(
-                {
-                    "sample_id": conv.sample_id,
-                    "q": question.index,
-                    "category": question.category,
-                    "evidence": question.evidence,
-                    "top": ranked[:10],
-                    "scores": score_question(ranked, question.evidence),
-                    "diag": top_diagnostics(items, memory_to_dia),
-                }
-            )
+            row: dict[str, Any] = {
+                "sample_id": conv.sample_id,
+                "q": question.index,
+                "category": question.category,
+                "evidence": question.evidence,
+                "top": ranked[:10],
+                "scores": score_question(ranked, question.evidence),
+                "diag": top_diagnostics(items, memory_to_dia),
+            }
+            if budget is not None and budget.counter is not None:  # once more, deeper: the context as pasted
+                deep = service_lines(_post(client, "/v1/recall", {**body, "k": BUDGET_K}), memory_to_dia)
+                extra, row["reader_context"] = budget_scores(
+                    deep, question.evidence, budget.counter, budget.reader_budget
+                )
+                row["scores"].update(extra)
+            rows[name].append(row)
     return rows, latencies
 
 
@@ -200,8 +210,10 @@ def run(
     keys: dict[str, str | None],
     isolation: str = "team",
     extraction_timeout_s: float | None = None,
+    budget: BudgetRun | None = None,
 ) -> dict[str, Any]:
-    """The whole eval against a running service; `keys` maps sample_id -> API key."""
+    """The whole eval against a running service; `keys` maps sample_id -> API key. `budget`: the budgeted
+    figures (its tokenizer) and the reader's answers, when given."""
     started = time.monotonic()
     timing: dict[str, float] = {}
     clients = {c.sample_id: service_client(url, keys.get(c.sample_id), timeout=180.0) for c in conversations}
@@ -213,7 +225,7 @@ def run(
         )
         configs = configs_for(consolidation)
         q_started = time.monotonic()
-        asked = ask_all(clients, conversations, maps, isolation, configs)
+        asked = ask_all(clients, conversations, maps, isolation, configs, budget)
         timing["questions"] = time.monotonic() - q_started
     finally:
         for client in clients.values():
@@ -223,7 +235,12 @@ def run(
         for name in configs
     }
     _log("computing the embedding baseline (raw turns, MiniLM, exact cosine) in-process")
-    results["embedding_baseline"] = aggregate(embedding_baseline(conversations))
+    counter = budget.counter if budget is not None else None
+    baseline_rows = embedding_baseline(conversations, BUDGET_K if counter is not None else K)
+    if budget is not None and counter is not None:
+        baseline_budget(conversations, baseline_rows, counter, budget.reader_budget)
+    results["embedding_baseline"] = aggregate(baseline_rows)
+    answers = budget.answer({**asked.rows, "embedding_baseline": baseline_rows}, conversations) if budget else None
     return {
         "dataset": "locomo",
         "conversations": asked.per_conversation,
@@ -251,6 +268,8 @@ def run(
             "total": round(time.monotonic() - started, 1),
         },
         "sample_rows": {name: asked.rows[name][:5] for name in configs},
+        "budget": budget.describe() if budget is not None else None,
+        "answers": answers,
     }
 
 
@@ -294,13 +313,14 @@ def ask_all(
     maps: dict[str, dict[str, str]],
     isolation: str,
     configs: dict[str, list[str] | None],
+    budget: BudgetRun | None = None,
 ) -> Asked:
     """Each conversation's extraction outcome, then its questions in every configuration."""
     asked = Asked({name: [] for name in configs}, {name: [] for name in configs})
     for conv in conversations:
         client = clients[conv.sample_id]
         stats = extraction_stats(client, list(maps[conv.sample_id]))
-        rows, latencies = ask(client, conv, maps[conv.sample_id], isolation, configs)
+        rows, latencies = ask(client, conv, maps[conv.sample_id], isolation, configs, budget)
         for name in configs:
             asked.rows[name] += rows[name]
             asked.latencies[name] += latencies[name]
@@ -318,55 +338,3 @@ def ask_all(
             + ", ".join(f"{n} {summary['recall@10'][n]}" for n in configs)
         )
     return asked
-
-
-def goals(results: dict[str, Any]) -> dict[str, Any]:
-    """The default configuration against the embedding baseline, passages alone and the published figure."""
-    default_r10 = results["default"]["overall"].get("recall@10")
-    passage_r10 = results["passages"]["overall"].get("recall@10")
-    baseline_r10 = results["embedding_baseline"]["overall"].get("recall@10")
-    return {
-        "default_beats_embedding_baseline_recall@10": {
-            "default": default_r10,
-            "embedding_baseline_same_run": baseline_r10,
-            "met": None if default_r10 is None or baseline_r10 is None else default_r10 > baseline_r10,
-        },
-        "default_beats_service_passage_search_recall@10": {
-            "default": default_r10,
-            "passages_only_same_run": passage_r10,
-            "met": None if default_r10 is None or passage_r10 is None else default_r10 > passage_r10,
-        },
-        "default_vs_published_raw_turn_baseline_recall@10": {
-            "default": default_r10,
-            "published": PUBLISHED_BASELINE["recall@10"],
-            "met": None if default_r10 is None else default_r10 > PUBLISHED_BASELINE["recall@10"],
-            "note": "published figure is over all 5 conversations (760 questions): comparable only without --limit",
-        },
-    }
-
-
-def plot(result: dict[str, Any], path: Path) -> None:
-    plt = pyplot()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
-    metrics = [f"recall@{k}" for k in CUTOFFS] + ["hit@10", "mrr"]
-    names = list(result["results"])  # the service's configurations and the embedding baseline
-    width = 0.8 / len(names)
-    for i, name in enumerate(names):
-        overall = result["results"][name]["overall"]
-        left.bar([m + i * width for m in range(len(metrics))], [overall.get(m, 0) for m in metrics], width, label=name)
-    left.axhline(PUBLISHED_BASELINE["recall@10"], color="grey", ls="--", lw=1, label="published raw-turn r@10")
-    left.set_xticks([m + width for m in range(len(metrics))], metrics)
-    left.set_ylim(0, 1)
-    left.set_title(f"LoCoMo evidence retrieval ({result['questions']} questions)")
-    left.legend(fontsize=8)
-    cats = list(result["results"]["default"]["per_category"])
-    for i, name in enumerate(names):
-        per = result["results"][name]["per_category"]
-        right.bar(
-            [c + i * width for c in range(len(cats))], [per[c].get("recall@10", 0) for c in cats], width, label=name
-        )
-    right.set_xticks([c + width for c in range(len(cats))], cats, fontsize=8)
-    right.set_ylim(0, 1)
-    right.set_title("recall@10 per category")
-    right.legend(fontsize=8)
-    write_figure(fig, path)

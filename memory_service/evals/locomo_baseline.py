@@ -23,9 +23,10 @@ PUBLISHED_BASELINE = {
 }
 
 
-def embedding_baseline(conversations: list[Conversation]) -> list[dict[str, Any]]:
+def embedding_baseline(conversations: list[Conversation], depth: int = K) -> list[dict[str, Any]]:
     """The data set's own baseline, in the same run: raw turns (same text as ingested) embedded with
-    all-MiniLM-L6-v2 (sentence-transformers), exact cosine, no extraction, no keyword search."""
+    all-MiniLM-L6-v2 (sentence-transformers), exact cosine, no extraction, no keyword search. With `depth`
+    above K, each row also keeps its first `depth` turns as `ranked` (for the budgeted figures)."""
     import numpy as np
 
     from ..embedding.embedder import TorchEmbedder
@@ -37,16 +38,17 @@ def embedding_baseline(conversations: list[Conversation]) -> list[dict[str, Any]
         dia_ids = [t.dia_id for t in conv.turns]
         question_vectors = embedder.embed([q.question for q in conv.questions])
         for question, qv in zip(conv.questions, question_vectors):
-            order = np.argsort(-(turn_vectors @ qv))[:K]
+            order = np.argsort(-(turn_vectors @ qv))[: max(K, depth)]
             ranked = [dia_ids[i] for i in order]
-            rows.append(
-                {
-                    "sample_id": conv.sample_id,
-                    "q": question.index,
-                    "category": question.category,
-                    "evidence": question.evidence,
-                    "top": ranked[:10],
-                    "scores": score_question(ranked, question.evidence),
-                }
-            )
+            row: dict[str, Any] = {
+                "sample_id": conv.sample_id,
+                "q": question.index,
+                "category": question.category,
+                "evidence": question.evidence,
+                "top": ranked[:10],
+                "scores": score_question(ranked[:K], question.evidence),
+            }
+            if depth > K:
+                row["ranked"] = ranked
+            rows.append(row)
     return rows

@@ -36,6 +36,7 @@ class Question:
     category: int
     evidence: list[str]
     raw_evidence: list[str]
+    answer: str = ""  # the gold answer (LoCoMo's `answer`), for the reader's F1 and the judge
 
 
 @dataclass
@@ -120,7 +121,8 @@ def parse_conversation(sample: dict[str, Any]) -> Conversation:
         if not evidence:
             skipped["no_valid_evidence"] += 1
             continue
-        questions.append(Question(index, str(qa["question"]), category, evidence, raw_evidence))
+        answer = str(qa.get("answer", ""))
+        questions.append(Question(index, str(qa["question"]), category, evidence, raw_evidence, answer))
     return Conversation(str(sample["sample_id"]), turns, questions, skipped)
 
 

@@ -40,7 +40,26 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
         help="self-started service: MEMORY_CONSOLIDATE=1, and wait for consolidation before asking",
     )
     add_agent_arguments(parser)
+    add_answer_arguments(parser)
     return parser
+
+
+def add_answer_arguments(parser: argparse.ArgumentParser) -> None:
+    """LoCoMo: evidence recall within a token budget and a reader's answers (memory_service/evals/budget, reader)."""
+    group = parser.add_argument_group("budgeted recall and answers (LoCoMo)")
+    group.add_argument(
+        "--tokenizer-url", default=None, help="llama-server whose /tokenize counts the budget (default: the service's)"
+    )
+    group.add_argument("--no-reader", action="store_true", help="budgeted recall only: no reader, no answers")
+    group.add_argument("--reader-url", default=None, help="the reader: any OpenAI-compatible endpoint")
+    group.add_argument(
+        "--reader-model", default="large", help="without --reader-url: its own llama-server's model; else `model`"
+    )
+    group.add_argument("--reader-threads", type=int, default=None, help="threads of the reader's own llama-server")
+    group.add_argument("--reader-budget", type=int, default=512, help="tokens of context the reader gets")
+    group.add_argument("--reader-limit", type=int, default=None, help="the reader answers only the first N questions")
+    group.add_argument("--judge-url", default=None, help="an OpenAI-compatible LLM judge of the answers (J)")
+    group.add_argument("--judge-model", default=None, help="the `model` field sent to --judge-url, if it needs one")
 
 
 def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
