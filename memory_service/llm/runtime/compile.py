@@ -19,25 +19,39 @@ from typing import TextIO
 from .variants import COMMON_FLAGS, LLAMA_VERSION, NO_AMX, BuildError, Variant, build_key
 
 
+def fmt_seconds(seconds: float) -> str:
+    return f"{int(seconds // 60)}m{int(seconds % 60):02d}s" if seconds >= 60 else f"{seconds:.1f}s"
+
+
 class Progress:
-    """Ninja's `[n/N]` as one updating line on a terminal, or a line every ~10% in a log (CI)."""
+    """Ninja's `[n/N]` as one updating line on a terminal, or a line every ~10% in a log (CI).
+
+    From 10% on it says how long is left, at the speed measured over that first 10%: a newcomer's
+    first wait gets a figure for this machine, not a guess written down elsewhere.
+    """
 
     def __init__(self, label: str, stream: TextIO = sys.stderr) -> None:
         self.label, self.stream = label, stream
         self.tty = stream.isatty()
         self.started = time.monotonic()
         self.last_decile = -1
+        self.seconds_per_step: float | None = None
 
     def update(self, done: int, total: int) -> None:
         pct = 100 * done // max(total, 1)
         elapsed = time.monotonic() - self.started
-        text = f"[bootstrap] {self.label}: {pct:3d}% [{done}/{total}] {int(elapsed // 60)}m{int(elapsed % 60):02d}s"
+        if self.seconds_per_step is None and pct >= 10:
+            self.seconds_per_step = elapsed / max(done, 1)
+        text = f"[bootstrap] {self.label}: {pct:3d}% [{done}/{total}] {fmt_seconds(elapsed)}"
+        if self.seconds_per_step is not None and done < total:
+            text += f", about {fmt_seconds(self.seconds_per_step * (total - done))} left (speed of the first 10%)"
         if self.tty:
-            self.stream.write("\r" + text)
+            self.stream.write("\r" + text + "\033[K")  # clears what a longer line left behind
             self.stream.flush()
         elif pct // 10 > self.last_decile:
             self.last_decile = pct // 10
-            print(text, file=self.stream, flush=True)
+            self.stream.write(text + "\n")  # one write: the bootstrap's other phases log beside it
+            self.stream.flush()
 
     def finish(self) -> None:
         if self.tty:
@@ -64,7 +78,9 @@ def run_with_progress(cmd: list[str], log_path: Path, progress: Progress) -> int
 
 
 def bootstrap_log(msg: str) -> None:
-    print(f"[bootstrap] {msg}", file=sys.stderr, flush=True)
+    """One line; on a terminal it first clears a build's progress line (the build runs beside other phases)."""
+    sys.stderr.write(("\r\033[K" if sys.stderr.isatty() else "") + f"[bootstrap] {msg}\n")
+    sys.stderr.flush()
 
 
 def ensure_build_tools() -> None:
@@ -164,8 +180,8 @@ def cmake_build(variant: Variant, binary: Path, cache_dir: Path) -> None:
                 f"cmake configure failed for '{variant.name}':\n" + (work / "cmake.log").read_text()[-3000:]
             )
     bootstrap_log(
-        f"building llama-server '{variant.name}' (about 10 minutes on 2 cores, once per machine; "
-        f"log: {work / 'build.log'})"
+        f"building llama-server '{variant.name}' (7-8 minutes on 2 cores, once per machine; an estimate for "
+        f"this machine follows at 10%; log: {work / 'build.log'})"
     )
     code = run_with_progress(
         ["cmake", "--build", str(work / "build"), "--target", "llama-server", "-j", str(os.cpu_count() or 2)],
