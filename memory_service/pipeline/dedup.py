@@ -8,13 +8,18 @@ merges into it (unless it names other identifiers, or its numbers changed: then 
 from __future__ import annotations
 
 import hashlib
+import logging
 from typing import Any, NamedTuple
 
 from ..embedding.embedder import Embedder
 from ..extraction.grounding import GroundedFact, identifiers, normalize, numbers, shape
+from ..storage.chroma_process import ChromaProcessFailed
+from ..storage.database import storage_unavailable
 from ..storage.journal import Fact, FactPlan, Journal, Memory, NewFact
-from ..storage.vectors import VectorItem, VectorStore
+from ..storage.vectors import VectorHit, VectorItem, VectorStore
 from .vector_items import memory_fact_item
+
+log = logging.getLogger(__name__)
 
 
 def fact_id(team: str, norm: str) -> str:
@@ -35,7 +40,14 @@ def _borrowed(plan: FactPlan, fact_id: str, fact: GroundedFact) -> None:
     plan.context_sources += [(fact_id, memory_id, (start, end)) for memory_id, start, end in fact.context]
 
 
-def decide_facts(
+class Probe(NamedTuple):
+    """A fact's embedding and the stored facts nearest to it, read before the team's deciding lock."""
+
+    embedding: Any
+    near: list[VectorHit]
+
+
+def probe_facts(
     memory: Memory,
     facts: list[GroundedFact],
     *,
@@ -43,21 +55,66 @@ def decide_facts(
     embedder: Embedder,
     vectors: VectorStore,
     near_duplicate: float,
+) -> dict[str, Probe]:
+    """The embeddings and near neighbours `decide_facts` needs, by normalised text; called BEFORE taking
+    `journal.deciding`: a vector store that hangs (a full disk) must never hold the team's lock, behind
+    which its forgets and decisions wait. A neighbour read here that is superseded or forgotten by the time
+    the decision is made is checked against the journal then, so reading early changes nothing."""
+    texts: dict[str, str] = {}
+    for fact in facts:
+        norm = normalize(fact.text)
+        if norm not in texts and not journal.active_facts_by_norm(memory.team, norm):
+            texts[norm] = fact.text
+    if not texts:
+        return {}
+    embeddings = embedder.embed(list(texts.values()))
+    probes: dict[str, Probe] = {}
+    for norm, vec in zip(texts, embeddings):
+        near: list[VectorHit] = []
+        if near_duplicate < 1.0:
+            try:
+                near = vectors.query(memory.team, vec, 2, kind="fact")
+            except Exception as exc:
+                if not (isinstance(exc, ChromaProcessFailed) or storage_unavailable(exc)):
+                    raise
+                # the store is down or its disk full: decided on the journal alone (exact duplicates and
+                # changed numbers still fold); a look-alike stays a fact of its own rather than be lost
+                log.warning("job %s: no near-duplicate check, the vector store failed: %s", memory.id, exc)
+        probes[norm] = Probe(vec, near)
+    return probes
+
+
+def decide_facts(
+    memory: Memory,
+    facts: list[GroundedFact],
+    *,
+    journal: Journal,
+    embedder: Embedder,
+    vectors: VectorStore | None = None,
+    near_duplicate: float,
+    probes: dict[str, Probe] | None = None,
 ) -> tuple[FactPlan, list[VectorItem]]:
-    """Decide new/merged/superseded for each fact; writes nothing.
+    """Decide new/merged/superseded for each fact; writes nothing, and with `probes` (from `probe_facts`)
+    calls no vector store (without them it reads `vectors` first: for callers that hold no lock).
 
     Returns the plan (the caller commits it in one transaction, under `journal.deciding`) and the vectors of
     the new active facts, written only after that commit: a failed commit leaves no vector behind, and a
     stop after it leaves facts marked unindexed, which the indexer picks up.
     """
+    if probes is None:
+        assert vectors is not None, "decide_facts needs probes or a vector store"
+        probes = probe_facts(
+            memory, facts, journal=journal, embedder=embedder, vectors=vectors, near_duplicate=near_duplicate
+        )
     plan = FactPlan()
     candidates = _merge_exact_duplicates(memory, facts, journal, plan)
-    if not candidates:
-        return plan, []
-    embeddings = embedder.embed([candidate.fact.text for candidate in candidates])
+    unprobed = [c for c in candidates if c.norm not in probes]
+    if unprobed:  # an exact duplicate when probed whose fact went since: embedded now, no neighbour read
+        embedded = embedder.embed([c.fact.text for c in unprobed])
+        probes = {**probes, **{c.norm: Probe(vec, []) for c, vec in zip(unprobed, embedded)}}
     new_items: list[VectorItem] = []
-    for candidate, vec in zip(candidates, embeddings):
-        item = _decide_one(memory, candidate, vec, plan, journal, vectors, near_duplicate)
+    for candidate in candidates:
+        item = _decide_one(memory, candidate, probes[candidate.norm], plan, journal, near_duplicate)
         if item is not None:
             new_items.append(item)
     return plan, new_items
@@ -86,18 +143,18 @@ def _merge_exact_duplicates(
 def _decide_one(
     memory: Memory,
     candidate: _Candidate,
-    vec: Any,
+    probe: Probe,
     plan: FactPlan,
     journal: Journal,
-    vectors: VectorStore,
     near_duplicate: float,
 ) -> VectorItem | None:
     """Add one candidate to the plan; returns its vector when it becomes a new active fact."""
     fact, norm, fact_shape = candidate
+    vec = probe.embedding
     new_id = _new_fact_id(memory, norm, journal)
     changed = [f for f in journal.active_facts_by_shape(memory.team, fact_shape) if f.id != new_id]
     if not changed and near_duplicate < 1.0:
-        existing = _near_duplicate(memory.team, vec, new_id, norm, journal, vectors, near_duplicate)
+        existing = _near_duplicate(memory.team, probe.near, new_id, norm, journal, near_duplicate)
         if existing is not None:
             if sorted(numbers(existing.text)) == sorted(numbers(fact.text)):
                 plan.merged.append((existing.id, fact.spans))
@@ -130,10 +187,9 @@ def _new_fact_id(memory: Memory, norm: str, journal: Journal) -> str:
 
 
 def _near_duplicate(
-    team: str, vec: Any, new_id: str, norm: str, journal: Journal, vectors: VectorStore, threshold: float
+    team: str, hits: list[VectorHit], new_id: str, norm: str, journal: Journal, threshold: float
 ) -> Fact | None:
     """The active fact whose vector is at least `threshold` close and that names the same identifiers."""
-    hits = vectors.query(team, vec, 2, kind="fact")
     hit = next((h for h in hits if h.id != new_id and h.similarity >= threshold), None)
     existing = journal.facts_by_ids(team, [hit.id]).get(hit.id) if hit is not None else None
     if existing is not None and identifiers(existing.norm) != identifiers(norm):

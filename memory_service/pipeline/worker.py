@@ -33,7 +33,7 @@ from ..storage.jobs import SLOW_WAIT
 from ..storage.journal import DELETED, FAILED, LOST, QUEUED, FactPlan, Journal, Memory
 from ..storage.vectors import VectorStore
 from .background import IDLE_POLL_S, process_holder, wait_for
-from .dedup import decide_facts
+from .dedup import decide_facts, probe_facts
 from .forgetting import Forgetter
 from .passages import write_fact_vectors
 from .postprocess import Postprocessed, postprocess, skipped_report
@@ -275,14 +275,24 @@ class ExtractionWorker:
         rejected: list[str],
     ) -> None:
         """Decide the job's facts and commit them in one transaction, one decision per team at a time;
-        then write their vectors (after the commit: the journal is the truth, Chroma follows it)."""
+        then write their vectors (after the commit: the journal is the truth, Chroma follows it). The
+        vector store is read before the team's lock and written after it: a store that hangs must not hold
+        the lock its forgets and other decisions wait on."""
+        probes = probe_facts(
+            job,
+            processed.facts,
+            journal=self.journal,
+            embedder=self.embedder,
+            vectors=self.vectors,
+            near_duplicate=self.settings.dedup_threshold,
+        )
         with self.journal.deciding(job.team):
             plan, items = decide_facts(
                 job,
                 processed.facts,
                 journal=self.journal,
                 embedder=self.embedder,
-                vectors=self.vectors,
+                probes=probes,
                 near_duplicate=self.settings.dedup_threshold,
             )
             report = {

@@ -218,9 +218,10 @@ class ChromaProcess:
         """How long a call may take before its child is taken as hung: the base plus an allowance per row."""
         if op == "drop":
             return max(self.call_timeout_s, DROP_TIMEOUT_S)
+        embeddings = kwargs.get("embeddings")
         rows = max(
             len(kwargs.get("ids") or ()),
-            len(kwargs.get("embeddings") if kwargs.get("embeddings") is not None else ()),
+            0 if embeddings is None else len(embeddings),
             int(kwargs.get("n_results") or 0) * len(kwargs.get("query_embeddings") or ()),
             int(kwargs.get("limit") or 0),
         )
