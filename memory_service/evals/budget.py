@@ -149,6 +149,10 @@ class BudgetRun:
             return None
         return self.answers(rows, conversations)
 
+    def close(self) -> None:
+        if self.counter is not None:
+            self.counter.close()
+
     def describe(self) -> dict[str, Any]:
         return {
             "budgets_tokens": list(BUDGETS),

@@ -240,7 +240,10 @@ def run(
     if budget is not None and counter is not None:
         baseline_budget(conversations, baseline_rows, counter, budget.reader_budget)
     results["embedding_baseline"] = aggregate(baseline_rows)
-    answers = budget.answer({**asked.rows, "embedding_baseline": baseline_rows}, conversations) if budget else None
+    answers = None
+    if budget is not None:
+        answers = budget.answer({**asked.rows, "embedding_baseline": baseline_rows}, conversations)
+        budget.close()
     return {
         "dataset": "locomo",
         "conversations": asked.per_conversation,

@@ -53,7 +53,9 @@ def add_answer_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--no-reader", action="store_true", help="budgeted recall only: no reader, no answers")
     group.add_argument("--reader-url", default=None, help="the reader: any OpenAI-compatible endpoint")
     group.add_argument(
-        "--reader-model", default="large", help="without --reader-url: its own llama-server's model; else `model`"
+        "--reader-model",
+        default=None,
+        help="without --reader-url: its own llama-server's model (default large); with it: the `model` field sent",
     )
     group.add_argument("--reader-threads", type=int, default=None, help="threads of the reader's own llama-server")
     group.add_argument("--reader-budget", type=int, default=512, help="tokens of context the reader gets")

@@ -148,7 +148,7 @@ class _Options:
 
     no_reader: bool = True
     reader_url: str | None = None
-    reader_model: str | None = "large"
+    reader_model: str | None = None  # own llama-server: this model, else `large`; an endpoint: its `model`
     reader_threads: int | None = None
     reader_budget: int = 512
     reader_limit: int | None = None
@@ -168,8 +168,9 @@ def setup(args: Any, ready: dict[str, Any], log: Any = print) -> BudgetRun:
     if not url or "***" in url:
         return BudgetRun(None, note="no tokenizer: the service named no model server (give --tokenizer-url)")
     counter: TokenCounter | None = TokenCounter(url)
-    why = counter.check() if counter else None
-    if why:
+    why = counter.check() if counter is not None else None
+    if why and counter is not None:
+        counter.close()
         counter = None
     options = _Options.of(args)
     run = BudgetRun(counter, note=why, reader_budget=options.reader_budget)
@@ -178,7 +179,7 @@ def setup(args: Any, ready: dict[str, Any], log: Any = print) -> BudgetRun:
     own = not options.reader_url
     reader = Endpoint(
         options.reader_url or "",
-        f"{options.reader_model}: own llama-server on this machine"
+        f"{options.reader_model or 'large'}: own llama-server on this machine"
         if own
         else f"{options.reader_model or 'model'} at {options.reader_url}",
         None if own else options.reader_model,
@@ -204,7 +205,7 @@ def setup(args: Any, ready: dict[str, Any], log: Any = print) -> BudgetRun:
             if own:
                 from ..bench.service_runner import start_llama
 
-                log(f"starting the reader: {options.reader_model} on its own llama-server")
+                log(f"starting the reader: {options.reader_model or 'large'} on its own llama-server")
                 server = start_llama(options.reader_model or "large", threads=options.reader_threads)
                 reader.url = server.url
             return read_all(rows, questions, reader, judge, options.reader_limit, log)
