@@ -21,8 +21,13 @@ import pytest
 from conftest import wait_status
 
 from memory_service.api.errors import classify
+from memory_service.embedding.embedder import load_embedder
+from memory_service.extraction.grounding import GroundedFact
+from memory_service.pipeline.dedup import decide_facts, probe_facts
 from memory_service.pipeline.passages import passage_ids
 from memory_service.storage.chroma_process import ChromaCallError, ChromaProcess
+from memory_service.storage.journal import Journal
+from memory_service.storage.vectors import VectorStore
 from tests.fakes.fake_llama_server import FakeLlamaServer
 
 pytestmark = pytest.mark.process  # the real Chroma child process
@@ -135,6 +140,38 @@ def test_a_hung_vector_store_holds_no_teams_lock_and_everything_converges_after(
         hits = client.post("/v1/recall", json={"query": "vault code", "k": 10}).json()
         assert doomed not in str(hits)
         assert vectors.child_pid not in (None, pid)  # the hung child was replaced
+
+
+def test_a_decision_whose_vector_read_fails_is_made_on_the_journal_without_losing_the_attempt(
+    journal: Journal, tmp_path
+) -> None:
+    """The store stays hung (or its disk full) for the whole read: the fact is still decided and stored."""
+    vectors = VectorStore(tmp_path / "chroma", process=True, call_timeout_s=1.0)
+    try:
+        vectors.count("a")  # the child is up
+        text = "The Q3 marketing budget is 500 euros"
+        journal.insert(
+            team="a", agent_id="bot", text=text, run_id=None, tags=[], metadata={}, idempotency_key=None, budget_s=20
+        )
+        job = journal.claim_next("w", 60)
+        assert job is not None
+        facts = [GroundedFact(text, [(0, len(text))])]
+        pid = vectors.child_pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        embedder = load_embedder("onnx")
+        probes, took = _timed(
+            lambda: probe_facts(job, facts, journal=journal, embedder=embedder, vectors=vectors, near_duplicate=0.92)
+        )
+        assert took < 1.0 + 15, took  # the timeout, then the kill
+        with journal.deciding("a"):
+            plan, items = decide_facts(
+                job, facts, journal=journal, embedder=embedder, probes=probes, near_duplicate=0.92
+            )
+            assert journal.complete(job, plan, raw_reply=None, timings=None, report={})
+        assert [f.text for f in plan.new] == [text] and len(items) == 1
+    finally:
+        vectors.close()
 
 
 def test_a_5000_row_call_gets_ten_times_what_it_takes_here(tmp_path) -> None:
