@@ -7,6 +7,8 @@ completed tokens on a real model here, and a build that dies steps down a
 ladder of variants (native -> native without AMX -> portable AVX2 -> baseline
 x86-64) on its own. The outcome is recorded once per binary and CPU (see
 `proven.py`), so this costs seconds once per machine, not at every start.
+A variant not built yet is first put to a C probe (`probe.py`): one this
+process cannot run is skipped, which saves its build, not its proof.
 
 Run by the bootstrap as ``python -m memory_service.llm.runtime.build --model default tiny``: every model
 the bootstrap assembled is run once, since different quantisations reach different CPU kernels.
