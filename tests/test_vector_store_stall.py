@@ -176,7 +176,7 @@ def test_a_decision_whose_vector_read_fails_is_made_on_the_journal_without_losin
 
 def test_a_5000_row_call_gets_ten_times_what_it_takes_here(tmp_path) -> None:
     """Slow machines are users too: the largest legitimate calls must never be taken for a hang."""
-    store = ChromaProcess(tmp_path / "chroma", call_timeout_s=TIMEOUT_S)
+    store = ChromaProcess(tmp_path / "chroma")  # the default base, as the service runs
     try:
         coll = store.get_or_create_collection("measure_rows")
         ids = [f"p:{i}" for i in range(5000)]
@@ -185,8 +185,9 @@ def test_a_5000_row_call_gets_ten_times_what_it_takes_here(tmp_path) -> None:
         _, wrote = _timed(lambda: coll.upsert(**upsert))
         _, read = _timed(lambda: coll.get(ids=ids, include=["embeddings"]))
         assert store.timeout_for("upsert", upsert) >= 10 * wrote, wrote
-        assert store.timeout_for("get", {"ids": ids}) >= 10 * read, read
-        assert store.timeout_for("count", {}) == TIMEOUT_S  # a small call: the base alone
+        # the get by its row allowance alone
+        assert store.timeout_for("get", {"ids": ids}) - store.call_timeout_s >= 10 * read, read
+        assert store.timeout_for("count", {}) == store.call_timeout_s  # a small call: the base alone
     finally:
         store.close()
 
