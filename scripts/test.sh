@@ -4,4 +4,4 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$ROOT/scripts/bootstrap.sh" --dev
 cd "$ROOT"
-exec "$ROOT/.venv/bin/python" -m pytest "$@"
+exec "${MEMORY_VENV:-$ROOT/.venv}/bin/python" -m pytest "$@"
