@@ -66,6 +66,11 @@ class Metrics:
         self.generated_tokens = Counter(
             "memory_llm_generated_tokens", "Tokens llama-server generated (predicted_n)", registry=registry
         )
+        self.loops = Counter(
+            "memory_llm_loops",
+            "Model replies stopped on the stream because they repeated themselves (then asked again smaller)",
+            registry=registry,
+        )
         self.facts_stored = Counter(
             "memory_facts_stored", "New facts stored by finished jobs", ["team"], registry=registry
         )
@@ -89,11 +94,13 @@ class Metrics:
         )
 
     def llm_timings(self, timings: Mapping[str, Any]) -> None:
-        """One completion's llama.cpp `timings`: its prompt, cached and generated token counts."""
+        """One completion's llama.cpp `timings`: its prompt, cached and generated token counts (and `loops`: 1
+        when the client stopped it in a repetition loop)."""
         for counter, key in (
             (self.prompt_tokens, "prompt_n"),
             (self.cached_tokens, "cache_n"),
             (self.generated_tokens, "predicted_n"),
+            (self.loops, "loops"),
         ):
             value = timings.get(key)
             if isinstance(value, (int, float)) and value > 0:

@@ -17,6 +17,9 @@ from typing import Any
 import httpx
 
 from .errors import BadReply, ContextOverflow, LlmTimeout, LlmUnavailable
+from .loops import LoopGuard
+
+LOOP = "loop"  # the finish_reason of a reply this client cut because it repeated itself (see loops.py)
 
 
 @dataclass
@@ -37,6 +40,7 @@ class Completion:
     reasoning_chars: int
     raw: dict[str, Any]
     reasoning: str = ""  # never used as output; kept to explain a reply that put its answer there
+    loop: dict[str, Any] | None = None  # finish_reason "loop": the span repeated, and the tokens read
 
 
 class LlamaClient:
@@ -77,12 +81,15 @@ class LlamaClient:
         Why stream: llama-server writes every token to the socket, so once we close it the task stops at
         the next token. A cancelled plain request was measured running on to its token cap (the tiny
         model's slot busy 10 s more for 600 tokens), holding the slot that the next job or a save needs.
+        The same disconnect stops a reply that has fallen into a repetition loop (`LoopGuard`) at once:
+        it ends with finish_reason "loop" and what was read, instead of repeating up to its cap.
         """
         path = "/v1/chat/completions"
         content: list[str] = []
         reasoning: list[str] = []
         finish_reason = ""
         timings: dict[str, Any] = {}
+        guard, pieces = LoopGuard(), 0
         try:
             async with self._http.stream(
                 "POST", path, json={**body, "stream": True}, timeout=httpx.Timeout(timeout)
@@ -111,7 +118,12 @@ class LlamaClient:
                         content.append(delta.get("content") or "")
                         reasoning.append(delta.get("reasoning_content") or "")
                         finish_reason = choice.get("finish_reason") or finish_reason
+                        pieces += 1 if delta.get("content") or delta.get("reasoning_content") else 0
+                        guard.feed(delta.get("content") or "")
                     timings = chunk.get("timings") or timings
+                    if guard.loop is not None:  # leaving closes the stream: llama-server stops at the next token
+                        finish_reason = LOOP
+                        break
         except httpx.TimeoutException as exc:
             raise LlmTimeout(f"llama-server did not answer {path} within {timeout:.1f}s (request cancelled)") from exc
         except httpx.HTTPError as exc:
@@ -121,7 +133,7 @@ class LlamaClient:
                 f"llama-server at {self.base_url} ended the reply on {path} before it finished",
                 raw_reply="".join(content)[:2000],
             )
-        return {
+        reply: dict[str, Any] = {
             "choices": [
                 {
                     "finish_reason": finish_reason,
@@ -130,6 +142,10 @@ class LlamaClient:
             ],
             "timings": timings,
         }
+        if guard.loop is not None:  # no final chunk, so no server timings: the tokens read (one per event)
+            reply["timings"] = {**timings, "predicted_n": pieces, "loops": 1}
+            reply["loop"] = {"period": guard.loop.period, "chars": guard.loop.chars, "span": guard.loop.span[:120]}
+        return reply
 
     async def health(self, timeout: float = 2.0) -> bool:
         try:
@@ -216,6 +232,7 @@ class LlamaClient:
             reasoning_chars=len(reasoning),
             raw=data,
             reasoning=reasoning,
+            loop=data.get("loop"),
         )
 
 

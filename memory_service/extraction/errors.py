@@ -57,6 +57,15 @@ class TruncatedReply(BadReply):
         self.facts = facts
 
 
+class LoopedReply(TruncatedReply):
+    """The reply fell into a repetition loop and was stopped on the stream; `facts` holds the complete items
+    before the loop. Not slowness, and not spent as an attempt while a smaller piece can be asked instead."""
+
+    def __init__(self, message: str, *, facts: list[str], raw_reply: str | None = None, span: str = "") -> None:
+        super().__init__(message, facts=facts, raw_reply=raw_reply)
+        self.span = span
+
+
 class CutBySpeed(LlmTimeout):
     """The reply was cut, before any complete fact, at an output cap lowered to what the measured speed writes
     within the budget: slowness like a timeout (the job waits, no attempt spent), not a bad reply.

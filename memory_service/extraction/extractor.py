@@ -8,26 +8,30 @@ that the measured generation rate can produce within it.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Protocol, TypeGuard
+from typing import Any, Protocol
 
 from .client import Completion, ServerProps
+from .earlier import NO_FACTS as NO_FACTS
+from .earlier import Earlier as Earlier
+from .earlier import earlier_context as earlier_context
+from .earlier import history_of
 from .errors import (
     BadReply,
     ContextOverflow,
     CutBySpeed,
     ExtractionError,
     LlmTimeout,
+    LoopedReply,
     TooSlow,
     TruncatedReply,
 )
 from .grounding import GroundedFact, RejectedFact, ground, normalize, split_echoes
 from .parsing import parse_facts
 from .prompt import PROMPT_VERSION, SYSTEM_PROMPT, build_messages, facts_schema
-from .sizing import MIN_CHUNK_TOKENS, Chunk, plan_chunks, text_budget, time_fit_tokens
+from .sizing import MIN_CHUNK_TOKENS, Chunk, halves, plan_chunks, text_budget, time_fit_tokens
 from .throughput import Throughput
 
 MIN_OUTPUT_TOKENS = 48
@@ -65,41 +69,6 @@ class ExtractionResult:
     raw_replies: list[str]
     timings: dict[str, Any]
     report: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Earlier:
-    """An earlier save shown as a past turn: its text (cut at its head to a maximum, from `offset` in that
-    save's text) and the model's answer to it."""
-
-    memory_id: str
-    text: str
-    offset: int
-    answer: str
-
-
-NO_FACTS = '{"facts": []}'
-
-
-def earlier_context(saves: list[tuple[str, str, str | None]], max_chars: int) -> list[Earlier]:
-    """Earlier saves (id, text, raw reply) as past turns. A reply that is not a clean facts answer (a
-    failure, a skip, several chunks) is shown as no facts: a past turn must never teach a bad answer."""
-    out = []
-    for memory_id, text, reply in saves:
-        part = text[-max_chars:]
-        out.append(Earlier(memory_id, part, len(text) - len(part), reply if _clean(reply) else NO_FACTS))
-    return out
-
-
-def _clean(reply: str | None) -> TypeGuard[str]:
-    try:
-        return reply is not None and isinstance(json.loads(reply).get("facts"), list)
-    except (ValueError, AttributeError):
-        return False
-
-
-def history_of(context: list[Earlier]) -> list[tuple[str, str]]:
-    return [(e.text, e.answer) for e in context]
 
 
 class CompletionClient(Protocol):
@@ -233,6 +202,7 @@ class Extractor:
             "calls": progress.calls,
             "proposed": len(progress.facts) + len(progress.rejected),
             "truncated_calls": sum(1 for c in progress.calls if c.get("truncated")),
+            "loops": sum(1 for c in progress.calls if c.get("loop")),  # replies stopped in a repetition loop
             "split_echoes": progress.split_echoes,
             "rejected": progress.rejected,
             "cache_ratio": round(totals.get("cache_n", 0) / seen_tokens, 3) if seen_tokens else None,
@@ -244,8 +214,28 @@ class Extractor:
         run.progress.calls.append(call)
         completion = await self._complete(run, chunk, call)
         self._count(run.progress, completion, call, run.system_tokens)
-        facts = self._parse(run, chunk, call, completion)
+        try:
+            facts = self._parse(run, chunk, call, completion)
+        except LoopedReply as exc:
+            await self._after_loop(run, chunk, call, exc, completion.loop or {})
+            return
         self._keep(run, chunk, call, facts)
+
+    async def _after_loop(
+        self, run: _Run, chunk: Chunk, call: dict[str, Any], exc: LoopedReply, loop: dict[str, Any]
+    ) -> None:
+        """A reply stopped in a repetition loop: keep its complete facts, then ask the chunk again in smaller
+        pieces (a different prompt leads the model elsewhere; at temperature 0 the same one loops again).
+        Only a smallest piece that loops before any fact, in a text with no fact kept yet, is an error."""
+        call["loop"] = loop or True
+        self._keep(run, chunk, call, exc.facts)
+        pieces = await halves(chunk, self.client.count_tokens)
+        for piece in pieces:
+            await self._extract_chunk(run, Chunk(piece.text, chunk.start + piece.start, piece.tokens))
+        if not pieces and not exc.facts and not run.progress.facts:
+            call["error"] = "LoopedReply"
+            exc.timings, exc.report = dict(run.progress.totals), self._report(run)
+            raise exc
 
     def _cap(self, run: _Run, chunk: Chunk) -> int:
         """The output cap of a call on `chunk`: what the measured speed writes within the budget."""
@@ -308,7 +298,9 @@ class Extractor:
         """The call's timings: into the measured speed, the caller's counter, the totals and the call's record."""
         # a reply cut at a cap lowered for speed did not fit its window: the machine is still too slow
         cut = completion.finish_reason == "length" and call["max_tokens"] < self.max_output_tokens
-        self.throughput.observe(completion.timings, system_tokens=system_tokens, fitted=not cut)
+        # a reply stopped in a loop says nothing of the speed either way
+        fitted = not cut and completion.loop is None
+        self.throughput.observe(completion.timings, system_tokens=system_tokens, fitted=fitted)
         if self.on_timings is not None:
             self.on_timings(completion.timings)
         for key in TOTAL_KEYS:
@@ -326,6 +318,8 @@ class Extractor:
         """The facts of the answer; an answer cut at its cap keeps the items the grammar had finished."""
         try:
             return parse_facts(completion.content, completion.finish_reason, completion.reasoning)
+        except LoopedReply:
+            raise  # `_after_loop` keeps its facts and asks again
         except TruncatedReply as exc:
             if exc.facts:
                 call["truncated"] = True  # cut at the cap: say so on the job

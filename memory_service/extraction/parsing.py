@@ -13,7 +13,7 @@ import re
 
 from pydantic import ValidationError
 
-from .errors import BadReply, TruncatedReply
+from .errors import BadReply, LoopedReply, TruncatedReply
 from .prompt import ExtractedFacts
 
 _CLOSED_THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
@@ -38,7 +38,17 @@ def strip_thinking(content: str) -> str:
 
 
 def parse_facts(content: str, finish_reason: str, reasoning: str = "") -> list[str]:
-    """Facts from `content` only; `reasoning` (the server's reasoning_content) is used to explain, never as output."""
+    """Facts from `content` only; `reasoning` (the server's reasoning_content) is used to explain, never as output.
+
+    finish_reason "loop" (the client stopped a reply that repeated itself) is a cut like "length": the complete
+    items before it are kept, on a `LoopedReply`."""
+    if finish_reason == "loop":
+        complete = salvage_facts(_FENCE.sub("", strip_thinking(content)).strip())
+        raise LoopedReply(
+            f"reply stopped in a repetition loop: {len(complete)} complete fact(s) before it",
+            facts=complete,
+            raw_reply=content,
+        )
     direct = _as_facts(_FENCE.sub("", content.strip()).strip())
     if direct is not None:  # plain schema JSON: markup inside a fact's text is just text
         return direct

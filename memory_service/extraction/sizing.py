@@ -74,6 +74,18 @@ async def plan_chunks(
     raise ValueError("could not split the text into chunks that fit the context")
 
 
+async def halves(chunk: Chunk, count_tokens: Callable[[str], Awaitable[int]]) -> list[Chunk]:
+    """`chunk` in pieces of about half its tokens (starts relative to it); none when it is as small as a text
+    splits (a reply that looped is asked again on a smaller piece)."""
+    if chunk.tokens <= 2 * MIN_CHUNK_TOKENS:
+        return []
+    try:
+        pieces = await plan_chunks(chunk.text, budget_tokens=chunk.tokens // 2, count_tokens=count_tokens)
+    except ValueError:
+        return []
+    return pieces if len(pieces) > 1 else []
+
+
 # --------------------------------------------------------------------------- sizing by time
 
 # What a call is expected to write: the JSON wrapper and one short fact, plus facts that restate at

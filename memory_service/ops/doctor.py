@@ -83,7 +83,7 @@ async def diagnose(client: LlamaClient, settings: Settings) -> dict[str, Any]:
 
     probes = [await probe_extraction(extractor, text, budget_s) for text in PROBE_TEXTS]
     report["probes"] = probes
-    checks.append(probe_check(probes[0], budget_s))
+    checks.append(probe_check(probes[0], budget_s, props.model_path))
     if probes[1]["valid"]:
         checks.append(cache_check(probes[1]))
     checks.append(budget_check(report, probes, props, extractor, system_tokens, room, budget_s))

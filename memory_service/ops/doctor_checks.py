@@ -13,6 +13,7 @@ from typing import Any
 from ..extraction.client import ServerProps
 from ..extraction.errors import ExtractionError, TooSlow
 from ..extraction.extractor import MIN_OUTPUT_TOKENS, Extractor, Progress
+from ..extraction.loops import find_loop
 from ..extraction.sizing import MIN_CHUNK_TOKENS, TIME_HEADROOM, time_fit_tokens
 from ..extraction.thinking import FAIL, OK, WARN
 
@@ -95,14 +96,26 @@ async def probe_extraction(extractor: Extractor, text: str, budget_s: float) -> 
         "timings": result.timings,
         "calls": calls,
         "splits": splits,
+        "loops": sum(1 for c in calls if c.get("loop")),
     }
 
 
-def probe_check(probe: dict[str, Any], budget_s: float) -> Check:
+LOOP_REMEDIES = (
+    "the model repeated itself; the service stops such a reply and asks again in smaller pieces, but this piece "
+    "looped too: use a larger model (--model large, or MEMORY_MODEL=large), or a shorter text per save"
+)
+
+
+def probe_check(probe: dict[str, Any], budget_s: float, model: str = "") -> Check:
+    """The first probe's verdict; `model` (the server's model file) keeps the advice from naming the model in use."""
     if not probe["valid"]:
         error = probe["error"]
         fix = "see the raw reply; run with a model that follows a JSON schema (--model default)"
-        if error.startswith(("LlmTimeout", "CutBySpeed")):
+        if "qwen2.5-coder-0.5b" in model.lower():  # the default already: only a larger one is a different model
+            fix = "see the raw reply; run with a larger model that follows a JSON schema (--model large)"
+        if error.startswith("LoopedReply") or (error.startswith("TruncatedReply") and _repeats(probe)):
+            fix = LOOP_REMEDIES
+        elif error.startswith(("LlmTimeout", "CutBySpeed")):
             fix = (
                 f"the model could not answer within MEMORY_EXTRACT_BUDGET_S={budget_s:g}s: use a smaller model, "
                 "more threads (MEMORY_LLAMA_THREADS), or a larger budget"
@@ -117,6 +130,7 @@ def probe_check(probe: dict[str, Any], budget_s: float) -> Check:
         f"valid JSON, {len(probe['facts'])} fact(s) kept, {len(probe['rejected'])} rejected, "
         f"{probe['latency_s']:.2f}s"
         + (f" (split smaller after {probe['splits']} timeout(s))" if probe.get("splits") else "")
+        + (f" ({probe['loops']} looping reply(ies) stopped and asked again smaller)" if probe.get("loops") else "")
         + ", "
         f"prompt {probe['prompt_n']} tok, output {probe['predicted_n']} tok, finish={probe['finish_reason']}, "
         f"reasoning {probe['reasoning_chars'] + probe['think_chars']} chars"
@@ -143,6 +157,11 @@ def probe_check(probe: dict[str, Any], budget_s: float) -> Check:
             "the model is too weak for extraction; try --model default or large",
         )
     return Check("probe extraction", OK, summary)
+
+
+def _repeats(probe: dict[str, Any]) -> bool:
+    """A reply cut at its cap that is a loop (the stream guard missed it, e.g. on a plain request)."""
+    return find_loop(probe.get("raw_reply") or "") is not None
 
 
 def server_check(props: ServerProps, server_line: str, room: int) -> Check:

@@ -21,6 +21,10 @@ Runtime control over HTTP, for a service running in another process:
 ``POST /_fake/mode {"mode": ..., <options>}``, ``GET /_fake/mode``,
 ``GET /_fake/requests`` and ``DELETE /_fake/requests``.
 
+Mode ``loop`` plays a model caught in a repetition loop: the first two facts complete, then one span
+(``loop_span``) repeated until the output cap, for texts of more than ``loop_above`` tokens (smaller pieces
+get a normal answer). ``fake.streamed`` holds how many tokens each streamed reply actually sent.
+
 Mode ``script`` plays a tool-calling agent model: ``set_mode("script", script=[turns])`` replays assistant
 turns with ``tool_calls`` chosen by the conversation (see `scripted_reply`), for the agent eval's smoke test.
 
@@ -69,6 +73,7 @@ MODES: frozenset[str] = frozenset(
         "ignore_kwarg",
         "loading",
         "script",
+        "loop",
     }
 )
 
@@ -193,6 +198,9 @@ class Settings:
     hang_when: str | None = None
     # script: assistant turns replayed to a tool-calling agent (see `scripted_reply`)
     script: list[dict[str, Any]] | None = None
+    # loop: the span repeated after the first two facts, for a last user message of more than loop_above tokens
+    loop_span: str = "1,250,000 rows. Two alerts fired during the window: the queue depth on orders-worker peaked "
+    loop_above: int = 0
 
     def check(self) -> None:
         if self.mode not in MODES:
@@ -324,6 +332,13 @@ def _build_reply(settings: Settings, body: dict[str, Any]) -> _Reply:
     if mode == "malformed":
         items = facts or ["the user said something"]
         return _Reply("Here are the facts:\n" + "\n".join(f"- {f}" for f in items))
+    if mode == "loop":
+        last = next((m for m in reversed(messages) if m.get("role") == "user"), None)
+        if count_tokens(_text_of(last.get("content")) if last else "") > settings.loop_above:
+            first = [f for f in facts if f != "Text:"][:2]  # not the extraction prompt's label
+            head = "".join(json.dumps(f, ensure_ascii=False) + ", " for f in first)
+            return _Reply('{"facts": [' + head + '"' + settings.loop_span * 400, finish_reason="length")
+        return _Reply(payload)
     if mode == "truncated":
         half = max(1, count_tokens(payload) // 2)
         return _Reply(truncate_tokens(payload, half), finish_reason="length")
@@ -791,11 +806,13 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(chunk({"role": "assistant", "content": None}))
             began = time.monotonic()
             sent = 0
+            streamed = self.fake._note_streamed(None, 0)
             while sent < len(pieces):
                 due = min(len(pieces), int((time.monotonic() - began) * tokens_per_s) + 1)
                 for key, text in pieces[sent:due]:
                     self.wfile.write(chunk({key: text}))
                 sent = max(sent, due)
+                self.fake._note_streamed(streamed, sent)
                 self.wfile.flush()
                 if sent < len(pieces) and not self._wait(min(1.0, 1.0 / tokens_per_s)):
                     return
@@ -853,6 +870,7 @@ class FakeLlamaServer:
         self.verbose = verbose
         self.requests: list[dict[str, Any]] = []
         self.calls: list[str] = []  # "METHOD /path" of every request, control endpoints included
+        self.streamed: list[int] = []  # tokens each streamed reply wrote before it ended or its client left
         self._lock = threading.Lock()
         self._failures_left = fail_count_of(self._settings)
         self._slow_left = self._settings.recover_after
@@ -949,6 +967,7 @@ class FakeLlamaServer:
         with self._lock:
             self.requests.clear()
             self.calls.clear()
+            self.streamed.clear()
 
     # ---------------------------------------------------------------- internals
 
@@ -959,6 +978,16 @@ class FakeLlamaServer:
     def _record(self, body: dict[str, Any]) -> None:
         with self._lock:
             self.requests.append(body)
+
+    def _note_streamed(self, index: int | None, sent: int) -> int:
+        """Streamed reply `index` has written `sent` tokens (None: a new one begins); returns its index."""
+        with self._lock:
+            if index is None:
+                self.streamed.append(sent)
+                return len(self.streamed) - 1
+            if index < len(self.streamed):  # not cleared meanwhile
+                self.streamed[index] = sent
+            return index
 
     def _note_call(self, call: str) -> None:
         with self._lock:
