@@ -56,9 +56,11 @@ fi
 # 2. llama-server: compiled in the background, in its own process group (ended with us if we fail), while
 #    the next phases run (skipped when the operator points at a running server or a binary of their own)
 BUILD_PID="" BUILT_FILE="$(mktemp)"
-trap 'if [ -n "$BUILD_PID" ]; then kill -- -"$BUILD_PID" 2>/dev/null || true; fi; rm -f "$BUILT_FILE"' EXIT
+SETSID="$(command -v setsid || true)"  # util-linux; without it only the compile's own process is ended
+trap 'if [ -n "$BUILD_PID" ]; then kill -- -"$BUILD_PID" 2>/dev/null || kill "$BUILD_PID" 2>/dev/null || true; fi
+rm -f "$BUILT_FILE"' EXIT
 if [ -z "${MEMORY_LLM_URL:-}" ] && [ -z "${MEMORY_LLAMA_BIN:-}" ]; then
-  setsid "$VENV/bin/python" -m memory_service.llm.runtime.prebuild --cache-dir "$MEMORY_CACHE_DIR" \
+  $SETSID "$VENV/bin/python" -m memory_service.llm.runtime.prebuild --cache-dir "$MEMORY_CACHE_DIR" \
     --variant "${MEMORY_LLAMA_BUILD:-auto}" >"$BUILT_FILE" &
   BUILD_PID=$!
 fi
