@@ -105,6 +105,8 @@ async def budgeted(lines: list[tuple[int, str]], budget: int, tokenize: Tokenize
     """The lines, in rank order, that fit in `budget` tokens together with their separators; a line that does
     not fit is skipped and the shorter ones after it are still tried. By the model's tokenizer when it answers
     within `TOKENIZE_TIMEOUT_S`, else by `estimate_tokens`."""
+    if not lines:
+        return Context("", [], 0, "estimate")  # nothing to count: the model is not asked
     try:
         async with asyncio.timeout(TOKENIZE_TIMEOUT_S):
             fitted = await _by_model(lines, budget, tokenize)
