@@ -47,6 +47,7 @@ DID=""  # what this run did (empty: everything was cached)
 # 1. virtualenv
 t=$(now_ms)
 if [ ! -x "$VENV/bin/python" ]; then
+  log "fresh set-up: about 8 minutes on 2 cores, most of it compiling llama-server (it says how long is left)"
   log "creating virtualenv $VENV"
   "$PY" -m venv "$VENV"
   DID=" venv"
