@@ -15,16 +15,17 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from conftest import wait_status
 from inprocess import InProcessService
 from mcp import Client
 
 from memory_service.cli.main import build_parser
-from memory_service.client import AsyncMemoryClient
+from memory_service.client import AsyncMemoryClient, MemoryClient
 from memory_service.contract.models import TeamOut
 from memory_service.mcp_server.profiles import CORE_TOKEN_BUDGET, PROFILES, estimate_tokens, tool_list_text
 from memory_service.mcp_server.server import Probe, build_server, probe
 from memory_service.mcp_server.tools import TOOL_NAMES, Toolbox
-from tests.fakes.fake_llama_server import FakeLlamaServer
+from tests.fakes.fake_llama_server import FakeLlamaServer, count_tokens
 
 CORE = ["remember", "recall", "consume_limit", "mark_handled"]
 CORE_READ = ["recall", "check_limit", "was_handled"]
@@ -150,3 +151,46 @@ def test_core_answers_say_what_to_do_next_and_name_no_hidden_tool(service: InPro
         assert len(text) <= 600, f"a long answer for a small model: {text!r}"
         for name in hidden:
             assert not re.search(rf"\b{name}\b", text), f"hidden tool {name!r} named in {text!r}"
+
+
+def test_recall_answers_the_services_context_within_max_tokens(service: InProcessService) -> None:
+    """The recall tool pastes /v1/recall's `context` (dated, attributed lines within max_tokens); ids only in
+    `full`, where a tool takes one; a match longer than the budget says to ask for more, not that nothing
+    matched."""
+    notes = [f"Deploy {n} of the billing service went out on host web-{n} without errors." for n in range(1, 6)]
+    long_note = "Kiln controller valve map: " + "-".join(f"v{n}" for n in range(400))  # no short sentence in it
+
+    async def save() -> list[str]:
+        async with serving(service.url, "key-a") as client:
+            said = [await answer(client, "remember", text=text, tags=["deploys"]) for text in notes]
+            said.append(await answer(client, "remember", text=long_note, tags=["kiln"]))
+        assert not any(failed for failed, _ in said), said
+        return [re.search(r"mem_[0-9a-f]+", text).group(0) for _, text in said]  # type: ignore[union-attr]
+
+    async def recall() -> tuple[str, str, str]:
+        async with serving(service.url, "key-a") as client:
+            failed, core = await answer(client, "recall", query="billing service deploy", max_tokens=120)
+            assert not failed, core
+            failed, too_long = await answer(client, "recall", query="kiln valve map", tags=["kiln"], max_tokens=64)
+            assert not failed, too_long
+        async with serving(service.url, "key-a", "full") as client:
+            failed, full = await answer(client, "recall", query="billing service deploy", max_tokens=120)
+            assert not failed, full
+        return core, too_long, full
+
+    saved = anyio.run(save)
+    with service.client("key-a") as http:
+        for memory_id in saved:  # extraction settled: the same items answer both recalls
+            wait_status(http, memory_id)
+        core, too_long, full = anyio.run(recall)
+    with MemoryClient(service.url, api_key="key-a") as memory:  # the same recall without a budget
+        unbudgeted = memory.recall("billing service deploy").context.splitlines()
+    head, *lines = core.splitlines()
+    assert head.startswith(f"{len(lines)} result(s)") and set(lines) <= set(unbudgeted), (core, unbudgeted)
+    # the service counted by the fake's /tokenize or by its estimate, which over-counts the fake's: within both
+    assert count_tokens("\n".join(lines)) <= 120, core
+    assert all(re.match(r"\[\d{4}-\d{2}-\d{2} profile-tester\] ", line) for line in lines), core
+    assert "Deploy" in core and 1 <= len(lines) < len(unbudgeted), "120 tokens hold some of the lines, not all"
+    assert "mem_" not in core
+    assert all(re.search(r"\(memory_id mem_[0-9a-f]+\)$", line) for line in full.splitlines()[1:]), full
+    assert "longer than max_tokens=64" in too_long and "larger max_tokens" in too_long, too_long

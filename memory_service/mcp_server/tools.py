@@ -129,6 +129,10 @@ def _when(value: Any) -> str:
 
 ToolFunction = Callable[..., Awaitable[str]]
 
+# recall's answer size in tokens (of the service's counter): enough for a few dated lines by default, and
+# bounded so that one answer cannot fill a small model's context
+RECALL_TOKENS, RECALL_TOKENS_MIN, RECALL_TOKENS_MAX = 400, 64, 4000
+
 
 class Toolbox:
     """The tools, bound to one service (through the client) and one agent id.
@@ -205,18 +209,23 @@ class Toolbox:
         query: Annotated[str, Field(description="What to find, e.g. 'digest sent this week?'")],
         agent_id: AgentId | None = None,
         tags: Annotated[list[str] | None, Field(description="Only with all these tags.")] = None,
-        k: Annotated[int, Field(ge=1, le=20, description="How many results.")] = 5,
+        max_tokens: Annotated[int, Field(ge=RECALL_TOKENS_MIN, le=RECALL_TOKENS_MAX)] = RECALL_TOKENS,
     ) -> str:
-        found = await self._call(self.memory.recall(query, k=k, agent_id=agent_id, tags=tags or None))
+        """The service's `context` (one dated, attributed line per item, within `max_tokens`), pasted as is;
+        with memory ids only when a listed tool takes one."""
+        tags = tags or None
+        found = await self._call(self.memory.recall(query, agent_id=agent_id, tags=tags, max_tokens=max_tokens))
         if not found.items:
-            return await self._empty_recall(query, agent_id, tags)
-        lines = [f"{len(found.items)} result(s) for {query!r}, best first:"]
-        for n, item in enumerate(found.items, 1):
-            lines.append(
-                f"{n}. [{item.kind}] {item.text} (agent {item.agent_id}, "
-                f"{_when(item.created_at)}, memory_id {item.memory_id})"
+            return await self._empty_recall(query, agent_id, tags, max_tokens)
+        lines = found.context.split("\n")
+        if self.visible & {"get_memory", "forget"}:
+            ids = [item.memory_id for item in found.items]
+            lines = (
+                [f"{line} (memory_id {i})" for line, i in zip(lines, ids, strict=True)]
+                if len(ids) == len(lines)
+                else [*lines, "memory_ids: " + ", ".join(dict.fromkeys(ids))]
             )
-        return "\n".join(lines)
+        return "\n".join([f"{len(lines)} result(s) for {query!r}, best first:", *lines])
 
     async def get_memory(self, memory_id: MemoryId) -> str:
         saved = await self._call_on_memory(self.memory.get(memory_id), memory_id)
@@ -299,7 +308,13 @@ class Toolbox:
             )
         raise ToolFailed(f"No limit named {name!r}. Limits in this team: {', '.join(names)}.")
 
-    async def _empty_recall(self, query: str, agent_id: str | None, tags: list[str] | None) -> str:
+    async def _empty_recall(self, query: str, agent_id: str | None, tags: list[str] | None, max_tokens: int) -> str:
+        unbounded = await self._call(self.memory.recall(query, k=1, agent_id=agent_id, tags=tags))
+        if unbounded.items:
+            return (
+                f"What matched {query!r} is longer than max_tokens={max_tokens}. "
+                f"Call recall again with a larger max_tokens (at most {RECALL_TOKENS_MAX})."
+            )
         team = await self._call(self.memory.team())
         if team.memories == 0:
             return "Nothing found: this team's memory is empty so far (nothing has been saved yet)."
