@@ -82,6 +82,18 @@ def test_doctor_on_a_real_server_without_thinking_mode(tiny_llama) -> None:
     assert verdicts(report)["budget"] in {"OK", "WARN"} and speed["typical_save_s"] < speed["budget_s"]
 
 
+def test_doctor_probe_passes_with_the_default_model(default_llama) -> None:
+    """The field failure of issue 33: on the first probe the default model repeated "1,250,000 rows. Two alerts
+    fired during the window: the queue depth on orders-worker peaked" up to the 384-token cap, 0 facts, FAIL.
+    Now the loop is stopped on the stream and the text asked again in smaller pieces. The output cap is the
+    service's default here (the loop needs room), and a generous budget: this is about loops, not speed."""
+    env = {"MEMORY_MAX_OUTPUT_TOKENS": "384", "MEMORY_EXTRACT_BUDGET_S": "120"}
+    _, report = doctor_cli("--llm-url", default_llama.url, env=env)
+    probe = next(c for c in report["checks"] if c["name"] == "probe extraction")
+    assert probe["verdict"] == "OK", (probe, report["probes"][0])
+    assert len(report["probes"][0]["facts"]) >= 3, report["probes"][0]
+
+
 @pytest.mark.model
 @pytest.mark.process  # doctor starts llama-server on the tiny model
 def test_doctor_starts_a_server_like_serve_and_verifies_a_real_qwen3_thinking_template() -> None:

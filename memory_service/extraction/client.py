@@ -44,8 +44,13 @@ class Completion:
 
 
 class LlamaClient:
-    def __init__(self, base_url: str, *, connect_timeout_s: float = 5.0) -> None:
+    def __init__(
+        self, base_url: str, *, connect_timeout_s: float = 5.0, sampling: dict[str, Any] | None = None
+    ) -> None:
         self.base_url = base_url.rstrip("/")
+        # extra llama.cpp sampling fields on every completion (e.g. DRY: dry_multiplier...); none by default:
+        # measured on fact quality in docs/extraction.md ("Repetition loops")
+        self.sampling = dict(sampling or {})
         self._http = httpx.AsyncClient(
             base_url=self.base_url, timeout=httpx.Timeout(30.0, connect=connect_timeout_s), trust_env=False
         )
@@ -206,6 +211,7 @@ class LlamaClient:
                 "type": "json_schema",
                 "json_schema": {"name": "facts", "strict": True, "schema": schema},
             },
+            **self.sampling,
         }
         timeout_s = max(timeout_s, 0.05)
         # httpx timeouts are per read; a server that trickles bytes could outlive them. The job's
