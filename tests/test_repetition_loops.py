@@ -163,13 +163,28 @@ def test_a_looping_job_keeps_its_facts_and_asks_the_rest_in_smaller_pieces_witho
         assert fake.streamed and max(fake.streamed) < CAP // 2, fake.streamed
 
 
-def test_a_smallest_piece_that_loops_before_any_fact_spends_an_attempt(inprocess_service) -> None:
+def test_a_smallest_piece_that_loops_before_any_fact_is_asked_once_more_with_dry_sampling(inprocess_service) -> None:
     with FakeLlamaServer("loop", tokens_per_s=2000) as fake:
-        fake.set_mode("loop", facts=[])
+        fake.set_mode("loop", loop_head=0, dry_breaks_loop=True)
         svc = inprocess_service(fake.url, env={**ENV, "MEMORY_MAX_ATTEMPTS": "1"})
         with svc.client("key-a") as client:
             response = client.post("/v1/remember", json={"text": "Tom Becker is on call.", "agent_id": "ops"})
             memory = wait_status(client, response.json()["id"], timeout=30)
+        chats = fake.recorded()
+    assert memory["status"] == "done" and [f["text"] for f in memory["facts"]] == ["Tom Becker is on call."], memory
+    assert [c.get("dry_multiplier") for c in chats] == [None, 0.8]  # DRY only on the retry of the looping piece
+    calls = memory["extraction"]["calls"]
+    assert calls[0]["loop"] and calls[1]["sampling"]["dry_multiplier"] == 0.8 and calls[1]["facts"] == 1, calls
+
+
+def test_a_smallest_piece_that_loops_before_any_fact_even_with_dry_spends_an_attempt(inprocess_service) -> None:
+    with FakeLlamaServer("loop", tokens_per_s=2000) as fake:
+        fake.set_mode("loop", loop_head=0)
+        svc = inprocess_service(fake.url, env={**ENV, "MEMORY_MAX_ATTEMPTS": "1"})
+        with svc.client("key-a") as client:
+            response = client.post("/v1/remember", json={"text": "Tom Becker is on call.", "agent_id": "ops"})
+            memory = wait_status(client, response.json()["id"], timeout=30)
+        assert len(fake.recorded()) == 2 and all(n < CAP // 2 for n in fake.streamed), fake.streamed
     assert memory["status"] == "failed" and memory["last_error"].startswith("LoopedReply"), memory
 
 

@@ -197,10 +197,12 @@ class LlamaClient:
         max_tokens: int,
         timeout_s: float,
         stream: bool = True,
+        sampling: dict[str, Any] | None = None,
     ) -> Completion:
         """One completion under the contract above, streamed by default: read token by token, so that
         cancelling the call (its deadline, a save that consolidation gives way to, a stop) frees
-        llama-server's slot at once (see `_streamed_chat`). `stream=False`: one plain request."""
+        llama-server's slot at once (see `_streamed_chat`). `stream=False`: one plain request.
+        `sampling`: llama.cpp sampling fields for this call only (e.g. DRY on a piece that looped)."""
         body = {
             "messages": messages,
             "temperature": 0,
@@ -212,6 +214,7 @@ class LlamaClient:
                 "json_schema": {"name": "facts", "strict": True, "schema": schema},
             },
             **self.sampling,
+            **(sampling or {}),
         }
         timeout_s = max(timeout_s, 0.05)
         # httpx timeouts are per read; a server that trickles bytes could outlive them. The job's

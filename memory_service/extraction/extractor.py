@@ -1,8 +1,7 @@
 """One extraction attempt: size to context, ask the model per chunk, parse, ground.
 
-Deterministic and budgeted: every model call gets its own window of
-MEMORY_EXTRACT_BUDGET_S from the moment it starts, a text chunk small enough
-to be read and answered within it at the measured speed, and an output cap
+Deterministic and budgeted: every model call gets its own window of MEMORY_EXTRACT_BUDGET_S from the moment it
+starts, a text chunk small enough to be read and answered within it at the measured speed, and an output cap
 that the measured generation rate can produce within it.
 """
 
@@ -29,6 +28,7 @@ from .errors import (
     TruncatedReply,
 )
 from .grounding import GroundedFact, RejectedFact, ground, normalize, split_echoes
+from .loops import ANTI_LOOP
 from .parsing import parse_facts
 from .prompt import PROMPT_VERSION, SYSTEM_PROMPT, build_messages, facts_schema
 from .sizing import MIN_CHUNK_TOKENS, Chunk, halves, plan_chunks, text_budget, time_fit_tokens
@@ -87,6 +87,7 @@ class CompletionClient(Protocol):
         max_tokens: int,
         timeout_s: float,
         stream: bool = ...,
+        sampling: dict[str, Any] | None = ...,
     ) -> Completion: ...
 
 
@@ -208,34 +209,38 @@ class Extractor:
             "cache_ratio": round(totals.get("cache_n", 0) / seen_tokens, 3) if seen_tokens else None,
         }
 
-    async def _extract_chunk(self, run: _Run, chunk: Chunk) -> None:
+    async def _extract_chunk(self, run: _Run, chunk: Chunk, sampling: dict[str, Any] | None = None) -> None:
         """One model call on one chunk: its record on the progress, then its grounded facts kept."""
         call = self._call_record(run, chunk)
+        if sampling:
+            call["sampling"] = sampling
         run.progress.calls.append(call)
         completion = await self._complete(run, chunk, call)
         self._count(run.progress, completion, call, run.system_tokens)
         try:
             facts = self._parse(run, chunk, call, completion)
         except LoopedReply as exc:
-            await self._after_loop(run, chunk, call, exc, completion.loop or {})
+            call["loop"] = completion.loop or True
+            await self._after_loop(run, chunk, call, exc)
             return
         self._keep(run, chunk, call, facts)
 
-    async def _after_loop(
-        self, run: _Run, chunk: Chunk, call: dict[str, Any], exc: LoopedReply, loop: dict[str, Any]
-    ) -> None:
+    async def _after_loop(self, run: _Run, chunk: Chunk, call: dict[str, Any], exc: LoopedReply) -> None:
         """A reply stopped in a repetition loop: keep its complete facts, then ask the chunk again in smaller
-        pieces (a different prompt leads the model elsewhere; at temperature 0 the same one loops again).
-        Only a smallest piece that loops before any fact, in a text with no fact kept yet, is an error."""
-        call["loop"] = loop or True
+        pieces (a different prompt leads the model elsewhere; at temperature 0 the same one loops again). A
+        smallest piece that loops before any fact, in a text with no fact kept yet, is asked once more with
+        DRY sampling on; if that loops too, it is an error."""
         self._keep(run, chunk, call, exc.facts)
         pieces = await halves(chunk, self.client.count_tokens)
         for piece in pieces:
             await self._extract_chunk(run, Chunk(piece.text, chunk.start + piece.start, piece.tokens))
-        if not pieces and not exc.facts and not run.progress.facts:
+        if pieces or exc.facts or run.progress.facts:
+            return
+        if "sampling" in call:
             call["error"] = "LoopedReply"
             exc.timings, exc.report = dict(run.progress.totals), self._report(run)
             raise exc
+        await self._extract_chunk(run, chunk, ANTI_LOOP)
 
     def _cap(self, run: _Run, chunk: Chunk) -> int:
         """The output cap of a call on `chunk`: what the measured speed writes within the budget."""
@@ -271,6 +276,7 @@ class Extractor:
                 schema=run.schema,
                 max_tokens=call["max_tokens"],
                 timeout_s=budget_s,  # streamed: a call cut off at its deadline frees the slot at once
+                sampling=call.get("sampling"),
             )
         except ExtractionError as exc:
             call["error"] = type(exc).__name__

@@ -21,6 +21,10 @@ MIN_LOOP_CHARS = 120
 MIN_COPIES = 3
 # Longest span looked for: a whole fact of MEMORY_MAX_FACT_CHARS (300) and its separator, repeated.
 MAX_PERIOD = 400
+# llama.cpp's DRY sampler (it penalises extending a sequence already seen): the last resort for a smallest piece
+# that looped before any fact. Not on every call: it also penalises copying the text, which facts do
+# (measured in docs/extraction.md).
+ANTI_LOOP = {"dry_multiplier": 0.8, "dry_base": 1.75, "dry_allowed_length": 2}
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,9 @@ Runtime control over HTTP, for a service running in another process:
 ``POST /_fake/mode {"mode": ..., <options>}``, ``GET /_fake/mode``,
 ``GET /_fake/requests`` and ``DELETE /_fake/requests``.
 
-Mode ``loop`` plays a model caught in a repetition loop: the first two facts complete, then one span
-(``loop_span``) repeated until the output cap, for texts of more than ``loop_above`` tokens (smaller pieces
-get a normal answer). ``fake.streamed`` holds how many tokens each streamed reply actually sent.
+Mode ``loop`` plays a model caught in a repetition loop: the first ``loop_head`` (2) facts complete, then one
+span (``loop_span``) repeated until the output cap, for texts of more than ``loop_above`` tokens (smaller
+pieces get a normal answer, and so does a request with DRY sampling on when ``dry_breaks_loop``). ``fake.streamed`` holds how many tokens each streamed reply actually sent.
 
 Mode ``script`` plays a tool-calling agent model: ``set_mode("script", script=[turns])`` replays assistant
 turns with ``tool_calls`` chosen by the conversation (see `scripted_reply`), for the agent eval's smoke test.
@@ -201,6 +201,8 @@ class Settings:
     # loop: the span repeated after the first two facts, for a last user message of more than loop_above tokens
     loop_span: str = "1,250,000 rows. Two alerts fired during the window: the queue depth on orders-worker peaked "
     loop_above: int = 0
+    loop_head: int = 2  # complete facts before the loop
+    dry_breaks_loop: bool = False  # a request with dry_multiplier > 0 gets a normal answer (DRY broke the loop)
 
     def check(self) -> None:
         if self.mode not in MODES:
@@ -334,8 +336,9 @@ def _build_reply(settings: Settings, body: dict[str, Any]) -> _Reply:
         return _Reply("Here are the facts:\n" + "\n".join(f"- {f}" for f in items))
     if mode == "loop":
         last = next((m for m in reversed(messages) if m.get("role") == "user"), None)
-        if count_tokens(_text_of(last.get("content")) if last else "") > settings.loop_above:
-            first = [f for f in facts if f != "Text:"][:2]  # not the extraction prompt's label
+        dry = settings.dry_breaks_loop and float(body.get("dry_multiplier") or 0) > 0
+        if count_tokens(_text_of(last.get("content")) if last else "") > settings.loop_above and not dry:
+            first = [f for f in facts if f != "Text:"][: settings.loop_head]  # not the extraction prompt's label
             head = "".join(json.dumps(f, ensure_ascii=False) + ", " for f in first)
             return _Reply('{"facts": [' + head + '"' + settings.loop_span * 400, finish_reason="length")
         return _Reply(payload)
