@@ -193,6 +193,8 @@ def test_doctor_advice_for_a_looping_model_names_real_remedies() -> None:
     check = probe_check(probe, 60.0, model="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
     assert check.verdict == "FAIL"
     assert "--model default" not in check.fix and "--model large" in check.fix, check.fix
+    bad = probe_check({**probe, "error": "BadReply: reply is not JSON"}, 60.0, model="qwen2.5-coder-0.5b-q4.gguf")
+    assert "--model default" not in bad.fix and "--model large" in bad.fix, bad.fix
 
 
 def test_the_fake_counts_what_it_streams() -> None:

@@ -108,11 +108,11 @@ LOOP_REMEDIES = (
 
 def probe_check(probe: dict[str, Any], budget_s: float, model: str = "") -> Check:
     """The first probe's verdict; `model` (the server's model file) keeps the advice from naming the model in use."""
+    # the default model already in use: only a larger one is a different model to try
+    other = "--model large" if "qwen2.5-coder-0.5b" in model.lower() else "--model default or large"
     if not probe["valid"]:
         error = probe["error"]
-        fix = "see the raw reply; run with a model that follows a JSON schema (--model default)"
-        if "qwen2.5-coder-0.5b" in model.lower():  # the default already: only a larger one is a different model
-            fix = "see the raw reply; run with a larger model that follows a JSON schema (--model large)"
+        fix = f"see the raw reply; run with a model that follows a JSON schema ({other})"
         if error.startswith("LoopedReply") or (error.startswith("TruncatedReply") and _repeats(probe)):
             fix = LOOP_REMEDIES
         elif error.startswith(("LlmTimeout", "CutBySpeed")):
@@ -154,7 +154,7 @@ def probe_check(probe: dict[str, Any], budget_s: float, model: str = "") -> Chec
             "probe extraction",
             WARN,
             f"no grounded facts from a text full of them: {summary}",
-            "the model is too weak for extraction; try --model default or large",
+            f"the model is too weak for extraction; try {other}",
         )
     return Check("probe extraction", OK, summary)
 
