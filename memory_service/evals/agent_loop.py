@@ -91,6 +91,7 @@ async def _chat(http: httpx.AsyncClient, url: str, model: str | None, messages: 
         body["model"] = model
     if tools:
         body["tools"] = tools
+        body["parallel_tool_calls"] = True  # as agent harnesses allow; llama-server otherwise keeps only the first
     response = await http.post(url.rstrip("/") + "/v1/chat/completions", json=body)
     if response.status_code != 200:
         raise RuntimeError(f"the agent model answered {response.status_code}: {response.text[:300]}")

@@ -242,8 +242,10 @@ def agent_model(args: argparse.Namespace) -> Iterator[str]:
 def run_agent_eval(args: argparse.Namespace) -> int:
     """The whole eval: the service (own or --url), the agent model, every profile x task; JSON and markdown."""
     from ..bench.service_runner import ServiceRunner
+    from .cli import service_settings
 
     started = time.monotonic()
+    settings = service_settings(getattr(args, "settings", None) or [])  # a bad --set fails before any work
     tasks = pick(args.tasks, args.limit)
     profiles = parse_profiles(args.profiles)
     out = Path(args.out)
@@ -258,7 +260,9 @@ def run_agent_eval(args: argparse.Namespace) -> int:
             tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="memory-agent-eval-"))
             teams = {key: f"{p}-{t}" for (p, t), key in keys.items() if key}
             _progress(f"starting a service (extraction model {args.model}) in a temp data dir")
-            service = ServiceRunner(Path(tmp) / "data", api_keys=teams, llm_url=args.llm_url, model=args.model)
+            service = ServiceRunner(
+                Path(tmp) / "data", api_keys=teams, llm_url=args.llm_url, model=args.model, env=settings
+            )
             stack.callback(service.stop)
             service.start()
             service.wait_model_ready()
