@@ -31,7 +31,9 @@ class ToolCall:
     name: str
     arguments: dict[str, Any]
     error: str | None = None  # the tool's error text, when it failed
-    recovered: bool | None = None  # for an error: did a later call of the same tool succeed in this session?
+    # for an error: did a later call succeed in this session (the model went on, maybe by another tool, as a
+    # stale id is recovered by recall), rather than stopping at the error?
+    recovered: bool | None = None
 
     def report(self) -> dict[str, Any]:
         out: dict[str, Any] = {"tool": self.name, "arguments": self.arguments}
@@ -82,7 +84,7 @@ def mcp_tool_schemas(tools: list[Any]) -> list[dict[str, Any]]:
 def _mark_recoveries(calls: list[ToolCall]) -> None:
     for n, call in enumerate(calls):
         if call.error is not None:
-            call.recovered = any(c.name == call.name and c.error is None for c in calls[n + 1 :])
+            call.recovered = any(c.error is None for c in calls[n + 1 :])
 
 
 async def _chat(http: httpx.AsyncClient, url: str, model: str | None, messages: list[Any], tools: list[Any]) -> Any:
