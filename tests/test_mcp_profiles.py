@@ -125,7 +125,9 @@ def test_core_answers_say_what_to_do_next_and_name_no_hidden_tool(service: InPro
     async def scenario() -> list[str]:
         async with serving(service.url, "key-a") as client:
             said = []
-            failed, text = await answer(client, "consume_limit", name="replies")
+            schema = next(t for t in (await client.list_tools()).tools if t.name == "consume_limit").input_schema
+            assert "amount" not in schema["properties"], schema  # not shown in core, still accepted
+            failed, text = await answer(client, "consume_limit", name="replies", amount=1)
             assert not failed and text.startswith("ALLOWED") and "0 of 1 left" in text, text
             said.append(text)
             failed, text = await answer(client, "consume_limit", name="replies")
@@ -142,6 +144,9 @@ def test_core_answers_say_what_to_do_next_and_name_no_hidden_tool(service: InPro
             said.append(text)
             failed, text = await answer(client, "remember", text="The office wifi password is in the blue binder.")
             assert not failed, text
+            failed, text = await answer(client, "recall", query="wifi password", max_tokens=5)
+            assert failed and "max_tokens=5 is out of bounds: 64-4000" in text, text
+            said.append(text)
             failed, text = await answer(client, "recall", query="wifi password", tags=["nothing-tagged-so"])
             assert not failed and "without the filter" in text and "other words" in text, text
             said.append(text)

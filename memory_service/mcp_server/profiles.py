@@ -27,10 +27,13 @@ CORE_JOBS: tuple[tuple[str, ...], ...] = (
     ("mark_handled", "was_handled"),
 )
 
-# Bytes per token of the default model's tokenizer (Qwen2.5) on this JSON tool list, rounded down from the
-# measured 3.9 (tests/test_mcp_profiles.py measures it with the model's /tokenize): dividing by it
+# Optional arguments `core` does not show (still accepted): one unit per call is what a small agent needs.
+CORE_HIDDEN_ARGUMENTS: dict[str, frozenset[str]] = {"consume_limit": frozenset({"amount"})}
+
+# Bytes per token of the default model's tokenizer (Qwen2.5) on this JSON tool list, below the measured 3.40
+# (core) and 3.29 (full) (tests/test_mcp_profiles.py checks it with the model's /tokenize): dividing by it
 # over-counts, so a fast test without the model still catches a list grown past its budget.
-BYTES_PER_TOKEN_FLOOR = 3.5
+BYTES_PER_TOKEN_FLOOR = 3.2
 CORE_TOKEN_BUDGET = 500
 
 
@@ -41,6 +44,15 @@ def select(allowed: Iterable[str], profile: Profile) -> tuple[str, ...]:
         return allowed
     chosen = {next(name for name in job if name in allowed) for job in CORE_JOBS if set(job) & set(allowed)}
     return tuple(name for name in allowed if name in chosen)
+
+
+def shown_schema(tool: str, schema: dict[str, Any], profile: Profile) -> dict[str, Any]:
+    """The argument schema as the profile lists it: `core` leaves out `CORE_HIDDEN_ARGUMENTS`."""
+    hidden = CORE_HIDDEN_ARGUMENTS.get(tool, frozenset()) if profile == "core" else frozenset()
+    if not hidden:
+        return schema
+    properties = {k: v for k, v in schema.get("properties", {}).items() if k not in hidden}
+    return {**schema, "properties": properties}
 
 
 def openai_tools(tools: Sequence[Any]) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ from mcp_types import ToolAnnotations
 from ..client import AsyncMemoryClient, MemoryServiceError
 from ..contract.models import TeamOut
 from ..storage.keys import role_allows
-from .profiles import DEFAULT_PROFILE, Profile, select
+from .profiles import DEFAULT_PROFILE, Profile, select, shown_schema
 from .tools import TOOLS, Toolbox
 
 log = logging.getLogger("memory_service.mcp")
@@ -140,7 +140,8 @@ def build_server(
                 annotations=hints,
                 structured_output=False,
             )
-            tools.append(tool.model_copy(update={"parameters": compact_schema(tool.parameters)}))
+            schema = shown_schema(spec.name, compact_schema(tool.parameters), profile)
+            tools.append(tool.model_copy(update={"parameters": schema}))
     return MCPServer(NAME, instructions=instructions(found, visible), tools=tools)
 
 

@@ -43,7 +43,7 @@ class ToolSpec:
 
 
 TOOLS: tuple[ToolSpec, ...] = (
-    ToolSpec("remember", "Save what you did, learned or were told, for later sessions.", needs="write"),
+    ToolSpec("remember", "Save what you did, learned or were told.", needs="write"),
     ToolSpec("recall", "Search memory before you act: what was done or known.", needs="read"),
     ToolSpec("get_memory", "Show one saved text with its status and the facts taken from it.", needs="read"),
     ToolSpec("forget", "Delete one saved text and the facts that came only from it.", needs="admin"),
@@ -134,6 +134,19 @@ ToolFunction = Callable[..., Awaitable[str]]
 RECALL_TOKENS, RECALL_TOKENS_MIN, RECALL_TOKENS_MAX = 400, 64, 4000
 
 
+def _recall_tokens(value: int) -> int:
+    if not RECALL_TOKENS_MIN <= value <= RECALL_TOKENS_MAX:
+        raise ValueError("out of bounds")
+    return value
+
+
+RecallTokens = Annotated[
+    int,
+    AfterValidator(_recall_tokens),  # checked, not shown (16 tokens of every prompt)
+    _refused(lambda v: f"max_tokens={_short(v)} is out of bounds: {RECALL_TOKENS_MIN}-{RECALL_TOKENS_MAX}."),
+]
+
+
 class Toolbox:
     """The tools, bound to one service (through the client) and one agent id.
 
@@ -196,7 +209,7 @@ class Toolbox:
 
     async def remember(
         self,
-        text: Annotated[str, Field(description="Plain words, e.g. 'Sent the digest to 40 users.'")],
+        text: Annotated[str, Field(description="Plain words, e.g. 'Sent digest to 40 users.'")],
         tags: Annotated[list[str] | None, Field(description="Optional labels.")] = None,
     ) -> str:
         saved = await self._call(self.memory.remember(text, agent_id=self.agent_id, tags=tags or []))
@@ -206,10 +219,10 @@ class Toolbox:
 
     async def recall(
         self,
-        query: Annotated[str, Field(description="What to find, e.g. 'digest sent this week?'")],
+        query: Annotated[str, Field(description="e.g. 'digest sent this week?'")],
         agent_id: AgentId | None = None,
         tags: Annotated[list[str] | None, Field(description="Only with all these tags.")] = None,
-        max_tokens: Annotated[int, Field(ge=RECALL_TOKENS_MIN, le=RECALL_TOKENS_MAX)] = RECALL_TOKENS,
+        max_tokens: RecallTokens = RECALL_TOKENS,
     ) -> str:
         """The service's `context` (one dated, attributed line per item, within `max_tokens`), pasted as is;
         with memory ids only when a listed tool takes one."""
