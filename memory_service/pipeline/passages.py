@@ -15,10 +15,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ..embedding.embedder import Embedder
+from ..storage.chroma_process import ChromaProcessFailed
+from ..storage.database import storage_unavailable
 from ..storage.journal import Journal, Memory
 from ..storage.vectors import VectorItem, VectorStore
 from .background import IDLE_POLL_S, lower_priority, wait_for
 from .vector_items import journal_fact_item, passage_id, passage_item
+
+STORAGE_RETRY_S = 5.0  # a full disk or a replaced vector store: try again soon, without a traceback a second
 
 log = logging.getLogger("memory_service.pipeline.passages")
 
@@ -96,7 +100,11 @@ class PassageIndexer:
                 await asyncio.to_thread(self._drop_forgotten, batch)
             except asyncio.CancelledError:
                 raise
-            except Exception:
+            except Exception as exc:
+                if isinstance(exc, ChromaProcessFailed) or storage_unavailable(exc):  # a full disk, a hung store
+                    log.warning("passage indexer: storage unavailable for now (%s); the texts wait", exc)
+                    await asyncio.sleep(STORAGE_RETRY_S)
+                    continue
                 log.exception("passage indexer: unexpected error")
                 await asyncio.sleep(1.0)
 
