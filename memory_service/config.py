@@ -90,6 +90,8 @@ class Settings(BaseSettings):
     # how long a call to that child may take (plus an allowance per row) before the child counts as hung and is
     # replaced: chromadb hung after the disk filled up, and every vector call queued behind it
     vector_call_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    # how long a recall with max_tokens waits for llama-server's /tokenize before counting by the estimate
+    recall_tokenize_timeout_s: float = Field(default=0.2, gt=0, le=10)
     # postgresql://user@host/db: the journal, jobs, limits, handled ledger and keys live there instead of
     # the data dir's SQLite files, so several API processes can share them (see "Outgrowing one machine")
     database_url: str | None = None

@@ -366,7 +366,8 @@ class Services(LimitsAndKeys):
     async def token_pieces(self, text: str) -> list[Any] | None:
         """`text`'s token pieces by the first llama-server that is up, None when none is (recall's budget)."""
         handle = self.models.primary
-        return await handle.client.token_pieces(text, timeout=1.0) if handle.ready else None
+        timeout = self.settings.recall_tokenize_timeout_s
+        return await handle.client.token_pieces(text, timeout=timeout) if handle.ready else None
 
     def vector_indexes(self) -> int:
         """Team vectors (per kind) that recall searches in process, through a clustered index."""

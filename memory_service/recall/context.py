@@ -2,8 +2,9 @@
 
 An agent on a small model pastes what recall found into a prompt it must keep short, so the service does the
 counting: with `max_tokens`, the best items in rank order whose lines fit. Tokens are counted by the extraction
-model's own tokenizer (llama-server's `/tokenize`, answered without a slot, so a busy server still answers),
-bounded to `TOKENIZE_TIMEOUT_S`; when it is down or slow, by `estimate_tokens`, a rule that over-counts.
+model's own tokenizer (llama-server's `/tokenize`, answered without a slot, so a busy server still answers:
+5 ms median, 35 ms at most while it generated), within MEMORY_RECALL_TOKENIZE_TIMEOUT_S; when it is down or
+slow, by `estimate_tokens`, a rule that over-counts.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 from .rank import Hit
 
-TOKENIZE_TIMEOUT_S = 0.2  # both /tokenize calls of one recall together; then the estimate
+TOKENIZE_TIMEOUT_S = 0.2  # both /tokenize calls of one recall together; then the estimate (the setting's default)
 LETTERS_PER_TOKEN = 3  # a run of ASCII letters: at most this many per token in the estimate
 SEPARATOR = "\n"
 
@@ -105,14 +106,16 @@ def unbudgeted(lines: list[tuple[int, str]]) -> Context:
     return Context(SEPARATOR.join(line for _, line in lines), [rank for rank, _ in lines])
 
 
-async def budgeted(lines: list[tuple[int, str]], budget: int, tokenize: Tokenizer) -> Context:
+async def budgeted(
+    lines: list[tuple[int, str]], budget: int, tokenize: Tokenizer, timeout_s: float = TOKENIZE_TIMEOUT_S
+) -> Context:
     """The lines, in rank order, that fit in `budget` tokens together with their separators; a line that does
     not fit is skipped and the shorter ones after it are still tried. By the model's tokenizer when it answers
-    within `TOKENIZE_TIMEOUT_S`, else by `estimate_tokens`."""
+    within `timeout_s` (MEMORY_RECALL_TOKENIZE_TIMEOUT_S), else by `estimate_tokens`."""
     if not lines:
         return Context("", [], 0, "estimate")  # nothing to count: the model is not asked
     try:
-        async with asyncio.timeout(TOKENIZE_TIMEOUT_S):
+        async with asyncio.timeout(timeout_s):
             fitted = await _by_model(lines, budget, tokenize)
         if fitted is not None:
             return fitted

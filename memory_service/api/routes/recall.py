@@ -54,7 +54,8 @@ async def recall_route(body: RecallRequest, request: Request, team: Team, servic
     if body.max_tokens is None:
         context = unbudgeted(lines)
     else:  # only the items whose line fits
-        context = await budgeted(lines, body.max_tokens, services.token_pieces)
+        timeout_s = services.settings.recall_tokenize_timeout_s
+        context = await budgeted(lines, body.max_tokens, services.token_pieces, timeout_s)
         hits = [hits[rank] for rank in context.kept]
     answer = RecallResponse(
         context=context.text,
