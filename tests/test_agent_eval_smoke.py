@@ -142,6 +142,31 @@ def test_fake_script_mode_replays_tool_calls_and_the_loop_scores_local_effects()
     assert all(n > 0 for n in result.prompt_tokens)
 
 
+def test_tool_calls_written_as_text_are_run_and_counted() -> None:
+    """Qwen2.5-Coder-1.5B writes its calls as ```json blocks: the loop runs those naming an offered tool (and
+    counts them apart); JSON naming a tool it was not offered stays the answer."""
+    block = '```json\n{"name": "process_item", "arguments": {"item_id": "T-9"}}\n```'
+    script = [
+        {"when": "ticket", "content": block},
+        {"when": "ticket", "step": 1, "content": '{"name": "send_email", "arguments": {"to": "a@b.c"}}'},
+    ]
+    state = agent_tasks.RunState(nonce="x")
+
+    async def session(url: str) -> Any:
+        async with httpx.AsyncClient(timeout=30, trust_env=False) as http:
+            return await run_session(
+                http, url, None, "Answer the ticket T-9.", state=state,
+                local_tools=(agent_tasks.PROCESS_ITEM,), mcp=None, deadline=float("inf"),
+            )  # fmt: skip
+
+    with FakeLlamaServer("ok", tokens_per_s=50_000) as fake:
+        fake.set_mode("script", script=script)
+        result = anyio.run(session, fake.url)
+    assert state.effects == [{"tool": "process_item", "item": "T-9"}]
+    assert result.calls_from_text == 1 and result.turns == 2
+    assert result.final_answer.startswith('{"name": "send_email"')
+
+
 @pytest.mark.process  # its own `serve`, and a `memory-service mcp` process per session
 def test_agent_eval_end_to_end_scores_by_state(tmp_path: Path) -> None:
     script = _feed_script() + _limit_script() + _recall_script()

@@ -9,6 +9,7 @@ server counted them, wall time) is returned with the final answer; the scoring d
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,6 +49,7 @@ class SessionResult:
     calls: list[ToolCall] = field(default_factory=list)
     prompt_tokens: list[int] = field(default_factory=list)  # usage.prompt_tokens of each request
     completion_tokens: int = 0
+    calls_from_text: int = 0  # tool calls the model wrote as text, read by `calls_in_content`
     turns: int = 0
     stopped: str = "answered"  # answered | max_turns | timeout | model_error
     problem: str | None = None
@@ -61,6 +63,7 @@ class SessionResult:
             "problem": self.problem,
             "turns": self.turns,
             "tool_calls": len(self.calls),
+            "tool_calls_from_text": self.calls_from_text,
             "tool_errors": len(errors),
             "tool_errors_recovered": sum(1 for c in errors if c.recovered),
             "calls": [c.report() for c in self.calls],
@@ -79,6 +82,40 @@ def mcp_tool_schemas(tools: list[Any]) -> list[dict[str, Any]]:
         }
         for t in tools
     ]
+
+
+_CALL_BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)|```(?:json)?\s*(.*?)```", re.S)
+
+
+def calls_in_content(content: str, offered: set[str]) -> list[dict[str, Any]]:
+    """Tool calls a small model wrote as text (a ```json block or a bare <tool_call>) instead of in the
+    tool-call format: Qwen2.5-Coder-1.5B does, so a harness for small models reads them, as this one does
+    (counted apart). Only objects naming an offered tool, with object arguments, count."""
+    blocks = [a or b for a, b in _CALL_BLOCK.findall(content)] or [content]
+    found: list[dict[str, Any]] = []
+    for block in blocks:
+        for obj in _json_values(block):
+            if isinstance(obj, dict) and obj.get("name") in offered and isinstance(obj.get("arguments", {}), dict):
+                arguments = json.dumps(obj.get("arguments") or {})
+                call_id = f"call_text_{len(found)}"
+                found.append(
+                    {"id": call_id, "type": "function", "function": {"name": obj["name"], "arguments": arguments}}
+                )
+    return found
+
+
+def _json_values(text: str) -> list[Any]:
+    """The JSON values written one after another in `text` (lists flattened); stops at the first non-JSON."""
+    decoder, at = json.JSONDecoder(), 0
+    values: list[Any] = []
+    while True:
+        while at < len(text) and text[at] in " \t\r\n,":
+            at += 1
+        try:
+            value, at = decoder.raw_decode(text, at)
+        except ValueError:
+            return values
+        values.extend(value if isinstance(value, list) else [value])
 
 
 def _mark_recoveries(calls: list[ToolCall]) -> None:
@@ -145,6 +182,7 @@ async def run_session(
     out = SessionResult()
     local = {t.name: t for t in local_tools}
     tools = [t.schema() for t in local_tools] + (mcp.schemas if mcp is not None else [])
+    offered = {t["function"]["name"] for t in tools}
     system = SYSTEM + (f"\n\n{mcp.instructions}" if mcp is not None and mcp.instructions else "")
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}, {"role": "user", "content": prompt}]
     try:
@@ -162,6 +200,9 @@ async def run_session(
             out.completion_tokens += int(usage.get("completion_tokens") or 0)
             message = reply["choices"][0]["message"]
             tool_calls = message.get("tool_calls") or []
+            if not tool_calls and tools:
+                tool_calls = calls_in_content(message.get("content") or "", offered)
+                out.calls_from_text += len(tool_calls)
             if not tool_calls:
                 out.final_answer = message.get("content") or ""
                 break

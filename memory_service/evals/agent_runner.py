@@ -232,6 +232,7 @@ def agent_model(args: argparse.Namespace) -> Iterator[str]:
         threads=args.agent_threads or settings.llama_threads,
         ctx=AGENT_CTX,
         chat_template_file=None,
+        nice=0,  # the agent is what is measured; the service's extraction model keeps its MEMORY_LLAMA_NICE
     ).start(wait_s=300)
     try:
         yield llama.url
