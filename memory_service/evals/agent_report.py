@@ -16,6 +16,7 @@ def run_numbers(run: dict[str, Any]) -> dict[str, Any]:
     return {
         "success": run["success"],
         "tool_calls": sum(s["tool_calls"] for s in sessions),
+        "tool_calls_from_text": sum(s.get("tool_calls_from_text", 0) for s in sessions),
         "tool_errors": sum(s["tool_errors"] for s in sessions),
         "tool_errors_recovered": sum(s["tool_errors_recovered"] for s in sessions),
         "schema_tokens": run["schema_tokens"],
@@ -47,7 +48,7 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 HEADER = (
-    "| profile | task | success | tool calls | errors (recovered) | schema tokens | prompts | max prompt tokens "
+    "| profile | task | success | tool calls (as text) | errors (recovered) | schema tokens | prompts | max prompt tokens "
     "| prompt tokens total | wall s |\n|---|---|---|---|---|---|---|---|---|---|\n"
 )
 
@@ -58,7 +59,7 @@ def markdown(result: dict[str, Any]) -> str:
     for name, profile in result["summary"].items():
         for task, r in profile["tasks"].items():
             lines.append(
-                f"| {name} | {task} | {'yes' if r['success'] else 'no'} | {r['tool_calls']} | "
+                f"| {name} | {task} | {'yes' if r['success'] else 'no'} | {r['tool_calls']} ({r['tool_calls_from_text']}) | "
                 f"{r['tool_errors']} ({r['tool_errors_recovered']}) | {r['schema_tokens']} | {r['requests']} | "
                 f"{r['prompt_tokens_max']} | {r['prompt_tokens_sum']} | {r['wall_time_s']} |\n"
             )
@@ -71,3 +72,11 @@ def markdown(result: dict[str, Any]) -> str:
     for note in result.get("notes") or []:
         lines.append(f"\nNote: {note}\n")
     return "".join(lines)
+
+
+if __name__ == "__main__":  # the table again from a run's JSON: python -m memory_service.evals.agent_report FILE
+    import json
+    import sys
+
+    saved = json.loads(open(sys.argv[1]).read())
+    print(markdown(saved | {"summary": summarise(saved["runs"])}))
