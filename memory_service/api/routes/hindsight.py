@@ -155,7 +155,8 @@ async def _within(services: ServicesDep, team: str, hits: list[Hit], max_tokens:
     model's /tokenize, else its over-counting estimate) on each hit's dated line, so the texts fit too;
     repeats (a passage and the fact drawn from it) are said once."""
     occurred = await asyncio.to_thread(services.occurred, team, [h.memory_id for h in hits])
-    context = await budgeted(lines_of(hits, occurred), max_tokens, services.token_pieces)
+    timeout_s = services.settings.recall_tokenize_timeout_s
+    context = await budgeted(lines_of(hits, occurred), max_tokens, services.token_pieces, timeout_s)
     return [hits[rank] for rank in context.kept]
 
 
