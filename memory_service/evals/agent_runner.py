@@ -201,6 +201,8 @@ async def run_all(
                     runs.append(failed_run(profile, task, f"{type(exc).__name__}: {exc}"))
                     notes.append(f"{profile}/{task.name} could not run: {runs[-1]['problem']}")
                 _progress(f"{profile}/{task.name}: {'success' if runs[-1]['success'] else 'FAILED'}")
+                # a long run cut short (a busy machine, a deadline) keeps what it measured
+                write_json(Path(args.out) / "agent-eval.partial.json", {"runs": runs, "notes": notes})
     return {"runs": runs, "notes": notes, "summary": summarise(runs)}
 
 
