@@ -95,13 +95,12 @@ def refusal(variant: Variant, cpu_flags: set[str], cpu: str | None = None) -> st
     """Why `variant` cannot run in this process though the CPU lists what it needs; None: try it."""
     if not variant.name.startswith("native"):
         return None  # portable and baseline use only what every x86-64-v3 / x86-64 CPU has
-    known = KNOWN_REFUSALS.get((cpu or proven.cpu_key(), LLAMA_VERSION, variant.name))
-    if known:
+    amx = not variant.forbid_amx and any(flag.startswith("amx") for flag in cpu_flags)
+    known = KNOWN_REFUSALS.get((cpu or proven.cpu_key(), LLAMA_VERSION, variant.name)) if amx else None
+    if known:  # what died there was an AMX build on a CPU listing AMX
         return f"known on this CPU kind: {known}"
     if "avx512f" in cpu_flags:
         why = run_probe("avx512")
         if why:
             return why
-    if not variant.forbid_amx and any(flag.startswith("amx") for flag in cpu_flags):
-        return run_probe("amx")
-    return None
+    return run_probe("amx") if amx else None
