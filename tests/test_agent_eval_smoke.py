@@ -178,7 +178,7 @@ def test_agent_eval_end_to_end_scores_by_state(tmp_path: Path) -> None:
         )
         from memory_service.evals.agent_runner import run_agent_eval
 
-        assert run_agent_eval(args) == 0
+        assert run_agent_eval(args, {}) == 0
     result = json.loads((out / "agent-eval.json").read_text())
     assert (out / "agent-eval.md").read_text().count("| off |") == len(agent_tasks.TASKS)
     runs = {(r["profile"], r["task"]): r for r in result["runs"]}

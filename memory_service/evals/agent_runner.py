@@ -242,13 +242,12 @@ def agent_model(args: argparse.Namespace) -> Iterator[str]:
         llama.stop()
 
 
-def run_agent_eval(args: argparse.Namespace) -> int:
-    """The whole eval: the service (own or --url), the agent model, every profile x task; JSON and markdown."""
+def run_agent_eval(args: argparse.Namespace, settings: dict[str, str]) -> int:
+    """The whole eval: the service (own or --url, with the --set `settings`), the agent model, every profile x
+    task; JSON and markdown."""
     from ..bench.service_runner import ServiceRunner
-    from .cli import service_settings
 
     started = time.monotonic()
-    settings = service_settings(getattr(args, "settings", None) or [])  # a bad --set fails before any work
     tasks = pick(args.tasks, args.limit)
     profiles = parse_profiles(args.profiles)
     out = Path(args.out)

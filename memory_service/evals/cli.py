@@ -52,7 +52,7 @@ def run_eval(args: argparse.Namespace) -> int:
     if getattr(args, "agent", False):
         from .agent_runner import run_agent_eval
 
-        return run_agent_eval(args)
+        return run_agent_eval(args, service_settings(getattr(args, "settings", None) or []))
     if not args.data:
         print("memory-service eval: --data is required (or --agent for the agent eval)", file=sys.stderr)
         return 2
