@@ -113,9 +113,10 @@ def test_a_looping_reply_is_stopped_on_the_stream_long_before_its_cap() -> None:
         assert completion.finish_reason == "loop" and completion.loop is not None
         assert completion.loop["period"] == len(SPAN)
         written = fake.streamed[0]
-        # stopped once the third copy was complete (the server wrote a few more before it saw the client go)
+        # stopped once the third copy was complete: the server writes on until it sees the client go, more of
+        # them on a busy machine, so the bound is "far from the cap", not a token count
         head = '{"facts": ["The billing service was upgraded to 4.2.1.", "Maria Lopez approved the rollout.", "'
-        assert count_tokens(head + SPAN * 2) < written <= count_tokens(head + SPAN * 3) + 12 < CAP // 2, written
+        assert count_tokens(head + SPAN * 2) < written < CAP // 2, written
         assert completion.timings["loops"] == 1 and completion.timings["predicted_n"] <= written
     with pytest.raises(LoopedReply) as info:
         parse_facts(completion.content, completion.finish_reason)

@@ -97,7 +97,11 @@ class LlamaClient:
         guard, pieces = LoopGuard(), 0
         try:
             async with self._http.stream(
-                "POST", path, json={**body, "stream": True}, timeout=httpx.Timeout(timeout)
+                # timings in every chunk: a reply cut short (a loop) still says what its prompt and tokens cost
+                "POST",
+                path,
+                json={**body, "stream": True, "timings_per_token": True},
+                timeout=httpx.Timeout(timeout),
             ) as response:
                 if response.status_code >= 400:
                     await response.aread()
@@ -147,8 +151,8 @@ class LlamaClient:
             ],
             "timings": timings,
         }
-        if guard.loop is not None:  # no final chunk, so no server timings: the tokens read (one per event)
-            reply["timings"] = {**timings, "predicted_n": pieces, "loops": 1}
+        if guard.loop is not None:  # no final chunk: the last chunk's timings, else the tokens read (one per event)
+            reply["timings"] = {"predicted_n": pieces, **timings, "loops": 1}
             reply["loop"] = {"period": guard.loop.period, "chars": guard.loop.chars, "span": guard.loop.span[:120]}
         return reply
 
