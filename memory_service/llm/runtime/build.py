@@ -184,7 +184,7 @@ def ensure_llama_server(
             why = refused(variant) if nxt is not None and choice == "auto" else None
             if why:
                 failures.append(f"{variant.name}: not built, {why}")
-                log(f"skipping llama-server '{variant.name}' ({why}); building '{nxt}' instead")
+                log(f"skipping llama-server '{variant.name}' ({why}); next: '{nxt}'")
                 continue
             build(variant, binary, cache_dir)
         log(
