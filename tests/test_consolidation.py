@@ -24,7 +24,8 @@ from tests.conftest import wait_status
 from tests.fakes.fake_llama_server import FakeLlamaServer
 
 CONSOLIDATION_PROMPT = "You merge facts"  # in the consolidation system prompt only
-ON = {"MEMORY_CONSOLIDATE": "1"}
+OPERATOR = "operator-token"  # the MEMORY_METRICS_TOKEN bearer: /v1/stats shows every team's runs to it
+ON = {"MEMORY_CONSOLIDATE": "1", "MEMORY_METRICS_TOKEN": OPERATOR}
 
 
 # ---------------------------------------------------------------- grouping and the line
@@ -164,7 +165,7 @@ def consolidated(client: httpx.Client, query: str = "Caroline") -> list[dict]:
 
 
 def stats(client: httpx.Client) -> dict:
-    return client.get("/v1/stats").json()["consolidation"]
+    return client.get("/v1/stats", headers={"Authorization": f"Bearer {OPERATOR}"}).json()["consolidation"]
 
 
 def test_a_save_never_waits_behind_consolidation_and_items_cite_every_source(service_factory):

@@ -240,6 +240,28 @@ def test_with_keys_stats_need_a_key_and_count_the_callers_team_only(inprocess: I
     assert sum(own.values()) >= 2 and sum(other.values()) == 0
 
 
+def test_with_keys_the_operator_token_reads_every_teams_stats(tmp_path: Path) -> None:
+    """The MEMORY_METRICS_TOKEN bearer is the operator's view of /v1/stats (every team, consolidation runs);
+    a team's key sees its own numbers, and an unknown bearer is a 401."""
+    services = _services(tmp_path / "data", api_keys={"key-a": "team-a", "key-b": "team-b"}, metrics_token="op")
+    try:
+        client = TestClient(create_app(services.settings, services=services), base_url="http://127.0.0.1")
+        client.post(
+            "/v1/remember", json={"text": "A note.", "agent_id": "a"}, headers={"Authorization": "Bearer key-a"}
+        )
+
+        def jobs(token: str) -> dict:
+            response = client.get("/v1/stats", headers={"Authorization": f"Bearer {token}"})
+            assert response.status_code == 200, response.text
+            return response.json()["jobs"]
+
+        assert sum(v for k, v in jobs("op").items() if k != "deferred" and v) >= 1
+        assert sum(v for k, v in jobs("key-b").items() if k != "deferred" and v) == 0
+        assert client.get("/v1/stats", headers={"Authorization": "Bearer nope"}).status_code == 401
+    finally:
+        services.close()
+
+
 def test_keyless_metrics_and_stats_stay_open(keyless: TestClient) -> None:
     assert keyless.get("/metrics").status_code == 200 and keyless.get("/v1/stats").status_code == 200
 

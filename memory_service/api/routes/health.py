@@ -13,7 +13,7 @@ from ...contract.models import HealthOut, ReadyOut, StatsOut
 from ...llm.handle import ModelHandle
 from ...metrics import CONTENT_TYPE
 from ...storage.database import describe
-from ..auth import Team, identify, open_access
+from ..auth import identify, open_access
 from ..deps import ServicesDep
 
 router = APIRouter(tags=["health"])
@@ -75,18 +75,35 @@ def _server(model: ModelHandle, throughput: bool = False) -> dict[str, Any]:
     return out
 
 
+def _operator(request: Request) -> bool:
+    """Keyless loopback mode, or the MEMORY_METRICS_TOKEN bearer: the operator, who sees every team."""
+    services = request.app.state.services
+    if open_access(services):
+        return True
+    token = services.settings.metrics_token
+    scheme, _, presented = request.headers.get("authorization", "").partition(" ")
+    return (
+        bool(token) and scheme.lower() == "bearer" and hmac.compare_digest(presented.strip().encode(), token.encode())
+    )
+
+
+async def stats_reader(request: Request) -> str | None:
+    """None for the operator (every team's numbers), else the key's team (401 without a known key)."""
+    return None if _operator(request) else identify(request).team
+
+
 @router.get("/v1/stats", response_model=StatsOut)
-async def stats(services: ServicesDep, team: Team) -> dict:
+async def stats(services: ServicesDep, team: Annotated[str | None, Depends(stats_reader)]) -> dict:
     """Jobs by status, the measured model speed and readiness, as JSON (for people and scripts). With keys,
-    the jobs are the caller's team's only: one team does not see another's activity."""
-    keyless = open_access(services)
-    counts = await asyncio.to_thread(services.job_counts if keyless else lambda: services.status_counts(team))
+    a key sees its team's jobs and consolidated items only (one team does not see another's activity); the
+    MEMORY_METRICS_TOKEN bearer, like keyless mode, sees every team's and consolidation's runs."""
+    counts = await asyncio.to_thread(services.job_counts if team is None else lambda: services.status_counts(team))
     model = services.primary_model
     return {
         "jobs": counts,
         "throughput": model.throughput.snapshot(),
         "model_ready": model.ready,
-        "consolidation": await asyncio.to_thread(services.consolidation_status, None if keyless else team),
+        "consolidation": await asyncio.to_thread(services.consolidation_status, team),
     }
 
 
@@ -94,12 +111,7 @@ async def scraper(request: Request) -> str | None:
     """Who may read /metrics, and how much of it: anyone in keyless loopback mode, and with keys the bearer
     MEMORY_METRICS_TOKEN (a Prometheus `authorization` credential), the whole page (None). A team's unpinned
     admin key reads only its own team's labelled series: the rest counts other teams' activity."""
-    services = request.app.state.services
-    if open_access(services):
-        return None
-    token = services.settings.metrics_token
-    scheme, _, presented = request.headers.get("authorization", "").partition(" ")
-    if token and scheme.lower() == "bearer" and hmac.compare_digest(presented.strip().encode(), token.encode()):
+    if _operator(request):
         return None
     caller = identify(request)  # 401 without a known key
     if caller.role != "admin" or caller.agent_id is not None:
