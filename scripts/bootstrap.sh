@@ -148,9 +148,10 @@ if [ -z "$DID" ]; then
 else
   log "ready in $(since "$START") (this run:$DID)"
 fi
-# MEMORY_BOOTSTRAP_BUDGET_S (CI sets it): a set-up slower than this fails, so a fresh machine's wait cannot
-# creep up unnoticed (the figures are in README's set-up section)
+# MEMORY_BOOTSTRAP_BUDGET_S (CI sets it): a set-up slower than this says so loudly, so a fresh machine's
+# wait cannot creep up unnoticed (the figures are in README's set-up section). It fails the run only with
+# MEMORY_BOOTSTRAP_BUDGET_STRICT=1: machines of one kind differ 2-3x in speed, and a slow one is still a user.
 if [ -n "${MEMORY_BOOTSTRAP_BUDGET_S:-}" ] && [ $((($(now_ms) - START) / 1000)) -gt "$MEMORY_BOOTSTRAP_BUDGET_S" ]; then
-  log "set-up took $(since "$START"), over its budget of ${MEMORY_BOOTSTRAP_BUDGET_S}s (MEMORY_BOOTSTRAP_BUDGET_S)"
-  exit 1
+  log "WARNING: set-up took $(since "$START"), over its budget of ${MEMORY_BOOTSTRAP_BUDGET_S}s (MEMORY_BOOTSTRAP_BUDGET_S)"
+  [ "${MEMORY_BOOTSTRAP_BUDGET_STRICT:-0}" = 1 ] && exit 1
 fi
