@@ -6,14 +6,11 @@ model so the tests need no weights.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
-from memory_service.contract.text import normalize
 from memory_service.pipeline.forgetting import Forgetter
 from memory_service.pipeline.passages import index_passages
 from memory_service.recall import filtered_vectors as vector_search
@@ -23,6 +20,7 @@ from memory_service.storage.consolidation import ConsolidationStore
 from memory_service.storage.forget import mark_forgotten
 from memory_service.storage.journal import Journal
 from memory_service.storage.vectors import VectorStore
+from tests.word_embedder import WordEmbedder
 
 TEAM = "team-filters"
 
@@ -30,26 +28,6 @@ TEAM = "team-filters"
 def forget(journal: Journal, vectors: VectorStore, team: str, **selector: Any) -> list[str]:
     """What the service's forget does, on these stores."""
     return Forgetter(journal, vectors, ConsolidationStore(journal)).forget(team, **selector)
-
-
-class WordEmbedder:
-    """Sum of one fixed random unit vector per word, normalised: shared words mean similar vectors."""
-
-    dimensions = 384
-
-    def _word(self, word: str) -> np.ndarray:
-        seed = int.from_bytes(hashlib.sha256(word.encode()).digest()[:4], "little")
-        return np.random.default_rng(seed).normal(size=self.dimensions).astype(np.float32)
-
-    def embed(self, texts: list[str]) -> np.ndarray:
-        out = []
-        for text in texts:
-            vec = sum((self._word(w) for w in normalize(text).split()), np.zeros(self.dimensions, np.float32))
-            out.append(vec / (np.linalg.norm(vec) or 1.0))
-        return np.array(out, dtype=np.float32).reshape(len(texts), self.dimensions)
-
-    def embed_one(self, text: str) -> np.ndarray:
-        return self.embed([text])[0]
 
 
 class Stores:

@@ -8,20 +8,13 @@ SQLite and Chroma in a temporary directory; a deterministic bag-of-words embedde
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import random
-import statistics
-import string
 import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from memory_service.contract.limits import MAX_QUERY_WORDS
-from memory_service.contract.text import normalize
 from memory_service.pipeline.forgetting import Forgetter
 from memory_service.pipeline.passages import index_passages
 from memory_service.recall.filtered_vectors import FilteredVectors
@@ -31,36 +24,16 @@ from memory_service.storage.forget import mark_forgotten, pending, purge
 from memory_service.storage.journal import Journal
 from memory_service.storage.keyword import keyword_words
 from memory_service.storage.vectors import VectorStore
+from tests.word_embedder import WordEmbedder
 
 A, B = "team-a", "team-b"
-
-
-class WordEmbedder:
-    """Sum of one fixed random unit vector per word, normalised: shared words mean similar vectors."""
-
-    dimensions = 64
-
-    @functools.cache  # noqa: B019 - one embedder per test: the cost measured is recall's
-    def _word(self, word: str) -> np.ndarray:
-        seed = int.from_bytes(hashlib.sha256(word.encode()).digest()[:4], "little")
-        return np.random.default_rng(seed).normal(size=self.dimensions).astype(np.float32)
-
-    def embed(self, texts: list[str]) -> np.ndarray:
-        out = []
-        for text in texts:
-            vec = sum((self._word(w) for w in normalize(text).split()), np.zeros(self.dimensions, np.float32))
-            out.append(vec / (np.linalg.norm(vec) or 1.0))
-        return np.array(out, dtype=np.float32).reshape(len(texts), self.dimensions)
-
-    def embed_one(self, text: str) -> np.ndarray:
-        return self.embed([text])[0]
 
 
 class Stores:
     def __init__(self, root: Path) -> None:
         self.journal = Journal(root / "journal.sqlite3")
         self.vectors = VectorStore(root / "chroma")
-        self.embedder = WordEmbedder()
+        self.embedder = WordEmbedder(dimensions=64)
         self.search = FilteredVectors(self.journal, self.vectors)
         self.facts = 0
 
@@ -229,31 +202,3 @@ def test_a_long_query_keeps_a_bounded_number_of_keyword_words():
     assert len(kept) == MAX_QUERY_WORDS
     assert "zq81x7" in kept  # an id is among the most informative words
     assert keyword_words("the billing deploy") == ["billing", "deploy"]
-
-
-def test_a_long_query_costs_little_more_than_a_short_one(tmp_path):
-    """Fresh words each query (no count cached): 1,000 words cost ~75x 10 before the bound, ~3x after."""
-    rng = random.Random(7)
-    vocabulary = ["".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(3, 5))) for _ in range(20000)]
-    journal = Journal(tmp_path / "journal.sqlite3")
-    with journal.transaction() as conn:
-        conn.executemany(
-            "INSERT INTO memories (id, team, agent_id, text, created_at, next_attempt_at, deadline_at, status) "
-            "VALUES (?,?,?,?,?,0,0,'done')",
-            [(f"m{i}", A, "ann", " ".join(rng.choices(vocabulary, k=25)), 1.0 + i) for i in range(3000)],
-        )
-
-    def cost(words: int) -> float:
-        times = []
-        for _ in range(7):
-            query = " ".join(rng.sample(vocabulary, words))
-            start = time.perf_counter()
-            journal.keyword_search(A, query, kinds={"passage", "fact"}, limit=30)
-            times.append(time.perf_counter() - start)
-        return statistics.median(times)
-
-    cost(10)  # the first search opens the connection
-    try:
-        assert cost(1000) < 10 * cost(10)
-    finally:
-        journal.close()
