@@ -81,7 +81,7 @@ def test_a_hung_vector_store_holds_no_teams_lock_and_everything_converges_after(
                     "/v1/remember", json={"agent_id": "bot", "text": "The heron archive moved to building 7."}
                 )
             )
-            assert saved.status_code == 202 and took < 1.5, (saved.status_code, took)
+            assert saved.status_code == 202 and took < TIMEOUT_S, (saved.status_code, took)  # no vector call
             fresh = saved.json()["id"]
             # the model answered the new save's job: its fact decision needs the (hung) store now
             _wait_for(lambda: len(fake_llama.requests) > asked, 30, "the new save's job reached the model")
