@@ -39,9 +39,9 @@ class ErrorOut(BaseModel):
     """Every error body, whatever the route: a code for programs, a message for people."""
 
     error: str = Field(
-        description="bad_request, unauthorized, forbidden, not_found, method_not_allowed, conflict, "
-        "request_timeout, too_large, invalid_request, limit_reached, unavailable or "
-        "internal.",
+        description="bad_request, unauthorized, forbidden (cross_site: a browser's write from another site), "
+        "not_found, method_not_allowed, conflict, request_timeout, too_large, unsupported_media_type, "
+        "untrusted_host (421), invalid_request, limit_reached, unavailable, not_implemented or internal.",
         examples=["invalid_request"],
     )
     detail: str = Field(description="What was wrong and what is allowed.")
