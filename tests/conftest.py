@@ -15,9 +15,10 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -265,6 +266,17 @@ def tiny_service(tiny_llama, tmp_path_factory) -> Iterator[ServiceProcess]:
     svc = ServiceProcess(tmp_path_factory.mktemp("svc") / "data", tiny_llama.url).start()
     yield svc
     svc.kill()
+
+
+def eventually(what: str, check: Callable[[], Any], timeout: float = 30) -> Any:
+    """`check()`'s first truthy answer, polled every 50 ms; an AssertionError naming `what` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 def wait_status(client: httpx.Client, memory_id: str, statuses=("done", "failed"), timeout: float = 120) -> dict:

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from conftest import start_llama, wait_status
+from conftest import eventually, start_llama, wait_status
 
 from memory_service.bench.service_runner import llama_busy
 from memory_service.config import ConfigError, Settings
@@ -41,16 +39,6 @@ def save(client: httpx.Client, text: str) -> str:
 def server_of(memory: dict[str, Any]) -> str:
     """Which llama-server of the pool extracted it (the worker writes it on the attempt)."""
     return memory["timings"]["attempt"]["server"]
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def servers_up(client: httpx.Client) -> dict[str, bool]:
@@ -78,7 +66,7 @@ def test_a_pool_keeps_extracting_when_one_server_dies_and_uses_it_again_once_it_
 
             ids = [save(client, template.format(n=1)) for template in TEXTS]
             # SIGKILL the first server while it is in the middle of extracting one of them
-            wait_for("the first server to be extracting", lambda: llama_busy(first.url))
+            eventually("the first server to be extracting", lambda: llama_busy(first.url), timeout=60)
             first.stop(grace_s=0)
             memories = [wait_status(client, memory_id, timeout=180) for memory_id in ids]
             assert [m["status"] for m in memories] == ["done"] * len(ids), [m["last_error"] for m in memories]
@@ -95,7 +83,7 @@ def test_a_pool_keeps_extracting_when_one_server_dies_and_uses_it_again_once_it_
 
             # back on the same port: reported up again, and it takes jobs again
             first.start()
-            wait_for("the first server to be reported up", lambda: servers_up(client)[first.url], timeout=30)
+            eventually("the first server to be reported up", lambda: servers_up(client)[first.url], timeout=30)
             later = [save(client, template.format(n=2)) for template in TEXTS]
             memories = [wait_status(client, memory_id, timeout=180) for memory_id in later]
             assert all(m["status"] == "done" for m in memories)

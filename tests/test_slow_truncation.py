@@ -13,11 +13,10 @@ cuts its reply at the request's max_tokens with finish_reason "length", as llama
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 import httpx
-from conftest import wait_status
+from conftest import eventually, wait_status
 
 from tests.fakes.fake_llama_server import FakeLlamaServer, count_tokens
 
@@ -47,16 +46,6 @@ def save(client: httpx.Client, text: str, agent: str) -> str:
     response = client.post("/v1/remember", json={"text": text, "agent_id": agent})
     assert response.status_code == 202, response.text
     return str(response.json()["id"])
-
-
-def eventually(what: str, check: Callable[[], Any], timeout: float = 30) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_a_reply_cut_at_the_cap_the_slow_machine_allows_waits_and_its_fact_comes_without_a_retry(

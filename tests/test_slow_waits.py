@@ -9,12 +9,11 @@ Retry pressed. The fake llama-server is "slow" (1 token/s) for its first calls, 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 import httpx
-from conftest import wait_status
+from conftest import eventually, wait_status
 
 from memory_service.extraction.throughput import Throughput
 from tests.fakes.fake_llama_server import FakeLlamaServer
@@ -28,16 +27,6 @@ def save(client: httpx.Client, text: str) -> str:
     response = client.post("/v1/remember", json={"text": text, "agent_id": "busy"})
     assert response.status_code == 202, response.text
     return str(response.json()["id"])
-
-
-def eventually(what: str, check: Callable[[], Any], timeout: float = 30) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_a_machine_busy_for_a_while_delays_the_save_and_its_facts_come_without_a_retry(inprocess_service) -> None:
