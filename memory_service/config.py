@@ -83,6 +83,9 @@ class Settings(BaseSettings):
     dedup_threshold: float = Field(default=0.92, ge=0.5, le=1.0)
     embed_threads: int = Field(default=1, ge=1, le=64)
     embedder: Literal["onnx-q8", "onnx", "torch"] = "onnx-q8"
+    # the embedding model (embedding/models.py); unset: the one the data dir's vectors were made with, and
+    # for a new data dir the default (minilm), so a changed default never mixes an old dir's vectors
+    embedder_model: Literal["minilm", "paraphrase-minilm-l3"] | None = None
     chroma_url: str | None = None
     # the embedded store runs in a child process: its calls hold Python's lock for their whole length, and
     # in the API process every request waited behind them (see storage/chroma_process.py). 0 runs it in-process

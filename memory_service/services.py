@@ -167,6 +167,12 @@ class Services(LimitsAndKeys):
         except DataDirBusy:
             log.info("waiting for the restore or backup running on %s to finish", data.path)
             lock = data.lock(exclusive=False, wait=True)
+        from .embedding.selection import model_for
+
+        # before the journal exists: a dir without one is new and records its model (unset: the recorded one)
+        embedder_model, mixed = model_for(settings, data)
+        if mixed:
+            log.warning("%s", mixed)
         stores = data.open_stores(settings)
         database, journal = stores.database, stores.journal
         if database is None:  # one process owns the file: whatever was mid-extraction was cut off
@@ -185,7 +191,7 @@ class Services(LimitsAndKeys):
             settings=settings,
             journal=journal,
             vectors=vectors,
-            embedder=embedder_for(settings),
+            embedder=embedder_for(settings, embedder_model),
             limits=data.open_limits(database),
             models=ModelPool.open(settings, speed_prior=speed_prior),
             keys=data.open_keys(database),

@@ -47,7 +47,10 @@ def run_reindex(settings: Settings, team: str | None = None) -> dict[str, Any]:
 
 def _rebuild(settings: Settings, data: DataDir, team: str | None) -> dict[str, Any]:
     from ..embedding.embedder import embedder_for
+    from ..embedding.selection import model_for
     from ..ops.reindex import reindex
+
+    model, _ = model_for(settings, data)  # MEMORY_EMBEDDER_MODEL, else the one the vectors were made with
 
     stores = data.open_stores(settings)  # MEMORY_DATABASE_URL: the shared journal (stop every process first)
     try:
@@ -60,14 +63,17 @@ def _rebuild(settings: Settings, data: DataDir, team: str | None) -> dict[str, A
             vectors = data.open_vectors(settings.chroma_url)
             dropped = vectors.drop(team)
         try:
-            done = reindex(stores.journal, embedder_for(settings), vectors, team=team)
+            done = reindex(stores.journal, embedder_for(settings, model), vectors, team=team)
         finally:
             vectors.close()
     finally:
         stores.close()
+    if team is None:  # every vector is now `model`'s (one team's rebuild leaves the others as they were)
+        data.record_embedder(model)
     return {
         "reindexed": store,
         "team": team,
+        "embedder_model": model,
         "collections_dropped": dropped,
         "passages_embedded": done.passages,
         "facts_embedded": done.facts,

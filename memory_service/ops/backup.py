@@ -334,15 +334,19 @@ def _swap_in(staging: Path, data_dir: Path, occupied: bool, stamp: str) -> Path 
 def _rebuild_vectors(staging: Path, settings: Settings) -> Reindexed:
     """Embed the restored journal into a new vector store beside it (the model loads only here)."""
     from ..embedding.embedder import embedder_for
+    from ..embedding.selection import model_for
     from .reindex import reindex
 
     data = DataDir(staging)
+    model, _ = model_for(settings, data)  # the backup holds no vectors: they become this model's
     journal = data.open_journal()
     try:
         vectors = data.open_vectors()
-        return reindex(journal, embedder_for(settings), vectors)
+        done = reindex(journal, embedder_for(settings, model), vectors)
     finally:
         journal.close()
+    data.record_embedder(model)
+    return done
 
 
 # ---------------------------------------------------------------- files

@@ -7,6 +7,8 @@
   limits.sqlite3    daily-limit counters and the handled ledger (idem)
   keys.sqlite3      API keys, as hashes (idem)
   chroma/           the embedded vector store (unless MEMORY_CHROMA_URL names a Chroma server)
+  embedder.json     which embedding model made the vectors ({"model": "minilm"}); a dir without it predates
+                    the record, when the MiniLM was the only model
 ```
 
 The service, backup/restore, reindex and migrate all open the stores through `DataDir`, so a file name
@@ -16,6 +18,7 @@ umask): it holds every text an agent saved and the key hashes.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -37,6 +40,8 @@ JOURNAL_FILE = "journal.sqlite3"
 LIMITS_FILE = "limits.sqlite3"
 KEYS_FILE = "keys.sqlite3"
 VECTORS_DIR = "chroma"
+EMBEDDER_FILE = "embedder.json"
+UNRECORDED_EMBEDDER = "minilm"  # the model of every data dir made before the record existed
 DATABASE_FILES = (JOURNAL_FILE, LIMITS_FILE, KEYS_FILE)  # the SQLite files, in the order a backup lists them
 # in a restore's staged data dir once it is complete and on disk, until it is renamed into place
 RESTORE_READY = ".restore-ready"
@@ -150,6 +155,27 @@ class DataDir:
     def has_journal(self) -> bool:
         """Whether this looks like a data dir at all (the journal is the one file every data dir has)."""
         return self.journal_file.is_file()
+
+    def embedder_record(self) -> str | None:
+        """The embedding model this dir's vectors were made with; None for a new dir (no journal, no record)."""
+        try:
+            model = json.loads((self.path / EMBEDDER_FILE).read_text())["model"]
+        except FileNotFoundError:
+            return UNRECORDED_EMBEDDER if self.has_journal() else None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{self.path / EMBEDDER_FILE} is unreadable ({exc}): delete it and reindex") from None
+        if not isinstance(model, str) or not model:
+            raise ValueError(f"{self.path / EMBEDDER_FILE} names no model: delete it and reindex")
+        return model
+
+    def record_embedder(self, model: str) -> None:
+        """Note that the vectors are (now) `model`'s: written whole or not at all, 0600 like the rest."""
+        self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        target = self.path / EMBEDDER_FILE
+        staged = target.with_name(f".{EMBEDDER_FILE}.{os.getpid()}")
+        private_file(staged)
+        staged.write_text(json.dumps({"model": model}) + "\n")
+        os.replace(staged, target)
 
     def lock(self, *, exclusive: bool, wait: bool = False) -> DataDirLock:
         """The data dir's lock, taken (`DataDirBusy` without `wait` when a conflicting holder has it)."""
