@@ -5,6 +5,7 @@ the record. Real embedders, real SQLite and Chroma, no model server."""
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -160,3 +161,22 @@ def test_the_registry_pins_every_model_and_only_a_verified_one_is_the_default():
         assert len(model.sha256) == 64 and "==" in model.pip and model.dims == 384
         vectors = load_embedder("onnx", model=model.name).embed(TEXTS)
         assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+
+
+def test_the_embedder_bench_measures_every_installed_model_beside_the_minilm(tmp_path: Path):
+    from memory_service.bench.embedders import run
+
+    turns = [{"speaker": "Ann", "dia_id": f"D1:{i + 1}", "text": text} for i, text in enumerate(TEXTS)]
+    qa = [
+        {"question": "Which day does the Selkie come in?", "answer": "Tuesday", "evidence": ["D1:1"], "category": 4},
+        {"question": "What does Melanie paint?", "answer": "sunsets", "evidence": ["D1:3"], "category": 4},
+    ]
+    sample = {"sample_id": "s1", "conversation": {"session_1_date_time": "1:56 pm on 8 May, 2023", "session_1": turns}}
+    path = tmp_path / "locomo.json"
+    path.write_text(json.dumps([{**sample, "qa": qa}]))
+    report = run(path, [OTHER, "minilm"], "onnx", queries=2)
+    assert [r["model"] for r in report["results"]] == ["minilm", OTHER]  # the baseline first, once
+    for r in report["results"]:
+        assert r["questions"] == 2 and r["turns"] == len(TEXTS) and r["raw_turn_recall@10"] == 1.0  # 3 turns < 10
+        assert r["query_ms_p50"] > 0 and r["index_texts_per_s"] > 0
+    assert report["results"][0]["query_cost_vs_minilm"] == 1.0
