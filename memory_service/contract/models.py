@@ -171,6 +171,7 @@ class RecallRequest(Strict):
         description="What since/until compare: when the text was saved, or when what it "
         "tells happened (its `occurred_at`; a text saved without one: its save time).",
     )
+    as_of: Moment | None = Field(default=None, description="When asked: the query's 'last week' counts from it; now.")
     min_score: JsonFloat | None = Field(
         default=None, ge=-1, le=1, description="Minimum cosine similarity of an item to the query."
     )

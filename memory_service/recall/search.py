@@ -35,6 +35,7 @@ from .rank import (
     diversify,
     passage_memory,
 )
+from .when import TimeQuestion, boost, item_dates
 
 __all__ = ["Hit", "RecallQuery", "recall", "to_epoch"]
 
@@ -60,6 +61,7 @@ class RecallQuery:
     until: float | None = None
     min_score: float | None = None
     time_field: str = "created_at"  # what since/until compare: the save time, or "occurred_at"
+    as_of: float | None = None  # when the question is asked: "last week" counts from it (None: now)
 
 
 @dataclass(frozen=True)
@@ -111,9 +113,12 @@ def recall(
     # consolidated items: vector leg only; a dropped item (a source forgotten) has no row and is not shown
     consolidated = store_for(journal).items_by_ids(q.team, [i for i, _ in found.get("consolidated", [])])
     rows = _candidate_rows(fact_rows, text_rows, keyword, consolidated)
-    if plan.by_occurred:
+    question = TimeQuestion.of(q.query, q.as_of)
+    if plan.by_occurred or question.windows:
         _read_occurred(journal, q.team, rows, consolidated)
     hits = _fuse(q, found, keyword, rows)
+    if question.matters:
+        _time_boost(hits, rows, question)
     candidates = list(hits.values())
     if q.min_score is not None:
         candidates = [h for h in candidates if h.similarity is not None and h.similarity >= q.min_score]
@@ -222,6 +227,14 @@ def _fuse(
     add_vector_ranks(hits, found, shown)
     add_keyword_ranks(hits, keyword, shown, weights)
     return hits
+
+
+def _time_boost(hits: dict[str, Hit], rows: dict[str, ItemRow], question: TimeQuestion) -> None:
+    """A question that names dates or asks "when": each item's score times its factor (`when.boost`)."""
+    keys = list(hits)
+    factors = boost(question, (item_dates(rows[key].text, rows[key].occurred_at) for key in keys))
+    for key, factor in zip(keys, factors, strict=True):
+        hits[key].score *= factor
 
 
 def _attach_sources(ranked: list[Hit], journal: Journal, consolidated: dict[str, Item]) -> None:

@@ -48,6 +48,7 @@ async def recall_route(body: RecallRequest, request: Request, team: Team, servic
         until=until,
         min_score=body.min_score,
         time_field=body.time_field,
+        as_of=to_epoch(body.as_of),
     )
     hits, occurred = await asyncio.to_thread(_search, services, query)
     lines = lines_of(hits, occurred)
