@@ -180,3 +180,25 @@ def test_the_embedder_bench_measures_every_installed_model_beside_the_minilm(tmp
         assert r["questions"] == 2 and r["turns"] == len(TEXTS) and r["raw_turn_recall@10"] == 1.0  # 3 turns < 10
         assert r["query_ms_p50"] > 0 and r["index_texts_per_s"] > 0
     assert report["results"][0]["query_cost_vs_minilm"] == 1.0
+
+
+def test_doctor_says_when_the_vectors_are_another_models(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    import argparse
+
+    from memory_service.ops.doctor import run_doctor
+    from tests.fakes.fake_llama_server import FakeLlamaServer
+
+    data = old_data_dir(tmp_path / "data")
+    monkeypatch.setenv("MEMORY_DATA_DIR", str(data.path))
+    monkeypatch.setenv("MEMORY_CACHE_DIR", str(tmp_path / "cache"))
+    with FakeLlamaServer("ok", tokens_per_s=5000) as fake:
+        run_doctor(argparse.Namespace(llm_url=fake.url, model=None, json=False))
+        same = capsys.readouterr().out
+        monkeypatch.setenv("MEMORY_EMBEDDER_MODEL", OTHER)
+        run_doctor(argparse.Namespace(llm_url=fake.url, model=None, json=False))
+        mixed = capsys.readouterr().out
+    assert "OK    embedder: the vectors in" in same and "'minilm'" in same
+    assert "WARN  embedder:" in mixed and "memory-service reindex" in mixed
+    assert "RESULT: OK" not in mixed

@@ -39,3 +39,20 @@ def model_for(settings: Settings, data: DataDir) -> tuple[str, str | None]:
         data.record_embedder(model)
         return model, None
     return model, (mixed_warning(recorded, model) if recorded != model else None)
+
+
+def data_dir_status(settings: Settings) -> tuple[str, str, str]:
+    """`doctor`'s view of the data dir's vectors: (verdict, why, what to do); reads only, writes nothing."""
+    from ..storage.datadir import DataDir
+
+    data = DataDir(settings.data_dir.absolute())
+    try:
+        recorded = data.embedder_record()
+    except ValueError as exc:
+        return "WARN", str(exc), "delete the file, then `memory-service reindex` with the service stopped"
+    model = settings.embedder_model or recorded or DEFAULT_MODEL
+    if recorded is None:
+        return "OK", f"no data dir at {data.path} yet: its vectors will be {model!r}'s", ""
+    if recorded != model:
+        return "WARN", mixed_warning(recorded, model), "stop the service, then run `memory-service reindex`"
+    return "OK", f"the vectors in {data.path} and the queries are both {model!r}'s", ""

@@ -177,6 +177,11 @@ def run_doctor(args: argparse.Namespace) -> int:
     for report in reports:
         report["started_server"] = started
         report["checks"].insert(0, _build_check(report, started))
+        from ..embedding.selection import data_dir_status  # whether the data dir's vectors are the queries' model
+
+        report["checks"].append(asdict(Check("embedder", *data_dir_status(settings))))
+        if report["checks"][-1]["verdict"] == WARN and report["result"] == OK:
+            report["result"] = WARN
     report = reports[0] if len(reports) == 1 else pool_report(reports)
     print(json.dumps(report, indent=2) if getattr(args, "json", False) else format_any(report))
     return int(report["exit_code"])
