@@ -202,3 +202,14 @@ def test_doctor_says_when_the_vectors_are_another_models(
     assert "OK    embedder: the vectors in" in same and "'minilm'" in same
     assert "WARN  embedder:" in mixed and "memory-service reindex" in mixed
     assert "RESULT: OK" not in mixed
+
+
+def test_the_minilm_reference_weights_are_the_publishers_file():
+    """What makes the default `verified`: the weights its ONNX vectors are checked against (test_embedder_int8)
+    are byte for byte the publisher's model.safetensors."""
+    import hashlib
+
+    from memory_service.embedding.embedder import model_dir
+    from memory_service.embedding.models import MINILM_WEIGHTS_SHA256
+
+    assert hashlib.sha256((model_dir() / "model.safetensors").read_bytes()).hexdigest() == MINILM_WEIGHTS_SHA256

