@@ -91,6 +91,8 @@ def test_an_item_is_dated_by_its_text_and_by_when_it_happened() -> None:
     spans, dated = item_dates("The release slipped to the week of 1 May 2023; planned last year (2022).", None)
     assert spans == [(d("2023-05-01"), d("2023-05-07")), (d("2022-01-01"), d("2022-12-31"))] and dated
     assert item_dates("deploy failed again, rolled back", epoch("2024-03-05")) == ([(d("2024-03-05"),) * 2], False)
+    spans, _ = item_dates("moved from Wednesday, September 30th, 2023 to Oct 2, 2023; v2 in May", None)
+    assert spans == [(d("2023-09-30"), d("2023-09-30")), (d("2023-10-02"), d("2023-10-02"))]
 
 
 class Stores:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import calendar
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -29,6 +29,8 @@ OPEN_SPAN_DAYS = 366  # how far "before X" / "after X" reaches
 MAX_COUNT = 100  # "N units ago": at most this many
 IN_WINDOW_BOOST = 1.0  # an item with a date in a window the question names: score x (1 + this)
 DATED_BOOST = 0.25  # a "when" question: an item whose text carries a date: score x (1 + this)
+
+YEAR_LOOKBACK = 32  # a date's start at most this far before its year ("Wednesday, September 30th, 2023")
 
 Span = tuple[date, date]  # first and last day, inclusive
 
@@ -58,6 +60,7 @@ _RELATIVE = re.compile(
     rf"|\blast (?P<weekday>{'|'.join(WEEKDAYS)})\b",
     re.I,
 )
+_YEAR = re.compile(r"(?<!\d)\d{4}(?!\d)")
 _WEEK_OF = re.compile(r"\bweek of\s*$", re.I)
 _MODIFIER = re.compile(
     r"(?:\b(?:the )?(?P<unit>day|week|month|year) )?\b(?P<side>before|after|since|until|prior to)\s*$", re.I
@@ -226,10 +229,10 @@ def item_dates(text: str, occurred_at: float | None) -> tuple[list[Span], bool]:
     window ("the week of 1 May 2023" is that week), and the day it happened (`occurred_at`)."""
     spans: list[Span] = []
     head = text[:PASSAGE_WINDOW_CHARS]
-    for m in _ABSOLUTE.finditer(head):
-        span, yearless = _absolute(m)
-        if span is None or yearless:
-            continue  # "in May" in a note: which May is not said
+    for m in _with_years(head):
+        span, _ = _absolute(m)
+        if span is None:
+            continue
         if m.group("dd") and _WEEK_OF.search(head[max(0, m.start() - 12) : m.start()]) and span[0].year < 9999:
             span = (span[0], span[0] + timedelta(days=6))
         spans.append(span)
@@ -240,6 +243,20 @@ def item_dates(text: str, occurred_at: float | None) -> tuple[list[Span], bool]:
         day = datetime.fromtimestamp(occurred_at, UTC).date()
         spans.append((day, day))
     return spans, dated
+
+
+def _with_years(head: str) -> Iterator[re.Match[str]]:
+    """The absolute dates of `head` that name their year, found from its 4-digit numbers: a year-less date
+    in an item ("in May") does not say which May, and reading the whole text costs ~0.1 ms an item."""
+    done = 0  # where the last date found ends
+    for year in _YEAR.finditer(head):
+        if year.start() < done:
+            continue
+        for m in _ABSOLUTE.finditer(head, max(done, year.start() - YEAR_LOOKBACK), year.end() + 6):
+            if m.start() <= year.start() < m.end():
+                done = m.end()
+                yield m
+                break
 
 
 def boost(question: TimeQuestion, span_sets: Iterable[tuple[list[Span], bool]]) -> list[float]:
