@@ -204,3 +204,32 @@ def test_agent_eval_end_to_end_scores_by_state(tmp_path: Path) -> None:
     if "core" in profiles:
         assert runs[("core", "fact_carryover")]["schema_tokens"] < runs[("full", "fact_carryover")]["schema_tokens"]
     assert all(s["prompt_tokens"] for r in result["runs"] for s in r["sessions"])
+
+
+def _run_alone(url: str, prompt: str, state: agent_tasks.RunState) -> Any:
+    async def session() -> Any:
+        async with httpx.AsyncClient(timeout=30, trust_env=False) as http:
+            return await run_session(
+                http, url, None, prompt, state=state,
+                local_tools=(agent_tasks.PROCESS_ITEM,), mcp=None, deadline=float("inf"),
+            )  # fmt: skip
+
+    return anyio.run(session)
+
+
+def test_a_model_that_repeats_itself_is_stopped_as_stuck() -> None:
+    """Seen with Qwen2.5-Coder-1.5B: the same call turn after turn, or one reply looping over the same calls.
+    The session stops as `stuck` at the third repeat (not run), instead of spending all its turns."""
+    one = _calls("process_item", {"item_id": "T-1"})
+    again = [{"when": "ticket", "step": k, "tool_calls": one} for k in range(8)]
+    looping = [{"when": "ticket", "tool_calls": _calls("process_item", *[{"item_id": "T-1"}, {"item_id": "T-2"}] * 3)}]
+    with FakeLlamaServer("ok", tokens_per_s=50_000) as fake:
+        fake.set_mode("script", script=again)
+        state = agent_tasks.RunState(nonce="x")
+        result = _run_alone(fake.url, "Answer the ticket T-1.", state)
+        assert result.stopped == "stuck" and result.turns == 3
+        assert [e["item"] for e in state.effects] == ["T-1", "T-1"]  # the third repeat was not run
+        fake.set_mode("script", script=looping)
+        state = agent_tasks.RunState(nonce="y")
+        result = _run_alone(fake.url, "Answer the ticket T-1 and T-2.", state)
+    assert result.stopped == "stuck" and result.turns == 1 and state.effects == []

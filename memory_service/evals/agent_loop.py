@@ -25,6 +25,7 @@ SYSTEM = (
 )
 MAX_TURNS = 14
 MAX_REPLY_TOKENS = 384
+STUCK_REPEATS = 3  # the same calls this many turns running, or one call this many times in one reply: stuck
 
 
 @dataclass
@@ -51,7 +52,7 @@ class SessionResult:
     completion_tokens: int = 0
     calls_from_text: int = 0  # tool calls the model wrote as text, read by `calls_in_content`
     turns: int = 0
-    stopped: str = "answered"  # answered | max_turns | timeout | model_error
+    stopped: str = "answered"  # answered | max_turns | stuck | timeout | model_error
     problem: str | None = None
     wall_s: float = 0.0
 
@@ -185,6 +186,7 @@ async def run_session(
     offered = {t["function"]["name"] for t in tools}
     system = SYSTEM + (f"\n\n{mcp.instructions}" if mcp is not None and mcp.instructions else "")
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}, {"role": "user", "content": prompt}]
+    turn_calls: list[list[str]] = []
     try:
         while True:
             if out.turns >= MAX_TURNS:
@@ -206,6 +208,10 @@ async def run_session(
             if not tool_calls:
                 out.final_answer = message.get("content") or ""
                 break
+            turn_calls.append([_signature(raw) for raw in tool_calls])
+            if _stuck(turn_calls):
+                out.stopped = "stuck"
+                break
             messages.append({"role": "assistant", "content": message.get("content") or "", "tool_calls": tool_calls})
             for n, raw in enumerate(tool_calls):
                 messages.append(await _one_call(raw, n, out, local, mcp, state))
@@ -214,6 +220,22 @@ async def run_session(
     _mark_recoveries(out.calls)
     out.wall_s = time.monotonic() - started
     return out
+
+
+def _signature(raw: dict[str, Any]) -> str:
+    function = raw.get("function") or {}
+    return f"{function.get('name')}:{function.get('arguments')}"
+
+
+def _stuck(turn_calls: list[list[str]]) -> bool:
+    """A model repeating itself, as agent harnesses detect it (OpenHands stops on a repeated action): the same
+    calls in STUCK_REPEATS turns running, or one call STUCK_REPEATS times in the last reply (a reply that
+    loops). The repeated turn is not run, and the session stops as `stuck` instead of burning its turns."""
+    last = turn_calls[-1]
+    if any(last.count(call) >= STUCK_REPEATS for call in last):
+        return True
+    recent = turn_calls[-STUCK_REPEATS:]
+    return len(recent) == STUCK_REPEATS and all(calls == last for calls in recent)
 
 
 async def _one_call(

@@ -24,6 +24,7 @@ def run_numbers(run: dict[str, Any]) -> dict[str, Any]:
         "prompt_tokens_max": max(prompts, default=0),
         "prompt_tokens_sum": sum(prompts),
         "wall_time_s": run["wall_time_s"],
+        "sessions_ended": "/".join(s["stopped"] for s in sessions),
     }
 
 
@@ -49,7 +50,7 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 HEADER = (
     "| profile | task | success | tool calls (as text) | errors (recovered) | schema tokens | prompts | max prompt tokens "
-    "| prompt tokens total | wall s |\n|---|---|---|---|---|---|---|---|---|---|\n"
+    "| prompt tokens total | wall s | sessions ended |\n|---|---|---|---|---|---|---|---|---|---|---|\n"
 )
 
 
@@ -61,13 +62,13 @@ def markdown(result: dict[str, Any]) -> str:
             lines.append(
                 f"| {name} | {task} | {'yes' if r['success'] else 'no'} | {r['tool_calls']} ({r['tool_calls_from_text']}) | "
                 f"{r['tool_errors']} ({r['tool_errors_recovered']}) | {r['schema_tokens']} | {r['requests']} | "
-                f"{r['prompt_tokens_max']} | {r['prompt_tokens_sum']} | {r['wall_time_s']} |\n"
+                f"{r['prompt_tokens_max']} | {r['prompt_tokens_sum']} | {r['wall_time_s']} | {r['sessions_ended']} |\n"
             )
         o = profile["overall"]
         lines.append(
             f"| **{name}** | **all {o['tasks']}** | **{o['success_rate']:.0%}** | {o['tool_calls']} | "
             f"{o['tool_errors']} ({o['tool_errors_recovered']}) |  |  |  | {o['prompt_tokens_sum']} | "
-            f"{o['wall_time_s']} |\n"
+            f"{o['wall_time_s']} |  |\n"
         )
     for note in result.get("notes") or []:
         lines.append(f"\nNote: {note}\n")
