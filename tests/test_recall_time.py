@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import wait_status
 
+from memory_service.client import MemoryClient
 from memory_service.pipeline.passages import index_passages
 from memory_service.recall.filtered_vectors import FilteredVectors
 from memory_service.recall.search import RecallQuery, recall
@@ -191,6 +192,9 @@ def test_the_api_counts_yesterday_from_as_of(inprocess_service) -> None:
             for asked, day in (("2023-05-02T09:00:00Z", "2023-05-01"), ("2023-05-09T09:00:00Z", "2023-05-08")):
                 items = client.post("/v1/recall", json={**ask, "as_of": asked}).json()["items"]
                 assert items[0]["memory_id"] == ids[day], (asked, items)
+                with MemoryClient(svc.url, api_key="key-a") as ours:  # the Python client passes it on too
+                    found = ours.recall(ask["query"], k=2, kinds=["passage"], as_of=asked)
+                assert found.items[0].memory_id == ids[day], (asked, found.items)
             bad = client.post("/v1/recall", json={**ask, "as_of": "yesterday"})
             assert bad.status_code == 422, bad.text
             saved = client.post(

@@ -200,8 +200,10 @@ class Requests:
         min_score: float | None = None,
         time_field: str | None = None,
         max_tokens: int | None = None,
+        as_of: datetime | str | None = None,
     ) -> Call[RecallResponse]:
-        """`max_tokens`: only the best items whose lines fit; the answer's `context` is those lines, to paste."""
+        """`max_tokens`: only the best items whose lines fit; the answer's `context` is those lines, to paste.
+        `as_of`: when the question is asked (default now): its 'last week' or '3 days ago' count from it."""
         body = _drop_none(
             {
                 "query": query,
@@ -215,6 +217,7 @@ class Requests:
                 "min_score": min_score,
                 "time_field": time_field,
                 "max_tokens": max_tokens,
+                "as_of": _iso(as_of),
             }
         )
         return Call("POST", "/v1/recall", _model(RecallResponse), json=body)

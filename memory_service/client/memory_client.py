@@ -116,7 +116,7 @@ class _Surface:
 
     def recall(self, query: str, **options: Any) -> Any:
         """RecallResponse (its `context`: the items as lines to paste); options: k, agent_id (searches only that
-        agent), kinds, tags, since, until, min_score, time_field, max_tokens (the best items that fit it)."""
+        agent), kinds, tags, since, until, min_score, time_field, max_tokens (the best items that fit it), as_of (when asked)."""
         return self._run(self._requests.recall(query, **options))
 
     def list(self, **filters: Any) -> Any:
