@@ -233,3 +233,17 @@ def test_a_model_that_repeats_itself_is_stopped_as_stuck() -> None:
         state = agent_tasks.RunState(nonce="y")
         result = _run_alone(fake.url, "Answer the ticket T-1 and T-2.", state)
     assert result.stopped == "stuck" and result.turns == 1 and state.effects == []
+
+
+def test_a_call_copied_with_the_templates_double_braces_is_read() -> None:
+    """Seen with Qwen2.5-Coder-1.5B: `{{"name": "remember", ...}}`, the braces as its chat template prints them."""
+    script = [
+        {"when": "ticket", "content": '{{"name": "process_item", "arguments": {"item_id": "T-9"}}}'},
+        {"when": "ticket", "step": 1, "content": "Done."},
+    ]
+    with FakeLlamaServer("ok", tokens_per_s=50_000) as fake:
+        fake.set_mode("script", script=script)
+        state = agent_tasks.RunState(nonce="x")
+        result = _run_alone(fake.url, "Answer the ticket T-9.", state)
+    assert state.effects == [{"tool": "process_item", "item": "T-9"}]
+    assert result.calls_from_text == 1 and result.final_answer == "Done."

@@ -93,6 +93,8 @@ def calls_in_content(content: str, offered: set[str]) -> list[dict[str, Any]]:
     tool-call format: Qwen2.5-Coder-1.5B does, so a harness for small models reads them, as this one does
     (counted apart). Only objects naming an offered tool, with object arguments, count."""
     blocks = [a or b for a, b in _CALL_BLOCK.findall(content)] or [content]
+    # Qwen2.5's chat template shows the call as `{{"name": ...}}` (its own escaped braces), and the model copies it
+    blocks = [b.strip()[1:-1] if b.strip().startswith("{{") and b.strip().endswith("}}") else b for b in blocks]
     found: list[dict[str, Any]] = []
     for block in blocks:
         for obj in _json_values(block):
