@@ -160,7 +160,10 @@ def _store_process(service_pid: int) -> int:
     for pid in subprocess.run(
         ["ps", "-o", "pid=", "--ppid", str(service_pid)], capture_output=True, text=True
     ).stdout.split():
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+        except (FileNotFoundError, ProcessLookupError):  # a short-lived child that ended after `ps` listed it
+            continue
         if b"memory_service.storage.chroma_process" in cmdline:
             return int(pid)
     raise AssertionError("the service has no vector store process")
