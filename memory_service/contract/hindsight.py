@@ -8,13 +8,16 @@ docs/hindsight.md gives the mapping onto this service's own model.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
+from .boundary import check_json
 from .ids import MAX_ID_LEN
-from .types import FreeText, Moment, Tags
+from .types import FreeText, Moment, Tags, check_metadata
 
 # A bank is an agent_id, and a document id becomes a run_id: both keep the AgentId rule, minus `/`, because
 # each travels as one path segment (`/banks/{bank_id}/documents/{document_id}`).
@@ -28,15 +31,39 @@ HsType = Literal["world", "experience", "observation"]
 TagsMatch = Literal["any", "all", "any_strict", "all_strict", "exact"]
 
 
+# The idempotency keys a retain derives: a hash of the JSON list [kind, bank, id, index], so no two of them can
+# be one key whatever `:` the ids hold (`hindsight:{bank}:{doc}:{i}` made bank `support` + document `bot:t1`
+# the key of bank `support:bot` + document `t1`). `hindsight:` is reserved: no client key can take one.
+DERIVED_KEY_PREFIX = "hindsight:v2:"
+KeyKind = Literal["document", "operation"]
+
+
+def derived_key(bank: str, kind: KeyKind, ident: str, index: int) -> str:
+    """Item `index` of document (or operation) `ident` in `bank`: the key a retried retain finds again."""
+    payload = json.dumps([kind, bank, ident, index], ensure_ascii=True, separators=(",", ":"))
+    return DERIVED_KEY_PREFIX + hashlib.sha256(payload.encode()).hexdigest()
+
+
+def legacy_document_key(bank: str, document_id: str, index: int) -> str:
+    """The key a document item got before `derived_key` (kept for replay: docs/hindsight.md)."""
+    return f"hindsight:{bank}:{document_id}:{index}"
+
+
+# Content (a string or text blocks) and metadata obey the text boundary (contract/boundary.py) like every
+# other string: a lone surrogate or NUL is a 422 naming the rule, not a 500 or a row the export cannot write.
+Content = Annotated[str | list[dict[str, Any]], BeforeValidator(check_json)]
+HsMetadata = Annotated[dict[str, str], BeforeValidator(check_metadata)]
+
+
 class Lenient(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
 
 class HsItem(Lenient):
-    content: str | list[dict[str, Any]] = Field(description="Plain text, or text blocks ({type: text, text}).")
+    content: Content = Field(description="Plain text, or text blocks ({type: text, text}).")
     timestamp: Moment | Literal["unset"] | None = Field(default=None, description="-> occurred_at")
     context: FreeText | None = Field(default=None, max_length=MAX_CONTEXT_CHARS, description="-> metadata")
-    metadata: dict[str, str] | None = None
+    metadata: HsMetadata | None = None
     document_id: SegmentId | None = Field(default=None, description="-> run_id and the idempotency key")
     tags: Tags | None = None
     entities: list[Any] | None = None

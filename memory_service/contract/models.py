@@ -11,6 +11,7 @@ from .types import (
     MAX_FACT_SPANS,
     MAX_IMPORT_FACTS,
     AgentId,
+    ClientIdempotencyKey,
     Day,
     EpochSeconds,
     ExportId,
@@ -63,10 +64,10 @@ class RememberRequest(Strict):
     run_id: RunId | None = None
     tags: Tags = Field(default_factory=list)
     metadata: Metadata = Field(default_factory=dict)
-    idempotency_key: IdempotencyKey | None = Field(
+    idempotency_key: ClientIdempotencyKey | None = Field(
         default=None,
         description="A repeat with the same key (per team) returns the first save, with header "
-        "`Idempotent-Replayed: true`.",
+        "`Idempotent-Replayed: true`. Keys starting with `hindsight:` or `import:` are the service's own.",
     )
     occurred_at: Moment | None = Field(
         default=None,

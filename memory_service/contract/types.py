@@ -19,6 +19,7 @@ from pydantic import (
     WrapValidator,
 )
 
+from .boundary import MAX_JSON_DEPTH, NUL_RULE, check_json, check_text
 from .ids import ID_PATTERN, ID_RULE, MAX_ID_LEN
 from .limit_rules import (
     MAX_HANDLED_KEY_LEN,
@@ -37,8 +38,13 @@ MAX_TAGS = 32
 MAX_TAG_LEN = 64
 NO_CONTROL_CHARS = r"^[^\x00-\x1f\x7f]+$"
 NO_NUL = r"^[^\x00]+$"
-MAX_METADATA_DEPTH = 32
-NUL_RULE = "must not contain NUL characters (\\u0000)"
+MAX_METADATA_DEPTH = MAX_JSON_DEPTH
+# Every string type below also takes `_UNICODE` (contract/boundary.py: no lone surrogate, no NUL), last, so it
+# runs first and its 422 names that rule rather than the type's pattern.
+_UNICODE = BeforeValidator(check_text)
+# Idempotency keys the service derives itself (Hindsight's document and operation keys, an import's lineage):
+# a client's own key may not start with these, so it can never take, or be taken by, a derived one.
+RESERVED_KEY_PREFIXES = ("hindsight:", "import:")
 # What one imported line may carry: far above what extraction stores for one text (at most
 # MEMORY_MAX_FACTS a chunk, 3 spans a fact and chunk), low enough that a line is one short transaction.
 MAX_IMPORT_FACTS = 1000
@@ -116,25 +122,18 @@ def whole_float_as_int(value: Any) -> Any:
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
-def check_metadata(value: dict[str, Any]) -> dict[str, Any]:
-    """Depth and NUL checks without recursion: a 10,000-deep object must be a 422, not a RecursionError later
-    when the memory is serialized."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > MAX_METADATA_DEPTH:
-            raise ValueError(f"nested more than {MAX_METADATA_DEPTH} levels deep; flatten it")
-        children = (
-            (list(node.keys()) + list(node.values()))
-            if isinstance(node, dict)
-            else (node if isinstance(node, list) else [])
+def check_metadata(value: Any) -> Any:
+    """The text boundary's JSON rule (contract/boundary.py) at metadata's depth: keys and strings valid text,
+    numbers finite, at most MAX_METADATA_DEPTH levels."""
+    return check_json(value, MAX_METADATA_DEPTH)
+
+
+def _not_reserved(value: str) -> str:
+    if value.startswith(RESERVED_KEY_PREFIXES):
+        raise ValueError(
+            f"keys starting with {' or '.join(map(repr, RESERVED_KEY_PREFIXES))} are reserved for keys the service "
+            "derives (Hindsight retains, imports): choose another"
         )
-        for child in children:
-            if isinstance(child, str):
-                if "\x00" in child:
-                    raise ValueError(f"keys and strings {NUL_RULE}")
-            elif isinstance(child, (dict, list)):
-                stack.append((child, depth + 1))
     return value
 
 
@@ -158,6 +157,7 @@ Tag = Annotated[
     Field(min_length=1, max_length=MAX_TAG_LEN, pattern=NO_CONTROL_CHARS, description=f"{TAG_RULE}; trimmed"),
     _rule(TAG_RULE),
     AfterValidator(_tag),
+    _UNICODE,
 ]
 Tags = Annotated[
     list[Tag],
@@ -168,7 +168,10 @@ IdempotencyKey = Annotated[
     str,
     Field(min_length=1, max_length=MAX_IDEMPOTENCY_KEY_LEN, pattern=NO_CONTROL_CHARS, description=IDEMPOTENCY_RULE),
     _rule(IDEMPOTENCY_RULE),
+    _UNICODE,
 ]
+# What a client may send as its own key: any key but one in the derived keys' namespace (a 422 naming it).
+ClientIdempotencyKey = Annotated[IdempotencyKey, AfterValidator(_not_reserved)]
 LimitName = Annotated[
     str,
     Field(max_length=MAX_NAME_LEN, pattern=NAME_PATTERN, description=f"Limit name: {NAME_RULE}"),
@@ -189,12 +192,13 @@ HandledKey = Annotated[
         description=f"Opaque key (URL, message id): {HANDLED_KEY_RULE}",
     ),
     _rule(HANDLED_KEY_RULE),
+    _UNICODE,
 ]
 
 # Free text (a memory, a query, a fact): anything but NUL, which is never meaningful in text and whose
 # handling SQLite leaves undefined (its functions may cut a string there). The pattern documents the rule;
 # the validator words it.
-FreeText = Annotated[str, Field(json_schema_extra={"pattern": "^[^\\x00]*$"}), AfterValidator(_no_nul)]
+FreeText = Annotated[str, Field(json_schema_extra={"pattern": "^[^\\x00]*$"}), AfterValidator(_no_nul), _UNICODE]
 Label = Annotated[
     str,
     Field(
@@ -203,6 +207,7 @@ Label = Annotated[
         description=f"A note for people, e.g. 'mailer on host-3': {LABEL_RULE}",
     ),
     _rule(LABEL_RULE),
+    _UNICODE,
 ]
 EXPORT_ID_RULE = "1-256 characters, no control characters"
 ExportId = Annotated[
@@ -214,6 +219,7 @@ ExportId = Annotated[
         description=f"The id in the exporting service: {EXPORT_ID_RULE}",
     ),
     _rule(EXPORT_ID_RULE),
+    _UNICODE,
 ]
 # JSON numbers only: no true/false, no "5". An integral float (158.0) is an integer, as JSON Schema says.
 # (constraints of an optional one go in its own Annotated, before the validator, or the schema loses them)
@@ -241,9 +247,9 @@ Day = Annotated[
 ]
 Metadata = Annotated[
     dict[str, Any],
-    AfterValidator(check_metadata),
+    BeforeValidator(check_metadata),
     Field(
         description=f"Kept with the text, returned as given (≤ 8 KiB as JSON, at most "
-        f"{MAX_METADATA_DEPTH} levels deep, no NUL characters)."
+        f"{MAX_METADATA_DEPTH} levels deep; keys and strings without NUL or lone surrogates; finite numbers)."
     ),
 ]

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from ..contract.boundary import loads_stored
 from ..contract.types import DONE, EXTRACTING, FAILED, QUEUED  # noqa: F401 (re-exported)
 
 # A forgotten memory whose vectors are not removed yet: invisible to every read, purged on completion.
@@ -51,7 +52,7 @@ class Memory:
             run_id=row["run_id"],
             text=row["text"],
             tags=json.loads(row["tags"]),
-            metadata=json.loads(row["metadata"]),
+            metadata=loads_stored(row["metadata"]),  # a value stored before the text boundary, repaired
             idempotency_key=row["idempotency_key"],
             created_at=row["created_at"],
             status=row["status"],

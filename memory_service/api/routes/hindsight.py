@@ -11,7 +11,7 @@ import re
 import time
 import uuid
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from fastapi import APIRouter, HTTPException, Request
 
@@ -26,6 +26,8 @@ from ...contract.hindsight import (
     HsRetainRequest,
     HsRetainResponse,
     HsType,
+    derived_key,
+    legacy_document_key,
 )
 from ...contract.types import MAX_TAGS
 from ...extraction.dates import occurred
@@ -58,7 +60,12 @@ def _not_served(what: str) -> HTTPException:
     return HTTPException(501, f"{what} is not served by memory-service's Hindsight API; {SERVED}")
 
 
-def _prepared(bank: str, body: HsRetainRequest, services: ServicesDep, operation_id: str | None) -> list[dict]:
+class Prepared(NamedTuple):
+    fields: dict[str, Any]  # remember's arguments
+    legacy_key: str | None  # the key this item had before derived keys (a document item's), for replay
+
+
+def _prepared(bank: str, body: HsRetainRequest, services: ServicesDep, operation_id: str | None) -> list[Prepared]:
     """Every item as remember's fields, all checked before any is stored (a refused batch stores nothing)."""
     per_document: dict[str, int] = {}
     out = []
@@ -75,7 +82,7 @@ def _fields(
     services: ServicesDep,
     operation_id: str | None,
     per_document: dict[str, int],
-) -> dict[str, Any]:
+) -> Prepared:
     if item.update_mode == "append":
         raise _not_served("update_mode 'append'")
     try:
@@ -90,13 +97,14 @@ def _fields(
     tags = list(dict.fromkeys([*(item.tags or []), *(body.document_tags or [])]))
     if len(tags) > MAX_TAGS:
         raise HTTPException(422, f"items.{n}: {len(tags)} tags with document_tags; at most {MAX_TAGS}")
-    key = None
+    key = legacy = None
     if item.document_id is not None:
         index = per_document.get(item.document_id, 0)
         per_document[item.document_id] = index + 1
-        key = f"hindsight:{bank}:{item.document_id}:{index}"
+        key = derived_key(bank, "document", item.document_id, index)
+        legacy = legacy_document_key(bank, item.document_id, index)
     elif operation_id is not None:
-        key = f"hindsight:{bank}:op:{operation_id}:{n}"
+        key = derived_key(bank, "operation", operation_id, n)
     meta = {
         k: v
         for k, v in {
@@ -111,7 +119,7 @@ def _fields(
         raise HTTPException(413, f"items.{n}: context and metadata are larger than {MAX_METADATA_BYTES} bytes")
     moment = item.timestamp if isinstance(item.timestamp, datetime) else None
     occurred_at, occurred_day = occurred(moment, time.time(), services.settings.timezone)
-    return {
+    fields = {
         "agent_id": bank,
         "text": text,
         "run_id": item.document_id,
@@ -121,6 +129,7 @@ def _fields(
         "occurred_at": occurred_at,
         "occurred_day": occurred_day,
     }
+    return Prepared(fields, legacy)
 
 
 @router.post(PREFIX + "/banks/{bank_id}/memories", response_model=HsRetainResponse)
@@ -132,8 +141,12 @@ async def retain(
     check_agent(request, bank_id)
     operation_id = (body.operation_id or str(uuid.uuid4())) if body.is_async else None
     fields = _prepared(bank_id, body, services, operation_id)
+    olds = {p.legacy_key: p.fields["run_id"] for p in fields if p.legacy_key is not None}
+    replays = await asyncio.to_thread(store.legacy_replays, services, team, bank_id, olds) if olds else set()
     created_any = False
-    for one in fields:
+    for one, legacy in fields:
+        if legacy in replays:  # this very item, stored before derived keys: a replay, as its new key would be
+            continue
         memory, created, _ = await asyncio.to_thread(services.remember, team=team, **one)
         if not created and memory.agent_id != bank_id:
             raise HTTPException(409, "idempotency key already used in this team by another agent")

@@ -120,3 +120,14 @@ def operation(services: Services, team: str, bank: str, operation_id: str) -> li
         for listed in memories_of(services, team, flt, OPERATION_SCAN)
         if hs_meta(listed.memory).get("operation_id") == operation_id
     ]
+
+
+def legacy_replays(services: Services, team: str, bank: str, keys: dict[str, str]) -> set[str]:
+    """Which of these pre-v2 document keys (key -> its document id) the bank holds already: a document retained
+    before derived keys changed is still found on a retry. Only the document's own rows (this bank, run = the
+    document) are read, so the old keys' ambiguity cannot make another bank's or document's row a replay."""
+    found: set[str] = set()
+    for doc in set(keys.values()):
+        flt = ListFilter(agent_id=bank, run_id=doc)
+        found.update(p.memory.idempotency_key or "" for p in memories_of(services, team, flt, SCAN_CAP))
+    return found & set(keys)
