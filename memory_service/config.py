@@ -78,6 +78,11 @@ class Settings(BaseSettings):
     # than this between bytes: a slow or stuck client cannot hold a connection for ever (slowloris)
     header_timeout_s: float = Field(default=10.0, gt=0, le=3600)
     body_timeout_s: float = Field(default=60.0, gt=0, le=3600)
+    # a response whose waiting bytes the client reads none of for this long is dropped with its memory, and at
+    # most this many connections are open (in all; from one address, 0: no such cap): a slow reader pins little
+    write_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    max_connections: int = Field(default=512, ge=1, le=65536)
+    max_connections_per_client: int = Field(default=0, ge=0, le=65536)
     max_facts: int = 12
     max_fact_chars: int = 300
     dedup_threshold: float = Field(default=0.92, ge=0.5, le=1.0)

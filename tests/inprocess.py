@@ -24,7 +24,7 @@ import httpx
 import uvicorn
 
 from memory_service.api.app import create_app
-from memory_service.api.http_guard import guarded_protocol
+from memory_service.api.http_guard import protocol_for
 from memory_service.client.service import service_client
 from memory_service.config import Settings
 from memory_service.logs import TEXT_FORMAT, JsonFormatter, RequestIdFilter
@@ -154,7 +154,7 @@ class InProcessService:
         self._log.attach()
         self.services = Services.open(self.settings)
         app = create_app(self.settings, services=self.services, run_workers=True)
-        protocol = guarded_protocol(self.settings.header_timeout_s, self.settings.body_timeout_s)
+        protocol = protocol_for(self.settings)
         self._server = LoopbackServer(app, http=protocol, log_level=self.env["MEMORY_LOG_LEVEL"].lower())
         self._server.start(timeout)
         return self

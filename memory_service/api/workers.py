@@ -69,10 +69,9 @@ def app() -> FastAPI:
 
 
 def __getattr__(name: str) -> Any:
-    """`http_protocol`: the guarded protocol with this worker's timeouts, built when uvicorn asks for it."""
+    """`http_protocol`: the guarded protocol with this worker's timeouts and caps, built when uvicorn asks for it."""
     if name == "http_protocol":
-        from .http_guard import guarded_protocol
+        from .http_guard import protocol_for
 
-        settings = Settings.from_env()
-        return guarded_protocol(settings.header_timeout_s, settings.body_timeout_s)
+        return protocol_for(Settings.from_env())
     raise AttributeError(name)

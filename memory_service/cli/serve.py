@@ -63,8 +63,9 @@ def run_serve(args: argparse.Namespace) -> int:
     configure_logging(settings.log_format, settings.log_level)
     if not _shared_stores_answer(settings):
         return 1
-    from ..storage.datadir import DataDir, DataDirIncomplete
+    from ..storage.datadir import DataDir, DataDirIncomplete, private_umask
 
+    private_umask()  # before anything is created: the files, the Chroma child's and llama-server's log included
     try:
         DataDir(settings.data_dir).prepare()  # 0700; refuses a data dir a cut-off restore left missing
     except DataDirIncomplete as exc:
@@ -143,7 +144,7 @@ def _run_api(settings: Settings, workers: int, speed_prior: SpeedPrior) -> None:
     import uvicorn
 
     from ..api.app import create_app
-    from ..api.http_guard import guarded_protocol
+    from ..api.http_guard import protocol_for
     from ..api.workers import APP, HTTP_PROTOCOL, worker_environment
 
     options: dict[str, Any] = {
@@ -164,7 +165,7 @@ def _run_api(settings: Settings, workers: int, speed_prior: SpeedPrior) -> None:
         uvicorn.run(
             create_app(settings, speed_prior=speed_prior),
             workers=1,
-            http=guarded_protocol(settings.header_timeout_s, settings.body_timeout_s),
+            http=protocol_for(settings),
             **options,
         )
 

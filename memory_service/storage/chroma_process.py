@@ -303,6 +303,7 @@ def _child_env() -> dict[str, str]:
 def main(argv: list[str]) -> None:
     """The child's entry: `python -m memory_service.storage.chroma_process FD PATH`."""
     fd, path = int(argv[0]), argv[1]
+    os.umask(0o077)  # the store's files are 0600, dirs 0700, whoever started this child (as datadir.private_umask)
     # a Ctrl-C or SIGTERM sent to the service's whole process group is the service's to handle: the child
     # finishes the call in hand and leaves when the service closes the pipe (or dies)
     signal.signal(signal.SIGINT, signal.SIG_IGN)

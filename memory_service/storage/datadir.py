@@ -109,6 +109,12 @@ def make_private(root: Path) -> int:
     return changed
 
 
+def private_umask() -> None:
+    """From now on this process (and every child it starts, which inherits it) creates files 0600 and dirs
+    0700: the files Chroma and SQLite make while the service runs, not only those `prepare` finds at start."""
+    os.umask(0o077)
+
+
 def private_file(path: Path) -> None:
     """Create `path` empty (an empty file is an empty SQLite database) or tighten it: 0600, whatever the
     umask; SQLite gives its -wal and -shm files the database file's mode."""
@@ -210,7 +216,7 @@ class DataDir:
 
         more = {} if call_timeout_s is None else {"call_timeout_s": call_timeout_s}
         store = VectorStore(self.vectors_dir, url=url, process=process, **more)
-        if url is None:  # Chroma creates its files with the umask's modes (later ones: the next start's prepare)
+        if url is None:  # files from before `private_umask` (or made by another umask) are tightened here
             make_private(self.vectors_dir)
         return store
 
