@@ -3,6 +3,9 @@
 Deterministic before anything else: an exact (normalised) duplicate adds a source to the existing fact;
 a fact with the same shape but different numbers supersedes the older one; a near-duplicate by cosine
 merges into it (unless it names other identifiers, or its numbers changed: then it is an update).
+
+Only among the facts the save may change (`storage.facts.write_scope`): a pinned key's save decides among
+its agent's facts alone, and an unpinned save never touches another agent's pinned facts.
 """
 
 from __future__ import annotations
@@ -22,9 +25,11 @@ from .vector_items import memory_fact_item
 log = logging.getLogger(__name__)
 
 
-def fact_id(team: str, norm: str) -> str:
-    """A fact's id is its team and normalised text: the same statement saved twice is one fact."""
-    return "f:" + hashlib.sha256(f"{team}\x00{norm}".encode()).hexdigest()[:32]
+def fact_id(team: str, norm: str, agent_id: str | None = None) -> str:
+    """A fact's id is its team and normalised text: the same statement saved twice is one fact. A pinned
+    save's fact also names its agent (`agent_id`): the same text held by another agent is another fact."""
+    key = f"{team}\x00{norm}" if agent_id is None else f"{team}\x00{norm}\x00@{agent_id}"
+    return "f:" + hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
 class _Candidate(NamedTuple):
@@ -63,7 +68,7 @@ def probe_facts(
     texts: dict[str, str] = {}
     for fact in facts:
         norm = normalize(fact.text)
-        if norm not in texts and not journal.active_facts_by_norm(memory.team, norm):
+        if norm not in texts and not journal.active_facts_by_norm(memory.team, norm, memory):
             texts[norm] = fact.text
     if not texts:
         return {}
@@ -73,7 +78,9 @@ def probe_facts(
         near: list[VectorHit] = []
         if near_duplicate < 1.0:
             try:
-                near = vectors.query(memory.team, vec, 2, kind="fact")
+                # a pinned save's neighbours are its agent's facts; an unpinned one's are checked in the journal
+                where = {"agent_id": memory.agent_id} if memory.pinned else None
+                near = vectors.query(memory.team, vec, 2, where, kind="fact")
             except Exception as exc:
                 if not (isinstance(exc, ChromaProcessFailed) or storage_unavailable(exc)):
                     raise
@@ -131,7 +138,7 @@ def _merge_exact_duplicates(
         if norm in batch:  # twice in one job (chunk overlap): one fact; a duplicate id would also break upsert
             continue
         batch.add(norm)
-        exact = journal.active_facts_by_norm(memory.team, norm)
+        exact = journal.active_facts_by_norm(memory.team, norm, memory)
         if exact:
             plan.merged.append((exact[0].id, fact.spans))
             _borrowed(plan, exact[0].id, fact)
@@ -152,9 +159,9 @@ def _decide_one(
     fact, norm, fact_shape = candidate
     vec = probe.embedding
     new_id = _new_fact_id(memory, norm, journal)
-    changed = [f for f in journal.active_facts_by_shape(memory.team, fact_shape) if f.id != new_id]
+    changed = [f for f in journal.active_facts_by_shape(memory.team, fact_shape, memory) if f.id != new_id]
     if not changed and near_duplicate < 1.0:
-        existing = _near_duplicate(memory.team, probe.near, new_id, norm, journal, near_duplicate)
+        existing = _near_duplicate(memory, probe.near, new_id, norm, journal, near_duplicate)
         if existing is not None:
             if sorted(numbers(existing.text)) == sorted(numbers(fact.text)):
                 plan.merged.append((existing.id, fact.spans))
@@ -177,21 +184,24 @@ def _decide_one(
 
 
 def _new_fact_id(memory: Memory, norm: str, journal: Journal) -> str:
-    """The id a new fact gets: its text's, unless a fact with that id was superseded already."""
-    new_id = fact_id(memory.team, norm)
+    """The id a new fact gets: its text's (and its agent's, for a pinned save), unless a fact with that id
+    was superseded already."""
+    agent_id = memory.agent_id if memory.pinned else None
+    new_id = fact_id(memory.team, norm, agent_id)
     retired_row = journal.facts_by_ids(memory.team, [new_id]).get(new_id)
     if retired_row is not None and retired_row.superseded_by is not None:
         # a value that comes back (500 -> 700 -> 500) is a new fact; the old row keeps its history
-        new_id = fact_id(memory.team, f"{norm}\x00{memory.id}")
+        new_id = fact_id(memory.team, f"{norm}\x00{memory.id}", agent_id)
     return new_id
 
 
 def _near_duplicate(
-    team: str, hits: list[VectorHit], new_id: str, norm: str, journal: Journal, threshold: float
+    memory: Memory, hits: list[VectorHit], new_id: str, norm: str, journal: Journal, threshold: float
 ) -> Fact | None:
-    """The active fact whose vector is at least `threshold` close and that names the same identifiers."""
+    """The active fact whose vector is at least `threshold` close and that names the same identifiers (one
+    the save may change: another agent's pinned fact, or any other agent's for a pinned save, is left be)."""
     hit = next((h for h in hits if h.id != new_id and h.similarity >= threshold), None)
-    existing = journal.facts_by_ids(team, [hit.id]).get(hit.id) if hit is not None else None
+    existing = journal.facts_by_ids(memory.team, [hit.id], memory).get(hit.id) if hit is not None else None
     if existing is not None and identifiers(existing.norm) != identifiers(norm):
         return None  # "ticket 1000" and "ticket 1010": look-alikes about different things
     if existing is not None and existing.superseded_by is not None:

@@ -73,8 +73,8 @@ class FactStore:
             for fact in plan.new:
                 # its vector is written after this commit (`indexed` says whether that happened yet)
                 conn.execute(
-                    "INSERT INTO facts (id, team, agent_id, memory_id, text, norm, shape, tags, created_at, indexed) "
-                    "VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING",
+                    "INSERT INTO facts (id, team, agent_id, memory_id, text, norm, shape, tags, created_at, indexed, "
+                    "pinned) VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING",
                     (
                         fact.id,
                         memory.team,
@@ -86,6 +86,7 @@ class FactStore:
                         tags,
                         memory.created_at,
                         1 if fact.id in born_old else 0,
+                        1 if memory.pinned else 0,
                     ),
                 )
                 self._add_sources(conn, fact.id, memory.id, fact.spans, now)
@@ -193,26 +194,45 @@ class FactStore:
             out.setdefault(row[0], []).append((row[1], row[2], row[3]))
         return out
 
-    def active_facts_by_norm(self, team: str, norm: str) -> list[Fact]:
+    def active_facts_by_norm(self, team: str, norm: str, writer: Memory | None = None) -> list[Fact]:
+        """The team's active facts with this normalised text (only those `writer` may change, when given)."""
+        scope, args = write_scope(writer)
         with self.db.reading() as conn:
             rows = conn.execute(
-                "SELECT * FROM facts WHERE team = ? AND norm = ? AND superseded_by IS NULL", (team, norm)
+                f"SELECT * FROM facts WHERE team = ? AND norm = ? AND superseded_by IS NULL{scope}", (team, norm, *args)
             ).fetchall()
         return [_fact_from_row(r) for r in rows]
 
-    def active_facts_by_shape(self, team: str, shape: str) -> list[Fact]:
+    def active_facts_by_shape(self, team: str, shape: str, writer: Memory | None = None) -> list[Fact]:
+        """The team's active facts of this shape (only those `writer` may change, when given)."""
+        scope, args = write_scope(writer)
         with self.db.reading() as conn:
             rows = conn.execute(
-                "SELECT * FROM facts WHERE team = ? AND shape = ? AND superseded_by IS NULL", (team, shape)
+                f"SELECT * FROM facts WHERE team = ? AND shape = ? AND superseded_by IS NULL{scope}",
+                (team, shape, *args),
             ).fetchall()
         return [_fact_from_row(r) for r in rows]
 
-    def facts_by_ids(self, team: str, fact_ids: list[str]) -> dict[str, Fact]:
+    def facts_by_ids(self, team: str, fact_ids: list[str], writer: Memory | None = None) -> dict[str, Fact]:
+        """The team's facts among these ids (only those `writer` may change, when given)."""
         if not fact_ids:
             return {}
+        scope, args = write_scope(writer)
         marks = ",".join("?" * len(fact_ids))
         with self.db.reading() as conn:
             rows = conn.execute(
-                f"SELECT * FROM facts WHERE id IN ({marks}) AND +team = ?", (*fact_ids, team)
+                f"SELECT * FROM facts WHERE id IN ({marks}) AND +team = ?{scope}", (*fact_ids, team, *args)
             ).fetchall()
         return {r["id"]: _fact_from_row(r) for r in rows}
+
+
+def write_scope(writer: Memory | None) -> tuple[str, tuple[str, ...]]:
+    """The facts a save may merge into or supersede, as SQL (docs/security.md, "Write scope"): a pinned save
+    only its own agent's; an unpinned one the team's, except another agent's pinned facts. A pinned agent's
+    share changes only through that agent, so neither its view nor the others' shows what the other holds.
+    None (no writer): every fact of the team, for readers."""
+    if writer is None:
+        return "", ()
+    if writer.pinned:
+        return " AND agent_id = ?", (writer.agent_id,)
+    return " AND (pinned = 0 OR agent_id = ?)", (writer.agent_id,)

@@ -127,8 +127,11 @@ class Journal(JobQueue, FactStore, KeywordSearch):
         now: float | None = None,
         occurred_at: float | None = None,
         occurred_day: str | None = None,
+        pinned: bool = False,
     ) -> tuple[Memory, bool]:
         """Commit a text and its job; returns (memory, created). An idempotency hit returns the first one.
+        `pinned` (saved by a key pinned to `agent_id`) is kept with the job: its worker decides facts among
+        that agent's only.
 
         The insert skips on a conflict instead of failing: two processes saving the same key at once both
         answer with the one row that won. A forgotten memory's key is free (forgetting clears it; a row
@@ -148,8 +151,8 @@ class Journal(JobQueue, FactStore, KeywordSearch):
                 memory_id = "mem_" + uuid.uuid4().hex
                 inserted = conn.execute(
                     """INSERT INTO memories (id, team, agent_id, run_id, text, tags, metadata, idempotency_key,
-                       created_at, next_attempt_at, deadline_at, occurred_at, occurred_day)
-                       VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING""",
+                       created_at, next_attempt_at, deadline_at, occurred_at, occurred_day, pinned)
+                       VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING""",
                     (
                         memory_id,
                         team,
@@ -164,6 +167,7 @@ class Journal(JobQueue, FactStore, KeywordSearch):
                         now + budget_s,
                         occurred_at,
                         occurred_day,
+                        1 if pinned else 0,
                     ),
                 ).rowcount
                 if inserted:

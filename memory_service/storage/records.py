@@ -42,6 +42,7 @@ class Memory:
     occurred_at: float | None = None  # when what the text tells happened, if the saver said; else created_at
     occurred_day: str | None = None  # that day (YYYY-MM-DD) where it was said: relative dates count from it
     lease_owner: str | None = None  # the worker extracting it now
+    pinned: bool = False  # saved by a key pinned to its agent: its facts decide only among that agent's
 
     @classmethod
     def from_row(cls, row: Any) -> Memory:
@@ -70,6 +71,7 @@ class Memory:
             occurred_at=row["occurred_at"],
             occurred_day=row["occurred_day"],
             lease_owner=row["lease_owner"],
+            pinned=bool(row["pinned"]),
         )
 
 
@@ -87,6 +89,7 @@ class Fact:
     superseded_by: str | None = None
     superseded_at: float | None = None
     sources: list[dict[str, Any]] = field(default_factory=list)
+    pinned: bool = False  # written by a pinned save: only its agent's saves may merge into or supersede it
 
 
 @dataclass
@@ -139,6 +142,7 @@ def fact_from_row(row: Any) -> Fact:
         created_at=row["created_at"],
         superseded_by=row["superseded_by"],
         superseded_at=row["superseded_at"],
+        pinned=bool(row["pinned"]),
     )
 
 

@@ -4,6 +4,10 @@ SQLite: FTS5 tables kept by triggers give keyword search. PostgreSQL: `rowid` is
 paging and the copy order use it) and keyword search is a generated `tsvector` column with a GIN index.
 Either way the keyword index is written in the save's own transaction.
 
+`pinned` (on a memory: saved by a key pinned to its agent; on a fact: written by such a save) keeps a pinned
+save's dedup and supersede inside its agent's facts, and other agents' saves out of those facts
+(docs/security.md, "Write scope").
+
 These are the current tables; an older journal is brought to them by `schema_upgrades` first.
 """
 
@@ -34,7 +38,8 @@ CREATE TABLE IF NOT EXISTS memories (
     occurred_at REAL,
     occurred_day TEXT,
     lease_owner TEXT,
-    lease_until REAL
+    lease_until REAL,
+    pinned INTEGER NOT NULL DEFAULT 0
 );
 CREATE UNIQUE INDEX IF NOT EXISTS memories_idem ON memories(team, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
@@ -43,6 +48,9 @@ CREATE INDEX IF NOT EXISTS memories_leases ON memories(status, lease_until);
 CREATE INDEX IF NOT EXISTS memories_unindexed ON memories(indexed) WHERE indexed = 0;
 CREATE INDEX IF NOT EXISTS memories_team_time ON memories(team, created_at, id);
 CREATE INDEX IF NOT EXISTS memories_team_agent ON memories(team, agent_id);
+-- a team's own pending jobs (remember's queue_depth): only queued and running rows, a few at any time
+CREATE INDEX IF NOT EXISTS memories_team_pending ON memories(team, created_at)
+    WHERE status IN ('queued', 'extracting');
 -- a conversation's earlier saves (extraction context): a run, or an agent's saves without a run
 CREATE INDEX IF NOT EXISTS memories_conversation ON memories(team, run_id, agent_id, created_at);
 
@@ -58,7 +66,8 @@ CREATE TABLE IF NOT EXISTS facts (
     created_at REAL NOT NULL,
     superseded_by TEXT,
     superseded_at REAL,
-    indexed INTEGER NOT NULL DEFAULT 1
+    indexed INTEGER NOT NULL DEFAULT 1,
+    pinned INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS facts_norm ON facts(team, norm);
 CREATE INDEX IF NOT EXISTS facts_shape ON facts(team, shape);
@@ -132,6 +141,7 @@ CREATE TABLE IF NOT EXISTS memories (
     occurred_day TEXT,
     lease_owner TEXT,
     lease_until DOUBLE PRECISION,
+    pinned INTEGER NOT NULL DEFAULT 0,
     tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED
 );
 CREATE UNIQUE INDEX IF NOT EXISTS memories_idem ON memories(team, idempotency_key)
@@ -141,6 +151,9 @@ CREATE INDEX IF NOT EXISTS memories_leases ON memories(status, lease_until);
 CREATE INDEX IF NOT EXISTS memories_unindexed ON memories(indexed) WHERE indexed = 0;
 CREATE INDEX IF NOT EXISTS memories_team_time ON memories(team, created_at, id);
 CREATE INDEX IF NOT EXISTS memories_team_agent ON memories(team, agent_id);
+-- a team's own pending jobs (remember's queue_depth): only queued and running rows, a few at any time
+CREATE INDEX IF NOT EXISTS memories_team_pending ON memories(team, created_at)
+    WHERE status IN ('queued', 'extracting');
 CREATE INDEX IF NOT EXISTS memories_conversation ON memories(team, run_id, agent_id, created_at);
 CREATE INDEX IF NOT EXISTS memories_tsv ON memories USING GIN (tsv);
 
@@ -158,6 +171,7 @@ CREATE TABLE IF NOT EXISTS facts (
     superseded_by TEXT,
     superseded_at DOUBLE PRECISION,
     indexed INTEGER NOT NULL DEFAULT 1,
+    pinned INTEGER NOT NULL DEFAULT 0,
     tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED
 );
 CREATE INDEX IF NOT EXISTS facts_norm ON facts(team, norm);

@@ -59,6 +59,12 @@ STEPS = (
         (("facts", "indexed", "INTEGER NOT NULL DEFAULT 1"),),
         ("CREATE INDEX IF NOT EXISTS facts_unindexed ON facts(indexed) WHERE indexed = 0",),
     ),
+    # a job queued before this step is taken as unpinned: the key that saved it was not recorded then
+    Step(
+        6,
+        "pinned saves: a write touches only its writer's share",
+        (("memories", "pinned", "INTEGER NOT NULL DEFAULT 0"), ("facts", "pinned", "INTEGER NOT NULL DEFAULT 0")),
+    ),
 )
 LATEST = STEPS[-1].version
 

@@ -144,10 +144,11 @@ async def retain(
     olds = {p.legacy_key: p.fields["run_id"] for p in fields if p.legacy_key is not None}
     replays = await asyncio.to_thread(store.legacy_replays, services, team, bank_id, olds) if olds else set()
     created_any = False
+    pinned = request.state.caller.agent_id is not None  # as /v1/remember: facts decide among its agent's only
     for one, legacy in fields:
         if legacy in replays:  # this very item, stored before derived keys: a replay, as its new key would be
             continue
-        memory, created, _ = await asyncio.to_thread(services.remember, team=team, **one)
+        memory, created, _ = await asyncio.to_thread(services.remember, team=team, pinned=pinned, **one)
         if not created and memory.agent_id != bank_id:
             raise HTTPException(409, "idempotency key already used in this team by another agent")
         created_any = created_any or created

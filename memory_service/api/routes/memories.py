@@ -94,6 +94,7 @@ async def remember(body: RememberRequest, request: Request, team: Writer, servic
         idempotency_key=body.idempotency_key,
         occurred_at=occurred_at,
         occurred_day=occurred_day,
+        pinned=request.state.caller.agent_id is not None,  # its facts decide among its agent's only
     )
     if not created and hidden_from(request, memory.agent_id):
         # the team's idempotency key names another agent's memory: neither its id nor its state is this key's
