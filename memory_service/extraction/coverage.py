@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from ..contract.text import normalize
 from .gate import FILLER
 from .grounding import SENTENCE, SMALL_TALK, GroundedFact, content_words, stem, vague
+from .guard import reads_nothing_on_error
 
 # "[8 May 2023, 1:56 pm] Caroline: ..." or "Caroline: ..." at the start of a text: a chat line by Caroline.
 _HEADER = re.compile(r"^\s*(?:\[[^\]\n]{1,60}\]\s*)?([A-Z][\w.'’-]*(?: [A-Z][\w.'’-]*)?):[ \t]+")
@@ -120,6 +121,7 @@ class Asked:
     asker: str | None  # who asked it, when that save names its speaker
 
 
+@reads_nothing_on_error(lambda memory_id, text: None)
 def asked_in(memory_id: str, text: str) -> Asked | None:
     """The question an earlier save ends on (its last sentence, if that is a question), or None."""
     speaker = speaker_of(text)
@@ -198,6 +200,7 @@ class GapsFilled:
         return self.answered_id is not None
 
 
+@reads_nothing_on_error(lambda facts, text, asked=None: GapsFilled(facts, None, 0, 0))  # unread: the model's facts
 def fill_in_gaps(facts: list[GroundedFact], text: str, asked: Asked | None = None) -> GapsFilled:
     """The model's grounded facts in the speaker's third person, plus the text's uncovered statements, and,
     when the save before it ended on a question (`asked`), the answer with its question."""

@@ -8,6 +8,10 @@ are unchanged, and a search for either form finds the fact.
 
 Arithmetic is on calendar dates (never on seconds), so DST days of 23 or 25 hours change nothing;
 months are clamped to their length (a month before 31 March is 28 or 29 February).
+
+The rules read ASCII only (`re.ASCII`): "ſix days ago" or "last ſunday" (U+017F, which Unicode case folding
+matches as "s") or "３ days ago" is not read, and an expression whose date is off the calendar ("in 999
+days" in 9998) gets none: what the rules cannot read they skip, and a fact is never failed by its text.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from .grounding import GroundedFact
+from .guard import reads_nothing_on_error
 
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 NUMBER_WORDS = {
@@ -41,6 +46,8 @@ NUMBER_WORDS = {
 _COUNT = r"(\d{1,3}|a|an|one|two|three|four|five|six|seven|eight|nine|ten|a couple of|a few)"
 _UNIT = r"(day|week|month|year)s?"
 _DAY_NAME = "(" + "|".join(WEEKDAYS) + ")"
+_WHICH = {"last": -1, "next": 1, "this": 0}
+_RULE_FLAGS = re.I | re.ASCII  # "ſix" matches "six" under Unicode case folding, but is no key of NUMBER_WORDS
 
 
 def occurred(when: datetime | None, saved_at: float, zone: str) -> tuple[float | None, str]:
@@ -68,7 +75,7 @@ def add_months(d: date, months: int) -> date:
 
 
 def _count(word: str) -> int:
-    return int(word) if word.isdigit() else NUMBER_WORDS[word.lower()]
+    return int(word) if word.isdigit() else NUMBER_WORDS[word.lower()]  # an ASCII match: always a key
 
 
 def _vague(count: str) -> str:
@@ -106,34 +113,35 @@ def _weekday(today: date, which: str, name: str) -> str:
 Rule = tuple[re.Pattern[str], Callable[[re.Match[str], date], str]]
 
 _RULES: list[Rule] = [
-    (re.compile(r"\bthe day before yesterday\b", re.I), lambda m, t: day(t - timedelta(days=2))),
-    (re.compile(r"\bthe day after tomorrow\b", re.I), lambda m, t: day(t + timedelta(days=2))),
-    (re.compile(r"\b(yesterday|last night)\b", re.I), lambda m, t: day(t - timedelta(days=1))),
-    (re.compile(r"\btomorrow\b", re.I), lambda m, t: day(t + timedelta(days=1))),
-    (re.compile(r"\b(today|tonight|this (morning|afternoon|evening))\b", re.I), lambda m, t: day(t)),
+    (re.compile(r"\bthe day before yesterday\b", _RULE_FLAGS), lambda m, t: day(t - timedelta(days=2))),
+    (re.compile(r"\bthe day after tomorrow\b", _RULE_FLAGS), lambda m, t: day(t + timedelta(days=2))),
+    (re.compile(r"\b(yesterday|last night)\b", _RULE_FLAGS), lambda m, t: day(t - timedelta(days=1))),
+    (re.compile(r"\btomorrow\b", _RULE_FLAGS), lambda m, t: day(t + timedelta(days=1))),
+    (re.compile(r"\b(today|tonight|this (morning|afternoon|evening))\b", _RULE_FLAGS), lambda m, t: day(t)),
     (
-        re.compile(rf"\b{_COUNT} {_UNIT} ago\b", re.I),
+        re.compile(rf"\b{_COUNT} {_UNIT} ago\b", _RULE_FLAGS),
         lambda m, t: _vague(m.group(1)) + _shift(t, -_count(m.group(1)), m.group(2)),
     ),
     (
-        re.compile(rf"\bin {_COUNT} {_UNIT}\b", re.I),
+        re.compile(rf"\bin {_COUNT} {_UNIT}\b", _RULE_FLAGS),
         lambda m, t: _vague(m.group(1)) + _shift(t, _count(m.group(1)), m.group(2)),
     ),
-    (re.compile(rf"\b(last|next|this) {_DAY_NAME}\b", re.I), lambda m, t: _weekday(t, m.group(1).lower(), m.group(2))),
     (
-        re.compile(r"\b(last|next|this) weekend\b", re.I),
-        lambda m, t: (
-            "the weekend of "
-            + day(_monday(t) + timedelta(days=5 + 7 * {"last": -1, "next": 1, "this": 0}[m.group(1).lower()]))
-        ),
+        re.compile(rf"\b(last|next|this) {_DAY_NAME}\b", _RULE_FLAGS),
+        lambda m, t: _weekday(t, m.group(1).lower(), m.group(2)),
     ),
     (
-        re.compile(r"\b(last|next|this) (week|month|year)\b", re.I),
-        lambda m, t: _shift(t, {"last": -1, "next": 1, "this": 0}[m.group(1).lower()], m.group(2)),
+        re.compile(r"\b(last|next|this) weekend\b", _RULE_FLAGS),
+        lambda m, t: "the weekend of " + day(_monday(t) + timedelta(days=5 + 7 * _WHICH[m.group(1).lower()])),
+    ),
+    (
+        re.compile(r"\b(last|next|this) (week|month|year)\b", _RULE_FLAGS),
+        lambda m, t: _shift(t, _WHICH[m.group(1).lower()], m.group(2)),
     ),
 ]
 
 
+@reads_nothing_on_error(lambda text, today: text)
 def resolve(text: str, today: date) -> str:
     """`text` with the absolute date appended after each relative date expression it holds."""
     found: list[tuple[int, int, str]] = []
@@ -141,7 +149,11 @@ def resolve(text: str, today: date) -> str:
         for match in pattern.finditer(text):
             if any(start < match.end() and match.start() < end for start, end, _ in found):
                 continue  # already covered by a longer expression ("the day before yesterday")
-            found.append((match.start(), match.end(), meaning(match, today)))
+            try:
+                absolute = meaning(match, today)
+            except (OverflowError, ValueError):  # "in 999 days" in 9998: off the calendar, no date given
+                continue
+            found.append((match.start(), match.end(), absolute))
     for _start, end, absolute in sorted(found, reverse=True):
         if text[end:].lstrip().startswith(f"({absolute})"):
             continue  # resolved before (a retry): never twice

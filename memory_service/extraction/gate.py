@@ -14,6 +14,7 @@ import re
 
 from ..contract.text import STOPWORDS, normalize
 from .grounding import SMALL_TALK
+from .guard import reads_nothing_on_error
 
 MAX_CHARS = 160
 MAX_WORDS = 25
@@ -38,6 +39,7 @@ _LOG_HEADER = re.compile(r"^\s*(?:\[[^\]\n]{1,60}\]\s*)?(?:[A-Z][\w.'-]*(?: [A-Z
 _ADDRESS = re.compile(r"@|https?://|www\.|\.com\b|/")
 
 
+@reads_nothing_on_error(lambda text: None)  # unread: the model is asked
 def small_talk_reason(text: str) -> str | None:
     """Why this text needs no model call ("small talk"), or None when it might hold a fact."""
     stripped = _LOG_HEADER.sub("", text.strip(), count=1)

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..contract.text import STOPWORDS, normalize
+from .guard import reads_nothing_on_error
 
 _NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")
 SENTENCE = re.compile(r"[^.!?\n]+[.!?]*", re.UNICODE)  # a sentence and its end marks
@@ -147,6 +148,7 @@ class SourceIndex:
         return word in self.name_words or stem(word) in self.name_stems
 
 
+@reads_nothing_on_error(lambda fact, index: RejectedFact(fact, "could not be checked against its source", "other"))
 def check_fact(fact: str, index: SourceIndex) -> GroundedFact | RejectedFact:
     norm = normalize(fact)
     words = content_words(norm)

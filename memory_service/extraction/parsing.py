@@ -19,17 +19,20 @@ from .prompt import ExtractedFacts
 _CLOSED_THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _TOOL_MARKUP = re.compile(r"<tool_call>|<\s*function\s*=|<\|tool_call|\[TOOL_CALLS\]", re.IGNORECASE)
 _FENCE = re.compile(r"^```(?:json)?\s*|\s*```$", re.IGNORECASE)
+_CLOSE_TAG = re.compile(r"</think>", re.IGNORECASE)
+_OPEN_TAG = re.compile(r"\s*<think>", re.IGNORECASE)
 
 
 def strip_thinking(content: str) -> str:
     """Drop closed think blocks; for an unclosed one, keep only what follows its last JSON start."""
     text = _CLOSED_THINK.sub("", content)
-    lowered = text.lower()
-    if "</think>" in lowered:  # a close tag with no opening (the template opened it)
-        text = text[lowered.rindex("</think>") + len("</think>") :]
-        lowered = text.lower()
-    if lowered.lstrip().startswith("<think>"):  # unclosed: the answer, if any, is its last JSON object
-        tail = text[lowered.index("<think>") + len("<think>") :]
+    # tags found in `text` itself, never by an index into text.lower(): "İ".lower() is two characters
+    closes = list(_CLOSE_TAG.finditer(text))
+    if closes:  # a close tag with no opening (the template opened it)
+        text = text[closes[-1].end() :]
+    opened = _OPEN_TAG.match(text)
+    if opened:  # unclosed: the answer, if any, is its last JSON object
+        tail = text[opened.end() :]
         start = tail.rfind('{"facts"')
         if start < 0:
             start = tail.rfind("{")

@@ -51,7 +51,7 @@ def estimate_tokens(text: str) -> int:
         elif first.isspace():
             total += 0 if piece == " " else 1
         else:
-            total += len(piece.encode("utf-8"))
+            total += len(piece.encode("utf-8", "surrogatepass"))  # a stored lone surrogate: 3 bytes, no error
     return total
 
 

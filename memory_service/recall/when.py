@@ -8,7 +8,9 @@ hides the answer (`since`/`until` are the filter). A question that asks "when" f
 text carries a date: the answer is a date. The rules read dates as notes, logs and chat lines write them,
 never a layout of one source. Bounded: at most MAX_EXPRESSIONS expressions read of a query, MAX_ITEM_DATES
 of an item's first window, an open window ("before June") reaches OPEN_SPAN_DAYS, a count ("400 weeks
-ago") at most MAX_COUNT units.
+ago") at most MAX_COUNT units. The rules read ASCII only (`re.ASCII`: "ſept 5", "aprıl 3" or "３ days ago" is no
+date, where Unicode case folding would match what the tables cannot look up), and what they cannot read they
+skip: a question or an item is never failed by its text.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
 from ..extraction.dates import NUMBER_WORDS, WEEKDAYS, add_months
+from ..extraction.guard import reads_nothing_on_error
 from ..pipeline.passages import PASSAGE_WINDOW_CHARS
 
 MAX_EXPRESSIONS = 3  # date expressions read from one query, the first ones
@@ -51,22 +54,22 @@ _ABSOLUTE = re.compile(
     rf"|\b(?:in|during|of|since|before|after|until|by|early|late|mid-?)\s+(?P<bm>{_FULL})\b(?!\.?,? \d)"
     r"|\b(?:in|during|of|since|before|after|until|by)\s+(?P<by>(?:19|20)\d{2})\b(?![-/]\d)"
     r"|\((?P<py>(?:19|20)\d{2})\)",
-    re.I,
+    re.I | re.ASCII,
 )
 _RELATIVE = re.compile(
     r"\b(?P<yesterday>yesterday|last night)\b|\b(?P<today>today|tonight|this morning)\b"
     rf"|\b(?P<count>{_COUNT}) (?P<unit>day|week|month|year)s? ago\b"
     r"|\b(?P<which>last|this|previous) (?P<period>week|month|year|weekend)\b"
     rf"|\blast (?P<weekday>{'|'.join(WEEKDAYS)})\b",
-    re.I,
+    re.I | re.ASCII,
 )
-_YEAR = re.compile(r"(?<!\d)\d{4}(?!\d)")
-_WEEK_OF = re.compile(r"\bweek of\s*$", re.I)
+_YEAR = re.compile(r"(?<!\d)\d{4}(?!\d)", re.ASCII)
+_WEEK_OF = re.compile(r"\bweek of\s*$", re.I | re.ASCII)
 _MODIFIER = re.compile(
-    r"(?:\b(?:the )?(?P<unit>day|week|month|year) )?\b(?P<side>before|after|since|until|prior to)\s*$", re.I
+    r"(?:\b(?:the )?(?P<unit>day|week|month|year) )?\b(?P<side>before|after|since|until|prior to)\s*$", re.I | re.ASCII
 )
 _WHEN = re.compile(
-    r"\b(?:when|since when|what (?:date|day|year|month)|which (?:date|day|year|month)|how long ago)\b", re.I
+    r"\b(?:when|since when|what (?:date|day|year|month)|which (?:date|day|year|month)|how long ago)\b", re.I | re.ASCII
 )
 
 
@@ -90,16 +93,23 @@ def _in_year(d: date, year: int) -> date:
     return d.replace(year=year, day=min(d.day, calendar.monthrange(year, d.month)[1]))
 
 
-def _month(name: str) -> int:
+def _month(name: str) -> int | None:
     name = name.lower().rstrip(".")
-    return _MONTHS.get(name) or _ABBREVIATIONS[name]
+    return _MONTHS.get(name) or _ABBREVIATIONS.get(name)
 
 
 def _month_span(year: int, month: int) -> Span:
     return date(year, month, 1), date(year, month, calendar.monthrange(year, month)[1])
 
 
-def _day(year: int, month: int, day: int) -> Span | None:
+def _month_of(year: int, month: int | None) -> Span | None:
+    """A month's span, or None for no such month ("May 0000": before the calendar)."""
+    return _month_span(year, month) if month is not None and date.min.year <= year <= date.max.year else None
+
+
+def _day(year: int, month: int | None, day: int) -> Span | None:
+    if month is None:
+        return None
     try:
         d = date(year, month, day)
     except ValueError:
@@ -117,15 +127,15 @@ def _absolute(m: re.Match[str]) -> tuple[Span | None, bool]:
         month, day = (_month(g["dm"]), int(g["dd"])) if g["dd"] else (_month(g["mm"]), int(g["md"]))
         return _day(int(year) if year else 2000, month, day), year is None
     if g["ym"]:
-        return _month_span(int(g["yy"]), _month(g["ym"])), False
+        return _month_of(int(g["yy"]), _month(g["ym"])), False
     if g["bm"]:
-        return _month_span(2000, _month(g["bm"])), True
+        return _month_of(2000, _month(g["bm"])), True
     year = int(g["by"] or g["py"])
     return (date(year, 1, 1), date(year, 12, 31)), False
 
 
-def _count(word: str) -> int:
-    return min(int(word), MAX_COUNT) if word.isdigit() else NUMBER_WORDS[word.lower()]
+def _count(word: str) -> int | None:
+    return min(int(word), MAX_COUNT) if word.isdigit() else NUMBER_WORDS.get(word.lower())
 
 
 def _period(today: date, unit: str, back: int) -> Span:
@@ -142,7 +152,7 @@ def _period(today: date, unit: str, back: int) -> Span:
     return date(today.year - back, 1, 1), date(today.year - back, 12, 31)
 
 
-def _relative(m: re.Match[str], today: date) -> Span:
+def _relative(m: re.Match[str], today: date) -> Span | None:
     """The span a relative expression means, counted from `today` (the question's as_of)."""
     g = m.groupdict()
     if g["yesterday"]:
@@ -150,14 +160,18 @@ def _relative(m: re.Match[str], today: date) -> Span:
     if g["today"]:
         return _period(today, "day", 0)
     if g["count"]:
-        return _period(today, g["unit"].lower(), _count(g["count"]))
+        count = _count(g["count"])
+        return None if count is None else _period(today, g["unit"].lower(), count)
     if g["period"]:
         back = 0 if g["which"].lower() == "this" else 1
         if g["period"].lower() == "weekend":
             saturday = _period(today, "week", back)[0] + timedelta(days=5)
             return saturday, saturday + timedelta(days=1)
         return _period(today, g["period"].lower(), back)
-    back = (today.weekday() - WEEKDAYS.index(g["weekday"].lower())) % 7 or 7
+    weekday = g["weekday"].lower()
+    if weekday not in WEEKDAYS:
+        return None
+    back = (today.weekday() - WEEKDAYS.index(weekday)) % 7 or 7
     return _period(today, "day", back)
 
 
@@ -200,7 +214,9 @@ class TimeQuestion:
         return self.asks_when or bool(self.windows)
 
     @classmethod
+    @reads_nothing_on_error(lambda cls, *_, **__: cls(False, ()))
     def of(cls, query: str, as_of: float | None = None) -> TimeQuestion:
+        """What `query` asks of time, its relative dates counted from `as_of` (else now); never raises."""
         today = datetime.fromtimestamp(as_of, UTC).date() if as_of is not None else datetime.now(UTC).date()
         found: list[tuple[int, int, Window]] = []
         for m in _ABSOLUTE.finditer(query):
@@ -216,7 +232,9 @@ class TimeQuestion:
                 break
             if not any(s < m.end() and m.start() < e for s, e, _ in found):
                 with suppress(OverflowError, ValueError):  # "100 years ago" in year 50: no such day
-                    found.append((m.start(), m.end(), Window(_relative(m, today))))
+                    span = _relative(m, today)
+                    if span is not None:
+                        found.append((m.start(), m.end(), Window(span)))
         windows = []
         for start, _, window in sorted(found, key=lambda f: f[0]):
             with suppress(OverflowError, ValueError):  # "before 0001-01-05": before the calendar
@@ -224,6 +242,12 @@ class TimeQuestion:
         return cls(_WHEN.search(query) is not None, tuple(windows))
 
 
+def _occurred_only(text: str, occurred_at: float | None) -> tuple[list[Span], bool]:
+    """What an item is dated by when its text could not be read: the day it happened."""
+    return ([_day_of(occurred_at)] if occurred_at is not None else []), False
+
+
+@reads_nothing_on_error(_occurred_only)
 def item_dates(text: str, occurred_at: float | None) -> tuple[list[Span], bool]:
     """(the spans an item is dated by, whether its own text carries a date): the absolute dates in its first
     window ("the week of 1 May 2023" is that week), and the day it happened (`occurred_at`)."""
@@ -240,9 +264,13 @@ def item_dates(text: str, occurred_at: float | None) -> tuple[list[Span], bool]:
             break
     dated = bool(spans)
     if occurred_at is not None:
-        day = datetime.fromtimestamp(occurred_at, UTC).date()
-        spans.append((day, day))
+        spans.append(_day_of(occurred_at))
     return spans, dated
+
+
+def _day_of(moment: float) -> Span:
+    day = datetime.fromtimestamp(moment, UTC).date()
+    return day, day
 
 
 def _with_years(head: str) -> Iterator[re.Match[str]]:
