@@ -310,7 +310,8 @@ def test_a_saved_long_s_date_leaves_the_teams_time_questions_answering(inprocess
 
 
 def test_queries_with_look_alike_letters_answer(inprocess_service) -> None:
-    """A query with ſ, ı or fullwidth digits in its dates answers 200, whatever it reads of them."""
+    """A query with ſ, ı or fullwidth digits in its dates answers 200 (the API's recall and Hindsight's),
+    whatever it reads of them."""
     with FakeLlamaServer("ok", tokens_per_s=50_000) as fake:
         svc = inprocess_service(fake.url, env={"MEMORY_EXTRACT_CONTEXT_SAVES": "0"})
         with svc.client("key-a") as client:
@@ -321,6 +322,8 @@ def test_queries_with_look_alike_letters_answer(inprocess_service) -> None:
             for query in ["what happened on ſept 5", "aprıl 3", "ſix days ago", "last ſunday", "Ｍay 2023", "May 0000"]:
                 answer = client.post("/v1/recall", json={"query": query})
                 assert answer.status_code == 200, (query, answer.text)
+                hindsight = client.post("/v1/default/banks/ops/memories/recall", json={"query": query})
+                assert hindsight.status_code == 200, (query, hindsight.text)
 
 
 def test_a_text_with_long_s_days_ago_extracts_on_its_first_attempt(inprocess_service) -> None:
