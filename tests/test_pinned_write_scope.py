@@ -233,3 +233,32 @@ def test_the_facts_a_save_may_change_on_both_engines(journal: Journal) -> None:
     # an unpinned save as m1 itself reaches m1's pinned fact: it is m1's share
     as_m1 = Memory(**{**journal.get(TEAM, a1.id).__dict__, "agent_id": "m1", "pinned": False})
     assert ids(journal.active_facts_by_norm(TEAM, norm, as_m1)) == {"f-a1", "f-m1"}
+
+
+def test_an_earlier_save_of_another_share_never_becomes_a_facts_source_on_both_engines(journal: Journal) -> None:
+    """Extraction context (a run's earlier saves) may show one agent's save to another's job; the fact
+    the job stores rests on it only within the write scope."""
+    a1 = _stored(journal, "a1", LOW, "f-a1", pinned=False)
+    m1 = _stored(journal, "m1", HIGH, "f-m1", pinned=True)
+    m1_later, _ = journal.insert(
+        team=TEAM,
+        agent_id="m1",
+        text=OTHER,
+        run_id=None,
+        tags=[],
+        metadata={},
+        idempotency_key=None,
+        budget_s=20.0,
+        pinned=True,
+    )
+    a2_later, _ = journal.insert(
+        team=TEAM, agent_id="a2", text=OTHER, run_id=None, tags=[], metadata={}, idempotency_key=None, budget_s=20.0
+    )
+    norm = normalize(OTHER)
+    for later, fid in ((m1_later, "f-m1-later"), (a2_later, "f-a2-later")):
+        plan = FactPlan(new=[NewFact(fid, OTHER, norm, shape(norm), [(0, len(OTHER))])])
+        plan.context_sources = [(fid, a1.id, (0, 3)), (fid, m1.id, (0, 3))]
+        assert journal.complete(later, plan, raw_reply=None, timings=None, report={})
+    sources = journal.fact_sources(["f-m1-later", "f-a2-later"])
+    assert {s[0] for s in sources["f-m1-later"]} == {m1_later.id, m1.id}  # not a1's
+    assert {s[0] for s in sources["f-a2-later"]} == {a2_later.id, a1.id}  # not the pinned m1's

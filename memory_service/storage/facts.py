@@ -93,12 +93,14 @@ class FactStore:
             for fact_id, spans in plan.merged:
                 self._add_sources(conn, fact_id, memory.id, spans, now)
             for fact_id, context_id, (start, end) in plan.context_sources:
-                # only while that earlier save is live: a source must never point at a forgotten text
+                # only while that earlier save is live (a source must never point at a forgotten text), and
+                # only within the write scope: a pinned save's facts rest on its agent's saves alone, and no
+                # other agent's fact rests on a pinned save
                 conn.execute(
                     "INSERT INTO fact_sources (fact_id, memory_id, span_start, span_end, added_at) "
                     "SELECT ?, id, ?, ?, ? FROM memories WHERE id = ? AND team = ? AND status != ? "
-                    "ON CONFLICT DO NOTHING",
-                    (fact_id, start, end, now, context_id, memory.team, DELETED),
+                    "AND (agent_id = ? OR (pinned = 0 AND ? = 0)) ON CONFLICT DO NOTHING",
+                    (fact_id, start, end, now, context_id, memory.team, DELETED, memory.agent_id, int(memory.pinned)),
                 )
             for old_id, new_id in plan.superseded + plan.born_superseded:
                 conn.execute(
