@@ -152,7 +152,8 @@ class Services(LimitsAndKeys):
         # the filtered search's loads, index builds and hubness passes run here; joined in `close`
         self._vector_background = BackgroundWork()
         self.search = FilteredVectors(self.journal, self.vectors, view=vector_view, background=self._vector_background)
-        self._query_embeddings = QueryEmbeddings(self.embedder)  # repeated queries skip the embedder
+        # repeated queries skip the embedder; keyed by team, so no team's query is fast because another asked it
+        self.query_embeddings = QueryEmbeddings(self.embedder)
         # recall's keyword leg runs here while the request's thread embeds the query (see `recall`)
         self._recall_legs = ThreadPoolExecutor(max_workers=4, thread_name_prefix="recall-keyword")
 
@@ -249,9 +250,9 @@ class Services(LimitsAndKeys):
     # -- the facade: what routes and the console call ---------------------------
 
     def remember(self, **fields: Any) -> tuple[Memory, bool, tuple[int, int]]:
-        """Commit a text and its job (blocking: call it in a thread); also the backlog up to it."""
+        """Commit a text and its job (blocking: call it in a thread); also its team's backlog up to it."""
         memory, created = self.journal.insert(**fields, budget_s=self.settings.extract_budget_s)
-        return memory, created, self.journal.backlog(memory.created_at)
+        return memory, created, self.journal.team_backlog(memory.team, memory.created_at)
 
     def recall(self, query: RecallQuery) -> list[Hit]:
         """Recall over this team's stores (blocking: call it in a thread; the keyword leg runs beside it)."""
@@ -261,7 +262,7 @@ class Services(LimitsAndKeys):
             embedder=self.embedder,
             search=self.search,
             legs=self._recall_legs,
-            queries=self._query_embeddings,
+            queries=self.query_embeddings,
         )
 
     def forget(self, team: str, **selector: Any) -> list[str]:
@@ -313,9 +314,10 @@ class Services(LimitsAndKeys):
         """The team's jobs by state (and how many wait out a slow model); `job_counts` counts every team's."""
         return catalog.status_counts(self.journal, team) | {"deferred": self.journal.waiting_for_speed(team=team)}
 
-    def backlog(self, created_at: float | None = None) -> tuple[int, int]:
-        """(jobs, characters) waiting or running, only those saved by `created_at` when given."""
-        return self.journal.backlog(created_at)
+    def backlog(self, team: str, created_at: float | None = None) -> tuple[int, int]:
+        """The team's (jobs, characters) waiting or running, only those saved by `created_at` when given:
+        a team is never told, nor slowed by counting, another team's backlog."""
+        return self.journal.team_backlog(team, created_at)
 
     def retry(self, team: str, memory_id: str) -> bool:
         """Queue the team's failed job again, due now; False unless it had failed."""

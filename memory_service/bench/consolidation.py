@@ -189,7 +189,8 @@ def arm(root: Path, llm_url: str, *, consolidate: bool, saves: int) -> dict[str,
                     f"{name}: save {i + 1}/{saves}: ack {samples[-1]['ack_s'] * 1000:.1f} ms, "
                     f"extraction {samples[-1]['extraction_s']:.2f} s"
                 )
-            status = _consolidation(client)
+        with service.operator() as operator:  # the runs span every team: a team's key sees none of them
+            status = _consolidation(operator)
     finally:
         service.stop()
     runs = status.get("runs") or []

@@ -83,11 +83,20 @@ def embed(pool_size: int, texts: list[str]) -> Embedded:
     return Embedded(pool, pool_embed_s, latencies, embedder.embed(texts), backend)
 
 
-def run(*, quick: bool = False, workdir: Path | None = None, llm_url: str | None = None) -> dict[str, Any]:
-    """`llm_url`: a running llama-server for the rows measured while extraction runs (None: idle rows only)."""
-    levels = [1_000, 10_000] if quick else [1_000, 10_000, 100_000]
-    pool_size = 2_000 if quick else 5_000
-    n_queries = 100 if quick else 200
+def run(
+    *,
+    quick: bool = False,
+    workdir: Path | None = None,
+    llm_url: str | None = None,
+    levels: list[int] | None = None,
+    pool_size: int | None = None,
+    n_queries: int | None = None,
+) -> dict[str, Any]:
+    """`llm_url`: a running llama-server for the rows measured while extraction runs (None: idle rows only).
+    `levels`, `pool_size`, `n_queries` override the sizes (the CI smoke test runs one small level past 10k)."""
+    levels = levels or ([1_000, 10_000] if quick else [1_000, 10_000, 100_000])
+    pool_size = pool_size or (2_000 if quick else 5_000)
+    n_queries = n_queries or (100 if quick else 200)
     tmp = tempfile.TemporaryDirectory(prefix="bench-recall-") if workdir is None else None
     root = Path(tmp.name) if tmp else workdir
     assert root is not None
@@ -117,7 +126,7 @@ def measure_level(
     variants = variants_at(level, loader.epoch)
     service = ServiceRunner(loader.data_dir, api_keys={key: TEAM}, llm_url=DEAD_LLM_URL).start()
     try:
-        measured = measure_http(service.url, key, texts, variants, indexes_for(level))
+        measured = measure_http(service, key, texts, variants, indexes_for(level))
         rss = service.rss()
     finally:
         service.stop()

@@ -62,20 +62,21 @@ def service_embedder() -> tuple[Any, str]:
 
 
 def measure_http(
-    url: str, key: str, texts: list[str], variants: dict[str, dict[str, Any]], indexes: int = 0
+    service: ServiceRunner, key: str, texts: list[str], variants: dict[str, dict[str, Any]], indexes: int = 0
 ) -> dict[str, Any]:
     """Warm-up, the HTTP floor, then every variant; each query text once per variant.
 
     `indexes`: in-process vector indexes the team's size calls for; the warm-up's first recall starts
-    building them, and the measurement waits until /metrics says they are ready (steady state).
+    building them, and the measurement waits until /metrics says they are ready (steady state). That
+    series is no team's, so it is read with the service's metrics token (a team's key does not see it).
     """
     out: dict[str, Any] = {}
-    with service_client(url, key, timeout=60) as client:
+    with service.client(key, timeout=60) as client, service.operator() as operator:
         started = time.perf_counter()
         response = client.post("/v1/recall", json={"query": texts[0], "k": 10})
         response.raise_for_status()
         out["first recall after start_ms"] = round((time.perf_counter() - started) * 1000, 2)
-        while indexes and _indexes_ready(client) < indexes:
+        while indexes and _indexes_ready(operator) < indexes:
             if time.perf_counter() - started > INDEX_READY_TIMEOUT_S:
                 raise RuntimeError("the in-process vector indexes were not ready after 600 s")
             time.sleep(0.2)
@@ -106,13 +107,16 @@ def _measure_variant(client: httpx.Client, texts: list[str], extra: dict[str, An
     return {**latency_summary(lat), "items_mean": round(sum(returned) / len(returned), 1)}
 
 
-def _indexes_ready(client: httpx.Client) -> int:
-    return int(sum(value for _, value in scrape(client.get("/metrics").text).get("memory_vector_indexes_ready", [])))
+def _indexes_ready(operator: httpx.Client) -> int:
+    """The ready in-process indexes, from /metrics read with the metrics token (refused a team key: 403)."""
+    response = operator.get("/metrics")
+    response.raise_for_status()
+    return int(sum(value for _, value in scrape(response.text).get("memory_vector_indexes_ready", [])))
 
 
-def _busy_jobs(client: httpx.Client) -> dict[str, int]:
-    """Jobs by status, from /ready (any key's view is the service's)."""
-    jobs = client.get("/ready").json().get("jobs") or {}
+def _busy_jobs(service: ServiceRunner) -> dict[str, int]:
+    """Jobs by status, every team's: /ready as the operator (the metrics token) sees it."""
+    jobs = service.ready().get("jobs") or {}
     return {name: int(jobs.get(name) or 0) for name in ("queued", "extracting", "done", "failed")}
 
 
@@ -129,10 +133,10 @@ def measure_while_extracting(
     try:
         service.wait_model_ready()
         with service_client(service.url, writer, timeout=60) as client:
-            _queue_backlog(client)
-            before = _busy_jobs(client)
-            measured = measure_http(service.url, key, texts, variants, indexes)
-            after = _busy_jobs(client)
+            _queue_backlog(service, client)
+            before = _busy_jobs(service)
+            measured = measure_http(service, key, texts, variants, indexes)
+            after = _busy_jobs(service)
     finally:
         service.stop()
     measured["model_busy"] = {
@@ -146,7 +150,7 @@ def measure_while_extracting(
     return measured
 
 
-def _queue_backlog(client: httpx.Client) -> None:
+def _queue_backlog(service: ServiceRunner, client: httpx.Client) -> None:
     """The busy team's saves, then until extraction runs and their passages are embedded."""
     for i in range(BUSY_SAVES):
         client.post(
@@ -154,6 +158,6 @@ def _queue_backlog(client: httpx.Client) -> None:
             json={"text": agent_text(i), "agent_id": f"writer-{i % 4}", "run_id": f"busy-{i % 8}"},
         ).raise_for_status()
     deadline = time.monotonic() + 120
-    while _busy_jobs(client)["extracting"] < 1 and time.monotonic() < deadline:
+    while _busy_jobs(service)["extracting"] < 1 and time.monotonic() < deadline:
         time.sleep(0.2)
     time.sleep(PASSAGES_SETTLE_S)

@@ -38,13 +38,10 @@ INTERVAL_S = 1.0  # mean think time per client: 32 agents saving about once a se
 GOALS = {"p50_ms": 5.0, "p99_ms": 30.0}
 
 
-def _ready(url: str) -> dict[str, Any]:
-    return httpx.get(url + "/ready", timeout=30, trust_env=False).json()
-
-
-def _ack_histogram(url: str, key: str) -> dict[str, float]:
-    """The service's own ack histogram (`memory_remember_ack_seconds`): bucket bound -> count, and sum."""
-    text = httpx.get(url + "/metrics", headers={"Authorization": f"Bearer {key}"}, timeout=30, trust_env=False).text
+def _ack_histogram(url: str, token: str) -> dict[str, float]:
+    """The service's own ack histogram (`memory_remember_ack_seconds`): bucket bound -> count, and sum.
+    No team's series, so read with the metrics token (a team's admin key sees only its labelled ones)."""
+    text = httpx.get(url + "/metrics", headers={"Authorization": f"Bearer {token}"}, timeout=30, trust_env=False).text
     samples = scrape(text)
     out = {labels["le"]: value for labels, value in samples.get("memory_remember_ack_seconds_bucket", [])}
     for part in ("sum", "count"):
@@ -119,15 +116,15 @@ def measure(service: ServiceRunner, key: str, quick: bool, per_client: int) -> M
     """Model busy, warm-up, the paced phases (httpx, then raw), the disk's floor, then saturation."""
     service.wait_model_ready()
     rss_idle = service.rss()
-    _make_model_busy(service.url, key)
+    _make_model_busy(service, key)
     # warm-up (not measured): both paths once per client
     asyncio.run(load(service.url, key, CLIENTS, 2, path="/v1/remember", offset=20_000))
     asyncio.run(load(service.url, key, CLIENTS, 2, path="/health", offset=0))
     time.sleep(3.0)  # let the passage indexer embed the warm-up saves before the baseline
-    before = _ready(service.url)
+    before = service.ready()  # every team's jobs: /ready with the metrics token
     paced_n = 10 if quick else 30
-    via_httpx = _paced(service.url, key, paced_n, raw=False)  # the same pacing through httpx, then the raw client
-    raw = _paced(service.url, key, paced_n, raw=True)
+    via_httpx = _paced(service, key, paced_n, raw=False)  # the same pacing through httpx, then the raw client
+    raw = _paced(service, key, paced_n, raw=True)
     disk_sync = disk_sync_latency(service.data_dir, 100 if quick else 300)
     saturation_health = asyncio.run(load(service.url, key, CLIENTS, per_client, path="/health", offset=0))
     saturation = asyncio.run(load(service.url, key, CLIENTS, per_client, path="/v1/remember", offset=60_000))
@@ -138,25 +135,26 @@ def measure(service: ServiceRunner, key: str, quick: bool, per_client: int) -> M
         saturation=saturation,
         saturation_health=saturation_health,
         ready_before=before,
-        ready_after=_ready(service.url),
+        ready_after=service.ready(),
         rss_idle=rss_idle,
         rss_after=service.rss(),
     )
 
 
-def _make_model_busy(url: str, key: str) -> None:
+def _make_model_busy(service: ServiceRunner, key: str) -> None:
     """A backlog the model is still working through during the whole measurement."""
-    with service_client(url, key, timeout=30) as client:
+    with service_client(service.url, key, timeout=30) as client:
         for i in range(6):
             client.post("/v1/remember", json={"text": agent_text(10_000 + i), "agent_id": "warm"})
     deadline = time.monotonic() + 60
-    while (_ready(url)["jobs"].get("extracting") or 0) < 1 and time.monotonic() < deadline:
+    while (service.ready()["jobs"].get("extracting") or 0) < 1 and time.monotonic() < deadline:
         time.sleep(0.1)
 
 
-def _paced(url: str, key: str, per_client: int, *, raw: bool) -> Paced:
+def _paced(service: ServiceRunner, key: str, per_client: int, *, raw: bool) -> Paced:
+    url, token = service.url, service.metrics_token
     health = asyncio.run(load(url, key, CLIENTS, per_client, path="/health", offset=0, interval_s=INTERVAL_S, raw=raw))
-    acks_before = _ack_histogram(url, key)
+    acks_before = _ack_histogram(url, token)
     saves = asyncio.run(
         load(
             url,
@@ -169,7 +167,7 @@ def _paced(url: str, key: str, per_client: int, *, raw: bool) -> Paced:
             raw=raw,
         )
     )
-    return Paced(saves, health, _in_service(acks_before, _ack_histogram(url, key)))
+    return Paced(saves, health, _in_service(acks_before, _ack_histogram(url, token)))
 
 
 def summarize(m: Measured, per_client: int) -> dict[str, Any]:

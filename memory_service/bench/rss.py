@@ -47,7 +47,13 @@ def run(
                 client.post(
                     "/v1/remember", json={"text": agent_text(i), "agent_id": f"agent-{i % 4}", "tags": [f"t{i % 3}"]}
                 ).raise_for_status()
-            wait_queue_empty(service.url, timeout_s=saves * 30.0, progress="rss extraction", total=saves)
+            wait_queue_empty(
+                service.url,
+                timeout_s=saves * 30.0,
+                progress="rss extraction",
+                total=saves,
+                keys=[service.metrics_token],
+            )
             points[f"after_{saves}_saves_extracted"] = service.rss()
             for i in range(recalls):
                 client.post("/v1/recall", json={"query": agent_text(i * 7)[:80], "k": 20}).raise_for_status()

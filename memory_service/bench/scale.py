@@ -192,7 +192,7 @@ def recall_stores(root: Path, chroma: ChromaServer, quick: bool) -> dict[str, An
             service = ServiceRunner(loader.data_dir, api_keys={key: RECALL_TEAM}, llm_url=DEAD_LLM_URL, env=env).start()
             try:
                 measured = measure_http(
-                    service.url,
+                    service,
                     key,
                     texts,
                     {v: variants[v] for v in RECALL_VARIANTS},

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import functools
 import os
+import secrets
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -115,6 +116,8 @@ class ServiceRunner:
         self.api_keys = dict(api_keys)
         self.log_path = data_dir.parent / f"{data_dir.name}-service.log"
         self.env = service_env(data_dir, self.port, api_keys=self.api_keys, llm_url=llm_url, model=model, env=env)
+        # the operator's bearer: /metrics whole and /ready's every-team counts, which a team key no longer sees
+        self.metrics_token = self.env.setdefault("MEMORY_METRICS_TOKEN", secrets.token_urlsafe(16))
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -174,6 +177,15 @@ class ServiceRunner:
     def client(self, key: str | None, timeout: float = 60.0) -> httpx.Client:
         return service_client(self.url, key, timeout=timeout)
 
+    def operator(self, timeout: float = 60.0) -> httpx.Client:
+        """A client with the metrics token: every team's counts on /ready, the whole /metrics page."""
+        return service_client(self.url, self.metrics_token, timeout=timeout)
+
+    def ready(self) -> dict[str, Any]:
+        """/ready as the operator sees it (every team's jobs and queue depth)."""
+        with self.operator(timeout=30.0) as client:
+            return client.get("/ready").json()
+
     def rss(self) -> dict[str, float | None]:
         return rss_mb(self.pid)
 
@@ -187,17 +199,24 @@ class ServiceRunner:
         stop_group(self.proc, grace_s)
 
 
-def wait_queue_empty(url: str, timeout_s: float, *, progress: str = "", total: int | None = None) -> dict[str, Any]:
-    """Poll /ready until no job is queued or extracting; prints a progress line to stderr every ~10 s."""
+def wait_queue_empty(
+    url: str,
+    timeout_s: float,
+    *,
+    progress: str = "",
+    total: int | None = None,
+    keys: Iterable[str | None] = (None,),
+) -> dict[str, Any]:
+    """Poll /ready until no job is queued or extracting; prints a progress line to stderr every ~10 s.
+
+    /ready counts jobs only for whom they belong: pass the service's metrics token (every team's), or the
+    key of each team that saved (their depths are added up); without any (keyless mode) it counts all.
+    """
     started = time.monotonic()
     last_print = 0.0
     body: dict[str, Any] = {}
     while True:
-        try:
-            body = httpx.get(url + "/ready", timeout=30.0, trust_env=False).json()
-        except (httpx.HTTPError, ValueError):
-            body = {}
-        depth = body.get("queue_depth")
+        body, depth = _ready_of(url, list(dict.fromkeys(keys)))
         elapsed = time.monotonic() - started
         if depth == 0:
             return body
@@ -210,3 +229,18 @@ def wait_queue_empty(url: str, timeout_s: float, *, progress: str = "", total: i
         if elapsed > timeout_s:
             raise TimeoutError(f"queue still has {depth} job(s) after {timeout_s:.0f}s")
         time.sleep(1.0)
+
+
+def _ready_of(url: str, keys: list[str | None]) -> tuple[dict[str, Any], int | None]:
+    """/ready as each key sees it: the last body, and the queue depths added up (None if one had none)."""
+    body: dict[str, Any] = {}
+    depth: int | None = 0
+    for key in keys:
+        try:
+            with service_client(url, key, timeout=30.0) as client:
+                body = client.get("/ready").json()
+        except (httpx.HTTPError, ValueError):
+            body = {}
+        seen = body.get("queue_depth")
+        depth = None if seen is None or depth is None else depth + int(seen)
+    return body, depth

@@ -21,6 +21,7 @@ from ..api import cursor as cursors
 from ..api import errors
 from ..api.auth import caller_of_key, open_access
 from ..api.routes.memories import memory_out
+from ..contract.boundary import text_problem
 from ..contract.limit_rules import InvalidInput, LimitNotFound
 from ..contract.models import MemoryOut
 from ..recall.search import RecallQuery
@@ -153,6 +154,8 @@ async def memories(
             raise pages.BadFilter(f"status: one of {', '.join(pages.STATUSES)}")
         if len(filters["agent_id"]) > 128 or len(filters["tag"]) > 64 or len(q) > 4096:
             raise pages.BadFilter("a filter or the search is too long")
+        if problem := next(filter(None, map(text_problem, (q, filters["agent_id"], filters["tag"]))), None):
+            raise pages.BadFilter(f"a filter or the search {problem}")  # the API's text boundary
         lo, hi = pages.parse_time(since, "since"), pages.parse_time(until, "until")
         if lo is not None and hi is not None and lo > hi:
             raise pages.BadFilter("since is after until: the time window is empty")
@@ -240,7 +243,7 @@ async def jobs(request: Request, session: SessionDep) -> Response:
     services = services_of(request)
     team, model = session.team, services.primary_model
     counts = await asyncio.to_thread(services.status_counts, team)
-    backlog = await asyncio.to_thread(services.backlog)
+    backlog = await asyncio.to_thread(services.backlog, team)  # the team's own: no other team's queue
     lists = {}
     for status in ("extracting", "queued", "failed"):
         lists[status], _ = await asyncio.to_thread(

@@ -373,9 +373,13 @@ class ReadyOut(BaseModel):
     model_server: ModelServerOut = Field(description="The first server that is up (or the first listed).")
     model_servers: list[ModelServerOut] = Field(description="Every server of MEMORY_LLM_URL, in its order.")
     thinking: dict[str, Any] | None = Field(description="Whether the chat template turns thinking off.")
-    queue_depth: int
-    jobs: JobCounts
-    throughput: ThroughputOut
+    queue_depth: int | None = Field(
+        None,
+        description="Jobs queued or extracting: the key's team's, every team's for the metrics token; "
+        "absent without a key when keys are configured.",
+    )
+    jobs: JobCounts | None = Field(None, description="Jobs by status, seen as queue_depth is.")
+    throughput: ThroughputOut | None = Field(None, description="The measured model speed; absent without a key.")
     extract_budget_s: float
     storage: StorageOut
 

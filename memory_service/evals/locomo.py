@@ -221,7 +221,7 @@ def run(
         maps = {conv.sample_id: ingest(clients[conv.sample_id], conv, isolation) for conv in conversations}
         timing["ingest"] = time.monotonic() - started
         ready, consolidation = _wait_for_service(
-            url, clients[conversations[0].sample_id], conversations, extraction_timeout_s, timing
+            url, clients[conversations[0].sample_id], conversations, extraction_timeout_s, timing, keys
         )
         configs = configs_for(consolidation)
         q_started = time.monotonic()
@@ -282,6 +282,7 @@ def _wait_for_service(
     conversations: list[Conversation],
     extraction_timeout_s: float | None,
     timing: dict[str, float],
+    keys: dict[str, str | None],
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Until extraction has emptied the queue, then until consolidation settles; /ready and its stats."""
     from ..bench.service_runner import wait_queue_empty
@@ -290,7 +291,11 @@ def _wait_for_service(
     _log(f"saved {total_turns} turns in {timing['ingest']:.1f}s; waiting for extraction")
     started = time.monotonic()
     ready = wait_queue_empty(
-        url, extraction_timeout_s or max(600.0, total_turns * 30.0), progress="locomo extraction", total=total_turns
+        url,
+        extraction_timeout_s or max(600.0, total_turns * 30.0),
+        progress="locomo extraction",
+        total=total_turns,
+        keys=[keys.get(c.sample_id) for c in conversations],  # /ready counts each key's team's jobs
     )
     timing["extraction_wait"] = time.monotonic() - started
     _log(f"extraction finished in {timing['extraction_wait']:.0f}s")

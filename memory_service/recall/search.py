@@ -101,7 +101,7 @@ def recall(
     keyword_legs = _keyword_legs(q, plan, journal)
     pending = [legs.submit(leg) for leg in keyword_legs] if legs is not None else []
     try:
-        vector = (queries if queries is not None else QueryEmbeddings(embedder)).vector(q.query)
+        vector = (queries if queries is not None else QueryEmbeddings(embedder)).vector(q.team, q.query)
         found = _vector_leg(q, plan, vector, search)
         # every item either leg found is read from the journal (a forgotten text or fact, its vector not
         # removed yet, is simply not there): the vector leg's first, while the keyword legs still run

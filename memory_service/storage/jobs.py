@@ -328,3 +328,42 @@ class JobQueue:
         if cached is None or stamp >= cached[0]:
             self._long_backlog = (stamp, int(jobs), int(chars))
         return int(jobs), int(chars)
+
+    def team_backlog(self, team: str, created_at: float | None = None, now: float | None = None) -> tuple[int, int]:
+        """`backlog` of one team: its own jobs waiting or running (saved by `created_at` when given).
+
+        What a team is told of the queue (remember's queue_depth and estimate) is its own: another team's
+        backlog changes neither the figures nor the time to count them (one range of the partial index
+        `memories_team_pending`, which holds only pending rows). Counted exactly up to `EXACT_BACKLOG`,
+        past it in full at most once every `LONG_BACKLOG_REFRESH_S` per team, as `backlog` does.
+        """
+        where = f"team = ? AND status IN ('{QUEUED}', '{EXTRACTING}')"  # literals: the partial index's own terms
+        args: tuple[Any, ...] = (team,)
+        if created_at is not None:
+            where, args = where + " AND created_at <= ?", (*args, created_at)
+        with self.db.reading() as conn:
+            jobs, chars = conn.execute(
+                f"SELECT COUNT(*), COALESCE(SUM(n), 0) FROM (SELECT LENGTH(text) AS n FROM memories WHERE {where} "
+                "LIMIT ?) AS ahead",
+                (*args, EXACT_BACKLOG + 1),
+            ).fetchone()
+            if jobs <= EXACT_BACKLOG:
+                return int(jobs), int(chars)
+            now = time.time() if now is None else now
+            counted: dict[str, tuple[float, int, int]] = self.__dict__.setdefault("_team_backlogs", {})
+            cached = counted.get(team)
+            if (
+                cached is not None
+                and now - cached[0] < LONG_BACKLOG_REFRESH_S
+                and (created_at is None or created_at >= cached[0])
+            ):
+                return cached[1], cached[2]
+            jobs, chars = conn.execute(
+                f"SELECT COUNT(*), COALESCE(SUM(LENGTH(text)), 0) FROM memories WHERE {where}", args
+            ).fetchone()
+        stamp = now if created_at is None else min(created_at, now)
+        if cached is None or stamp >= cached[0]:
+            if len(counted) > 10_000:  # teams with a long backlog; a stale figure is only re-counted
+                counted.clear()
+            counted[team] = (stamp, int(jobs), int(chars))
+        return int(jobs), int(chars)

@@ -13,7 +13,7 @@ from ...contract.models import HealthOut, ReadyOut, StatsOut
 from ...llm.handle import ModelHandle
 from ...metrics import CONTENT_TYPE
 from ...storage.database import describe
-from ..auth import identify, open_access
+from ..auth import caller_of_key, identify, open_access
 from ..deps import ServicesDep
 
 router = APIRouter(tags=["health"])
@@ -33,29 +33,55 @@ async def health() -> dict:
         503: {"model": ReadyOut, "description": "Not ready: the body says why"},
     },
 )
-async def ready(services: ServicesDep) -> JSONResponse:
+async def ready(request: Request, services: ServicesDep) -> JSONResponse:
     """200 when a model server is reachable and thinking is verified off (or absent); 503 with the reason otherwise.
 
-    `model_server` is the first server that is up; `model_servers` lists each one of the pool.
+    `model_server` is the first server that is up; `model_servers` lists each one of the pool. Takes no key
+    (a load balancer's probe), and without one says only ready or not and why: the job counts, queue depth
+    and measured speed are activity, so they are shown to whom they belong. A team's key sees its own
+    team's counts (as /v1/stats does); the operator (the MEMORY_METRICS_TOKEN bearer, or keyless loopback
+    mode, one local team) sees every team's.
     """
     await services.probe_models(max_age_s=5)
     model = services.primary_model
     thinking = await model.thinking() if model.ready else None
     ok = model.ready and (thinking is None or thinking.get("verdict") != "FAIL")
-    counts = await asyncio.to_thread(services.job_counts)
-    body = {
+    viewer = ready_viewer(request)
+    body: dict[str, Any] = {
         "status": "ready" if ok else "unavailable",
         "model_server": _server(model),
-        "model_servers": [_server(handle, throughput=True) for handle in services.model_handles()],
+        "model_servers": [_server(handle, throughput=viewer is not None) for handle in services.model_handles()],
         "thinking": thinking,
-        "queue_depth": counts["queued"] + counts["extracting"],
-        "jobs": counts,
-        "throughput": model.throughput.snapshot(),
         "extract_budget_s": services.settings.extract_budget_s,
-        # where the journal and the vectors live (the counts above just read the first)
+        # where the journal and the vectors live
         "storage": {name: describe(where) for name, where in services.storage_locations().items()},
     }
+    if viewer is not None:
+        team = viewer
+        counts = await asyncio.to_thread(
+            services.job_counts if team == OPERATOR else lambda: services.status_counts(team)
+        )
+        body |= {
+            "queue_depth": counts["queued"] + counts["extracting"],
+            "jobs": counts,
+            "throughput": model.throughput.snapshot(),
+        }
     return JSONResponse(body, status_code=200 if ok else 503)
+
+
+OPERATOR = ""  # `ready_viewer`'s answer for the operator (no team is named "")
+
+
+def ready_viewer(request: Request) -> str | None:
+    """Whose counts /ready shows: OPERATOR (every team's), a team (a known key's), or None (no key, or an
+    unknown one: /ready answers it anyway, without counts, rather than a 401 a probe would read as down)."""
+    if _operator(request):
+        return OPERATOR
+    scheme, _, presented = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not presented.strip():
+        return None
+    caller = caller_of_key(request.app.state.services, presented.strip())
+    return None if caller is None else caller.team
 
 
 def _server(model: ModelHandle, throughput: bool = False) -> dict[str, Any]:

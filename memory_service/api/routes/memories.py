@@ -104,7 +104,8 @@ async def remember(body: RememberRequest, request: Request, team: Writer, servic
     services.observe_remember_ack(time.perf_counter() - started)
     if body.wait_s > 0 and memory.status not in (DONE, FAILED):
         memory = await services.wait_settled(team, memory.id, body.wait_s) or memory
-        ahead = await asyncio.to_thread(services.backlog, memory.created_at)
+        ahead = await asyncio.to_thread(services.backlog, team, memory.created_at)
+    # the team's own jobs ahead, at the model's speed: no other team's backlog shows in either figure
     pending = memory.status not in (DONE, FAILED)
     estimate, basis = services.estimate(*ahead) if pending else (None, None)
     return ModelResponse(
