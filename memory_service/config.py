@@ -213,13 +213,16 @@ DEFAULT_URL = "http://127.0.0.1:8700"
 @dataclass(frozen=True)
 class ClientEnv:
     """How the command line and the MCP server reach a running service, from the environment (flags
-    override it): MEMORY_URL, MEMORY_API_KEY, MEMORY_AGENT_ID, MEMORY_MCP_READ_ONLY and MEMORY_MCP_TOOLS."""
+    override it): MEMORY_URL, MEMORY_API_KEY, MEMORY_AGENT_ID, MEMORY_MCP_READ_ONLY, MEMORY_MCP_TOOLS, and who
+    may use the MCP server over HTTP: MEMORY_MCP_TOKEN, MEMORY_TRUSTED_HOSTS."""
 
     url: str | None = None  # as given; `service_url` falls back to the local default
     api_key: str | None = None
     agent_id: str = "agent"
     mcp_read_only: bool = False
     mcp_tools: str = "core"  # the MCP server's profile, checked by `memory-service mcp` (core or full)
+    mcp_token: str | None = None  # the bearer the MCP server over HTTP wants (MEMORY_MCP_TOKEN)
+    trusted_hosts: str = ""  # MEMORY_TRUSTED_HOSTS as given: checked by `mcp_trusted_hosts`, when it is used
 
     @classmethod
     def from_env(cls) -> ClientEnv:
@@ -229,7 +232,17 @@ class ClientEnv:
             agent_id=os.environ.get("MEMORY_AGENT_ID", "agent"),
             mcp_read_only=os.environ.get("MEMORY_MCP_READ_ONLY", "").lower() in ("1", "true", "yes"),
             mcp_tools=os.environ.get("MEMORY_MCP_TOOLS", "core"),
+            mcp_token=os.environ.get("MEMORY_MCP_TOKEN") or None,
+            trusted_hosts=os.environ.get("MEMORY_TRUSTED_HOSTS", ""),
         )
+
+    @property
+    def mcp_trusted_hosts(self) -> tuple[str, ...]:
+        """The Host names the MCP server over HTTP without a token answers besides loopback's."""
+        try:
+            return parse_trusted_hosts(self.trusted_hosts)
+        except ValueError as exc:
+            raise ConfigError(f"MEMORY_TRUSTED_HOSTS: {exc}") from None
 
     @property
     def service_url(self) -> str:

@@ -42,6 +42,12 @@ def add_mcp_parser(subcommands: Subcommands) -> None:
         help="core (default): remember, recall, consume_limit, mark_handled, under 500 tokens for small models; "
         "full: also get_memory, forget, check_limit, was_handled (env MEMORY_MCP_TOOLS)",
     )
+    parser.add_argument(
+        "--token",
+        default=ClientEnv.from_env().mcp_token,
+        help="HTTP: the bearer token every request must carry, at least 16 characters; required to listen beyond "
+        "loopback (env MEMORY_MCP_TOKEN, preferred: a flag shows in the process list)",
+    )
     add_client_arguments(parser)
     parser.set_defaults(func=run_mcp)
 
@@ -59,8 +65,18 @@ def run_mcp(args: argparse.Namespace) -> int:
 
     from ..mcp_server.server import McpConfig, serve
 
+    if args.transport == "http":
+        from ..mcp_server.http_access import check_http_exposure
+
+        check_http_exposure(args.host, args.token)
     config = McpConfig(
-        url=args.url, api_key=args.api_key, agent_id=args.agent_id, read_only=args.read_only, tools=args.tools
+        url=args.url,
+        api_key=args.api_key,
+        agent_id=args.agent_id,
+        read_only=args.read_only,
+        tools=args.tools,
+        token=args.token,
+        trusted_hosts=ClientEnv.from_env().mcp_trusted_hosts,
     )
     anyio.run(lambda: serve(config, args.transport, host=args.host, port=args.port))
     return 0

@@ -35,6 +35,8 @@ class McpConfig:
     agent_id: str
     read_only: bool = False
     tools: Profile = DEFAULT_PROFILE
+    token: str | None = None  # over HTTP: the bearer every request must carry (required beyond loopback)
+    trusted_hosts: tuple[str, ...] = ()  # over HTTP without a token: Host names answered besides loopback's
 
 
 @dataclass(frozen=True)
@@ -160,5 +162,27 @@ async def serve(
         if transport == "stdio":
             await server.run_stdio_async()
         else:
-            log.info("MCP over streamable HTTP on http://%s:%d/mcp", host, port)
-            await server.run_streamable_http_async(host=host, port=port)
+            await serve_http(server, config, host, port)
+
+
+async def serve_http(server: MCPServer, config: McpConfig, host: str, port: int) -> None:
+    """Streamable HTTP behind `McpAccess` (token, or Host and Origin), on the API's guarded connection."""
+    import uvicorn
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    from ..api.http_guard import guarded_protocol
+    from .http_access import McpAccess
+
+    app = server.streamable_http_app(
+        host=host, transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    )  # McpAccess checks Host and Origin itself, by the API's rules, for every bind
+    guarded = McpAccess(app, token=config.token, bound=host, trusted=config.trusted_hosts)
+    protocol = guarded_protocol(10.0, 60.0)
+    uvicorn_config = uvicorn.Config(guarded, host=host, port=port, http=protocol, log_level="info")
+    log.info(
+        "MCP over streamable HTTP on http://%s:%d/mcp (%s)",
+        host,
+        port,
+        "bearer token required" if config.token else "loopback Host names only, no token",
+    )
+    await uvicorn.Server(uvicorn_config).serve()
