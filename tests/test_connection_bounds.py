@@ -8,6 +8,7 @@ are capped by MEMORY_MAX_CONNECTIONS.
 
 from __future__ import annotations
 
+import json
 import socket
 import struct
 from collections.abc import Iterator
@@ -86,10 +87,12 @@ def test_unread_large_answers_are_dropped_and_their_memory_freed(served: Service
     assert after - before < 40, (before, after)
 
 
-def test_connections_over_the_cap_are_a_json_503(tmp_path: Path) -> None:
-    """MEMORY_MAX_CONNECTIONS=4: the fifth open connection is answered 503 `too_many_connections` with
-    Retry-After; once one closes, a new one is served."""
-    svc = InProcessService(tmp_path / "data", "http://127.0.0.1:9", env={"MEMORY_MAX_CONNECTIONS": "4"}).start()
+@pytest.mark.parametrize("setting", ["MEMORY_MAX_CONNECTIONS", "MEMORY_MAX_CONNECTIONS_PER_CLIENT"])
+def test_connections_over_the_cap_are_a_json_503(tmp_path: Path, setting: str) -> None:
+    """A cap of 4 (in all, or from one address: here every client is 127.0.0.1): the fifth open connection is
+    answered 503 `too_many_connections` naming the setting, with Retry-After; once one closes, a new one is
+    served."""
+    svc = InProcessService(tmp_path / "data", "http://127.0.0.1:9", env={setting: "4"}).start()
     try:
         held = [socket.create_connection(("127.0.0.1", svc.port), timeout=10) for _ in range(4)]
         with socket.create_connection(("127.0.0.1", svc.port), timeout=10) as extra:
@@ -99,7 +102,8 @@ def test_connections_over_the_cap_are_a_json_503(tmp_path: Path) -> None:
                 answer += chunk
         head, _, body = answer.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 503") and b"retry-after: 1" in head.lower(), head
-        assert b'"too_many_connections"' in body and b"MEMORY_MAX_CONNECTIONS" in body, body
+        assert json.loads(body)["error"] == "too_many_connections", body
+        assert f"({setting})" in json.loads(body)["detail"], body
         held.pop().close()
 
         def served_again() -> bool:
