@@ -179,3 +179,13 @@ def test_rows_stored_before_the_boundary_still_export_read_and_import_back(inpro
 def test_repair_leaves_valid_values_alone_and_keeps_order() -> None:
     value = {"b": [1, 2.5, "ok", {"x": None, "y": True}], "a": "emoji 😀", "K": []}
     assert repaired(value) == value and list(repaired(value)) == ["b", "a", "K"]
+
+
+@pytest.mark.parametrize("query", ["q=Plover%00x", "agent_id=a%00b", "tag=t%00"])
+def test_the_consoles_search_and_filters_hold_the_same_boundary(inprocess, query: str) -> None:
+    """The console's search reaches recall without the API's models: NUL is explained on the page, as the API
+    explains it."""
+    from tests.test_console import login
+
+    page = login(inprocess, "key-a").get(f"/ui/memories?{query}")
+    assert page.status_code == 422 and "NUL" in page.text, page.text[-600:]
