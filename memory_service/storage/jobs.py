@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from .database import Database
+from .fair_queue import next_due, take_turn
 from .records import DELETED, EXTRACTING, FAILED, LOST, QUEUED, Memory
 from .records import dumps_or_none as _dumps
 
@@ -70,8 +71,9 @@ class JobQueue:
         A job whose lease ran out (its process died) is due again: another worker takes it over, with no
         restart, and that counts as an attempt, so a text that kills its process every time ends `failed`
         after `max_attempts` instead of going round for ever. On PostgreSQL `SKIP LOCKED` lets every
-        process claim at once without taking the same row. Each leg is one index range that stops at its
-        first row: the claim costs the same with a long backlog.
+        process claim at once without taking the same row. Due jobs are served round-robin across teams and
+        then agents (`fair_queue.next_due`), so one team's backlog delays no other team's jobs; each step is
+        an index probe that stops at its first row: the claim costs the same with a long backlog.
         """
         now = time.time() if now is None else now
         lock = " FOR UPDATE SKIP LOCKED" if self.db.dialect == "postgresql" else ""
@@ -80,14 +82,11 @@ class JobQueue:
                 found = conn.execute(
                     f"SELECT id FROM memories WHERE status = ? AND lease_until < ? LIMIT 1{lock}", (EXTRACTING, now)
                 ).fetchone()
-                if found is None:
-                    found = conn.execute(
-                        "SELECT id FROM memories WHERE status = ? AND next_attempt_at <= ? "
-                        f"ORDER BY next_attempt_at, created_at LIMIT 1{lock}",
-                        (QUEUED, now),
-                    ).fetchone()
-                if found is None:
-                    return None
+                if found is None:  # round-robin across teams, then their agents (storage/fair_queue.py)
+                    due = next_due(conn, now, self.db.dialect)
+                    if due is None:
+                        return None
+                    found = (due,)
                 row = conn.execute("SELECT * FROM memories WHERE id = ?", (found[0],)).fetchone()
                 if row["status"] != EXTRACTING:
                     break
@@ -121,6 +120,7 @@ class JobQueue:
             conn.execute(
                 "INSERT INTO job_attempts (memory_id, worker, started_at) VALUES (?, ?, ?)", (row["id"], worker, now)
             )
+            take_turn(conn, row["team"], row["agent_id"])
             memory = Memory.from_row(row)
             memory.status, memory.started_at, memory.lease_owner = EXTRACTING, now, worker
             return memory

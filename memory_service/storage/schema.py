@@ -53,6 +53,17 @@ CREATE INDEX IF NOT EXISTS memories_team_pending ON memories(team, created_at)
     WHERE status IN ('queued', 'extracting');
 -- a conversation's earlier saves (extraction context): a run, or an agent's saves without a run
 CREATE INDEX IF NOT EXISTS memories_conversation ON memories(team, run_id, agent_id, created_at);
+-- the claim's round-robin (storage/fair_queue.py): queued rows by team and by agent, and each one's last turn
+CREATE INDEX IF NOT EXISTS memories_fair_team ON memories(team, next_attempt_at) WHERE status = 'queued';
+CREATE INDEX IF NOT EXISTS memories_fair_agent ON memories(team, agent_id, next_attempt_at, created_at)
+    WHERE status = 'queued';
+CREATE TABLE IF NOT EXISTS queue_turns (
+    team TEXT NOT NULL,
+    agent_id TEXT NOT NULL,
+    turn INTEGER NOT NULL,
+    PRIMARY KEY (team, agent_id)
+);
+CREATE INDEX IF NOT EXISTS queue_turns_turn ON queue_turns(turn);
 
 CREATE TABLE IF NOT EXISTS facts (
     id TEXT PRIMARY KEY,
@@ -156,6 +167,17 @@ CREATE INDEX IF NOT EXISTS memories_team_pending ON memories(team, created_at)
     WHERE status IN ('queued', 'extracting');
 CREATE INDEX IF NOT EXISTS memories_conversation ON memories(team, run_id, agent_id, created_at);
 CREATE INDEX IF NOT EXISTS memories_tsv ON memories USING GIN (tsv);
+-- the claim's round-robin (storage/fair_queue.py): queued rows by team and by agent, and each one's last turn
+CREATE INDEX IF NOT EXISTS memories_fair_team ON memories(team, next_attempt_at) WHERE status = 'queued';
+CREATE INDEX IF NOT EXISTS memories_fair_agent ON memories(team, agent_id, next_attempt_at, created_at)
+    WHERE status = 'queued';
+CREATE TABLE IF NOT EXISTS queue_turns (
+    team TEXT NOT NULL,
+    agent_id TEXT NOT NULL,
+    turn BIGINT NOT NULL,
+    PRIMARY KEY (team, agent_id)
+);
+CREATE INDEX IF NOT EXISTS queue_turns_turn ON queue_turns(turn);
 
 CREATE TABLE IF NOT EXISTS facts (
     rowid BIGSERIAL UNIQUE,
