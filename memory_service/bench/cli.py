@@ -1,7 +1,7 @@
 """`memory-service bench`: the benchmark suite, each figure printed beside its goal.
 
-Runs the benchmarks of this package (extraction, remember, consolidation, recall, limits, transfer,
-rss, scale; each also runnable alone as `python -m memory_service.bench.<name>`) in one process
+Runs the benchmarks of this package (extraction, remember, fairness, consolidation, recall, limits,
+transfer, rss, scale; each also runnable alone as `python -m memory_service.bench.<name>`) in one process
 tree with one shared llama-server (default model), so every benchmark on a noisy shared machine is
 compared with a baseline measured in the same run. Writes one JSON and one PNG per benchmark into
 --out (PNGs need the `bench` extra), plus summary.json with every goal and its verdict.
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import consolidation, extraction, recall, remember, rss, scale, transfer
+from . import consolidation, extraction, fairness, recall, remember, rss, scale, transfer
 from .options import add_bench_arguments
 from .plots import pyplot, save_plot, write_figure
 from .probes import machine_info
@@ -130,6 +130,8 @@ def run_bench(args: argparse.Namespace) -> int:
                 # its own llama-server (no host prompt cache), so neither path is served the other's prompt
                 ("extraction", lambda: extraction.run(quick=quick, workdir=workdir), extraction.plot),
                 ("remember", lambda: remember.run(llm_url=llama.url, quick=quick, workdir=workdir), remember.plot),
+                # on the real model; `python -m memory_service.bench.fairness` alone runs it on a fixed-delay fake
+                ("fairness", lambda: fairness.run(llm_url=llama.url, quick=quick, workdir=workdir), fairness.plot),
                 (
                     "consolidation",
                     lambda: consolidation.run(llm_url=llama.url, quick=quick, workdir=workdir),
