@@ -37,6 +37,49 @@ TEAM_KEYS = {f"key-{n}-{side}": f"prop{n}-{side}" for n in range(PAIRS) for side
 TEAMS = ("a", "b")
 AGENTS = ("scout", "writer")
 LIMIT = 7
+# The Unicode classes that break text handling somewhere: long s and dotless i (case-fold to s and i), the
+# Kelvin sign (NFKC: K), sharp s (upper-cases to SS), a ligature, combining marks, right-to-left text and
+# controls, fullwidth digits, an emoji (a surrogate pair in JSON), NUL and lone surrogates (both refused).
+SPECIAL = [
+    "ſ",
+    "ı",
+    "\u212a",
+    "ß",
+    "ﬁ",
+    "e\u0301",
+    "\u0301",
+    "\u05d0\u05d1",
+    "\u202e",
+    "１２３",
+    "😀",
+    "\x00",
+    "\ud800",
+    "\udc80",
+]
+piece = st.one_of(st.sampled_from(SPECIAL), st.text(max_size=4))
+any_text = st.lists(piece, max_size=4).map("".join)
+# a field's text: often plain, so a bad value elsewhere (metadata) is what a save is judged on
+field_text = st.text(max_size=6) | any_text
+json_leaf = st.one_of(
+    any_text, st.integers(-(2**53), 2**53), st.floats(allow_nan=True, allow_infinity=True), st.booleans(), st.none()
+)
+any_json = st.recursive(
+    json_leaf, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(any_text, inner, max_size=3), max_leaves=6
+)
+any_metadata = st.dictionaries(any_text, any_json, max_size=3)
+
+
+def _breaks_the_boundary(value: object) -> bool:
+    """Whether any key or string holds NUL or a lone surrogate, or any number is not finite (contract/boundary.py)."""
+    if isinstance(value, str):
+        return "\x00" in value or any("\ud800" <= c <= "\udfff" for c in value)
+    if isinstance(value, float):
+        return value != value or value in (float("inf"), float("-inf"))
+    if isinstance(value, dict):
+        return any(_breaks_the_boundary(k) or _breaks_the_boundary(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_breaks_the_boundary(v) for v in value)
+    return False
 
 
 @pytest.fixture(scope="module")
@@ -55,10 +98,9 @@ def _strict_json(line: str) -> dict:
     return json.loads(line, parse_constant=refuse)
 
 
-def _root(line: dict) -> str:
-    """The original a line descends from: an imported memory carries `import:<original id>` as its key."""
-    key = line.get("idempotency_key") or ""
-    return key.removeprefix("import:") if key.startswith("import:") else line["id"]
+def _import_key(line: dict) -> str:
+    """The key an import stores a line under: its own, or `import:<its id>` (its lineage)."""
+    return line.get("idempotency_key") or f"import:{line['id']}"
 
 
 class TwoTeams(RuleBasedStateMachine):
@@ -78,7 +120,7 @@ class TwoTeams(RuleBasedStateMachine):
         self.words: dict[str, set[str]] = {team: set() for team in TEAMS}
         self.used: dict[tuple[str, str], int] = {}
         self.handled: dict[str, set[str]] = {team: set() for team in TEAMS}
-        self.copies: dict[str, dict[str, str]] = {team: {} for team in TEAMS}  # original id -> its copy here
+        self.keys: dict[str, dict[str, str | None]] = {team: {} for team in TEAMS}  # memory id -> its stored key
         self.writers: dict[str, str] = {}
         self.revoked: list[str] = []
         self.limit = f"calls-{uuid.uuid4().hex[:8]}"
@@ -88,8 +130,10 @@ class TwoTeams(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------ calls
 
-    def call(self, method: str, path: str, key: str | None, **kwargs: object) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
+    def call(
+        self, method: str, path: str, key: str | None, headers: dict[str, str] | None = None, **kwargs: object
+    ) -> httpx.Response:
+        headers = (headers or {}) | ({"Authorization": f"Bearer {key}"} if key else {})
         response = self.http.request(method, path, headers=headers, **kwargs)  # type: ignore[arg-type]
         assert response.status_code < 500, f"{method} {path}: {response.status_code} {response.text[:500]}"
         return response
@@ -109,11 +153,11 @@ class TwoTeams(RuleBasedStateMachine):
                 return found
 
     def already_here(self, team: str, line: dict) -> bool:
-        """Whether an import into `team` skips `line`: it is one of the team's memories, or a copy of one (its
-        lineage, the original id, is here as the original or as an earlier imported copy)."""
-        copies = {mine: root for root, mine in self.copies[team].items() if mine in self.saved[team]}
-        roots = {copies.get(mid, mid) for mid in self.saved[team]}
-        return line["id"] in self.saved[team] or _root(line) in roots
+        """Whether an import into `team` skips `line`: the team holds its key (a client's key, or the lineage
+        `import:<original id>` of an earlier copy), the memory itself, or the original it was copied from."""
+        key = _import_key(line)
+        original = key.removeprefix("import:") if key.startswith("import:") else line["id"]
+        return any(self.keys[team].get(mid) == key or mid in (line["id"], original) for mid in self.saved[team])
 
     def saved_anywhere(self) -> set[str]:
         return set(self.saved[TEAMS[0]]) | set(self.saved[TEAMS[1]])
@@ -121,7 +165,8 @@ class TwoTeams(RuleBasedStateMachine):
     def exported(self, team: str) -> list[dict]:
         response = self.call("GET", "/v1/export", self.admin[team])
         assert response.status_code == 200
-        return [_strict_json(line) for line in response.text.splitlines() if line.strip()]
+        # JSON Lines end at "\n" only (U+2028 or \x85 inside a text is not a line end)
+        return [_strict_json(line) for line in response.text.split("\n") if line.strip()]
 
     # ------------------------------------------------------------------ set-up
 
@@ -148,11 +193,46 @@ class TwoTeams(RuleBasedStateMachine):
         self.saved[team][response.json()["id"]] = text
         self.words[team].add(word)
 
+    @rule(
+        team=st.sampled_from(TEAMS),
+        agent=st.sampled_from(AGENTS),
+        head=field_text,
+        tail=field_text,
+        tags=st.lists(st.text(min_size=1, max_size=6) | any_text, max_size=2),
+        metadata=any_metadata,
+        key=st.none() | field_text,
+    )
+    def remember_any_unicode(
+        self, team: str, agent: str, head: str, tail: str, tags: list[str], metadata: dict, key: str | None
+    ) -> None:
+        """Every string field, metadata at any depth included: what breaks the text boundary is a 422, the rest
+        is kept as given (no normalisation) and must export as strict JSON that imports back."""
+        word = f"zq{uuid.uuid4().hex[:10]}"
+        text = f"{head} {word} {tail}"
+        body: dict = {"text": text, "agent_id": agent, "tags": tags, "metadata": metadata}
+        if key is not None:
+            body["idempotency_key"] = f"k-{word}-{key}"  # unique: a replay would not be a new memory
+        raw = json.dumps(body).encode()  # ASCII escapes: how a lone surrogate or NaN travels as raw JSON
+        response = self.call(
+            "POST", "/v1/remember", self.admin[team], {"Content-Type": "application/json"}, content=raw
+        )
+        if _breaks_the_boundary(body):
+            assert response.status_code == 422, response.text
+            return
+        assert response.status_code in (202, 422), response.text  # 422: a tag of control characters, say
+        if response.status_code == 202:
+            memory_id = response.json()["id"]
+            got = self.call("GET", f"/v1/memories/{memory_id}", self.admin[team]).json()
+            assert (got["text"], got["metadata"]) == (text, metadata)
+            self.saved[team][memory_id] = text
+            self.keys[team][memory_id] = body.get("idempotency_key")
+            self.words[team].add(word)
+
     @rule(team=st.sampled_from(TEAMS), data=st.data())
     def forget_one(self, team: str, data: st.DataObject) -> None:
         if not self.saved[team]:
             return
-        memory_id = data.draw(st.sampled_from(sorted(self.saved[team])))
+        memory_id = data.draw(st.sampled_from(list(self.saved[team])))
         response = self.call("DELETE", f"/v1/memories/{memory_id}", self.admin[team])
         assert response.status_code in (200, 204), response.text
         del self.saved[team][memory_id]
@@ -163,7 +243,7 @@ class TwoTeams(RuleBasedStateMachine):
         other = TEAMS[1 - TEAMS.index(team)]
         if not self.saved[other]:
             return
-        memory_id = data.draw(st.sampled_from(sorted(self.saved[other])))
+        memory_id = data.draw(st.sampled_from(list(self.saved[other])))
         for method in ("GET", "DELETE"):
             assert self.call(method, f"/v1/memories/{memory_id}", self.admin[team]).status_code == 404
 
@@ -227,7 +307,7 @@ class TwoTeams(RuleBasedStateMachine):
         assert sorted(added.values()) == sorted(line["text"] for line in fresh)
         by_text = {text: mid for mid, text in added.items()}
         for line in fresh:
-            self.copies[team][_root(line)] = by_text[line["text"]]
+            self.keys[team][by_text[line["text"]]] = _import_key(line)
             self.words[team] |= {w for w in line["text"].split() if w.startswith("zq")}
         self.saved[team].update(added)
 
