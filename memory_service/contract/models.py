@@ -57,8 +57,7 @@ class ErrorOut(BaseModel):
 class RememberRequest(Strict):
     text: FreeText = Field(
         min_length=1,
-        description="What the agent did, read or was told, without NUL "
-        "characters. Limit: MEMORY_MAX_TEXT_BYTES (64 KiB).",
+        description="What the agent did, read or was told, as given. Limit: MEMORY_MAX_TEXT_BYTES (64 KiB).",
     )
     agent_id: AgentId
     run_id: RunId | None = None
@@ -72,9 +71,8 @@ class RememberRequest(Strict):
     occurred_at: Moment | None = Field(
         default=None,
         description="When what the text tells happened (ISO-8601, 0002-01-01 to 9998-12-31; with an offset it "
-        "counts in that "
-        "offset, without one in MEMORY_TIMEZONE). Relative dates in its facts "
-        "('yesterday') count from that day. Default: the save time.",
+        "counts in that offset, without one in MEMORY_TIMEZONE). Relative dates in its facts ('yesterday') "
+        "count from that day. Default: the save time.",
     )
     wait_s: JsonFloat = Field(
         default=0, ge=0, le=120, description="Wait up to this long for extraction to finish before answering."
@@ -147,8 +145,7 @@ def _default_kinds() -> list[ItemKind]:
     return ["fact", "passage"]
 
 
-# the bounds of a recall's `max_tokens`: a line's date and agent alone take ~14 tokens; 32768 is a large
-# model's whole context
+# the bounds of a recall's `max_tokens`: a line's date and agent take ~14 tokens; 32768 is a large model's context
 MIN_RECALL_TOKENS = 32
 MAX_RECALL_TOKENS = 32768
 
@@ -169,8 +166,7 @@ class RecallRequest(Strict):
     until: Moment | None = None
     time_field: Literal["created_at", "occurred_at"] = Field(
         default="created_at",
-        description="What since/until compare: when the text was saved, or when what it "
-        "tells happened (its `occurred_at`; a text saved without one: its save time).",
+        description="What since/until compare: when saved, or when what it tells happened (occurred_at, else saved).",
     )
     as_of: Moment | None = Field(default=None, description="When asked: the query's 'last week' counts from it; now.")
     min_score: JsonFloat | None = Field(
