@@ -262,3 +262,30 @@ def test_an_earlier_save_of_another_share_never_becomes_a_facts_source_on_both_e
     sources = journal.fact_sources(["f-m1-later", "f-a2-later"])
     assert {s[0] for s in sources["f-m1-later"]} == {m1_later.id, m1.id}  # not a1's
     assert {s[0] for s in sources["f-a2-later"]} == {a2_later.id, a1.id}  # not the pinned m1's
+
+
+def test_a_pinned_saves_extraction_context_holds_only_its_agents_saves_on_both_engines(journal: Journal) -> None:
+    """A run's earlier saves are the model's context; a pinned save's prompt never shows another agent's text,
+    so nothing the pinned key can read is extracted from what it may not read."""
+
+    def in_run(agent: str, text: str, *, pinned: bool) -> Memory:
+        memory, _ = journal.insert(
+            team=TEAM,
+            agent_id=agent,
+            text=text,
+            run_id="shared-run",
+            tags=[],
+            metadata={},
+            idempotency_key=None,
+            budget_s=20.0,
+            pinned=pinned,
+        )
+        time.sleep(0.01)  # distinct created_at, so the run's order is the order of the saves
+        return memory
+
+    a1 = in_run("a1", LOW, pinned=False)
+    m1 = in_run("m1", HIGH, pinned=True)
+    m1_later = in_run("m1", OTHER, pinned=True)
+    a2_later = in_run("a2", OTHER, pinned=False)
+    assert [m.id for m in journal.context_for(m1_later, block=8, window_s=3600)] == [m1.id]
+    assert [m.id for m in journal.context_for(a2_later, block=8, window_s=3600)] == [a1.id, m1.id, m1_later.id]

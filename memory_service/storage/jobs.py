@@ -154,13 +154,17 @@ class JobQueue:
         one and llama.cpp's cache covers the context: it starts at the save before a multiple of `block`
         and holds 1 to `block` saves (fewer at the run's start). Only the first save of each block pays
         for one earlier save again. Without a run, the conversation is the same agent's saves (also
-        without a run) from the `window_s` before it, windowed the same way.
+        without a run) from the `window_s` before it, windowed the same way. A pinned save's run holds
+        only its own agent's saves: what it extracts is what its key may read.
         """
         where = "team = ? AND status != ? AND created_at < ? AND id != ?"
         args: list[Any] = [memory.team, DELETED, memory.created_at, memory.id]
         if memory.run_id is not None:
             where += " AND run_id = ?"
             args.append(memory.run_id)
+            if memory.pinned:  # a pinned agent's prompt never holds another agent's text (issue 40's write scope)
+                where += " AND agent_id = ?"
+                args.append(memory.agent_id)
         else:
             where += " AND agent_id = ? AND run_id IS NULL AND created_at >= ?"
             args += [memory.agent_id, memory.created_at - window_s]
