@@ -108,7 +108,8 @@ def _measure_variant(client: httpx.Client, texts: list[str], extra: dict[str, An
 
 
 def _indexes_ready(operator: httpx.Client) -> int:
-    """The ready in-process indexes, from /metrics read with the metrics token (refused a team key: 403)."""
+    """The ready in-process indexes, from /metrics read with the metrics token (a team key sees only its team's
+    series, and this gauge has no team label)."""
     response = operator.get("/metrics")
     response.raise_for_status()
     return int(sum(value for _, value in scrape(response.text).get("memory_vector_indexes_ready", [])))
