@@ -31,16 +31,22 @@ def fact(text: str, fact_id: str) -> NewFact:
 
 def build_data_dir(data: Path) -> dict:
     journal = Journal(data / "journal.sqlite3")
+    plans = [
+        FactPlan(new=[fact("Ana lives in Porto", "f-porto")]),
+        FactPlan(new=[fact("Ana lives in Lisbon", "f-lisbon")], superseded=[("f-porto", "f-lisbon")]),
+        FactPlan(new=[fact("Ticket QX-4411 is closed", "f-ticket")]),
+        FactPlan(new=[fact("Bruno prefers tea", "f-tea")]),
+        None,  # the fifth job: cut off mid-extraction
+    ]
     ids = []
-    for n, text in enumerate(
-        [
-            "Ana lives in Porto",
-            "Ana lives in Lisbon now",
-            "Ticket QX-4411 is closed",
-            "Bruno prefers tea",
-            "still extracting when the service stopped",
-        ]
-    ):
+    texts = [
+        "Ana lives in Porto",
+        "Ana lives in Lisbon now",
+        "Ticket QX-4411 is closed",
+        "Bruno prefers tea",
+        "still extracting when the service stopped",
+    ]
+    for n, (text, plan) in enumerate(zip(texts, plans, strict=True)):
         memory, _ = journal.insert(
             team="team-a" if n < 4 else "team-b",
             agent_id=f"agent-{n % 2}",
@@ -53,15 +59,12 @@ def build_data_dir(data: Path) -> dict:
             now=1_700_000_000.0 + n,
         )
         ids.append(memory.id)
-    plans = [
-        FactPlan(new=[fact("Ana lives in Porto", "f-porto")]),
-        FactPlan(new=[fact("Ana lives in Lisbon", "f-lisbon")], superseded=[("f-porto", "f-lisbon")]),
-        FactPlan(new=[fact("Ticket QX-4411 is closed", "f-ticket")]),
-        FactPlan(new=[fact("Bruno prefers tea", "f-tea")]),
-    ]
-    for plan in plans:
-        journal.complete(journal.claim_next("w", 60), plan, raw_reply="r", timings=None, report={"stored": 1})
-    journal.claim_next("w", 60)  # the fifth job: cut off mid-extraction
+        # each job is claimed as soon as it is saved: the fair queue serves teams and agents in turn, so a
+        # claim after all five saves would not take them in the order the plans assume
+        claimed = journal.claim_next("w", 60)
+        assert claimed is not None and claimed.id == memory.id
+        if plan is not None:
+            journal.complete(claimed, plan, raw_reply="r", timings=None, report={"stored": 1})
     journal.close()
 
     clock = lambda: datetime.now(UTC)  # noqa: E731
