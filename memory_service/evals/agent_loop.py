@@ -3,20 +3,23 @@ calling, the MCP server's tools (through the MCP SDK's client, over stdio) and t
 
 Nothing is simulated: the model's tool calls go to the real MCP server process, which calls the real service.
 What the session measured (tool calls, errors and whether each was recovered, prompt tokens as the model
-server counted them, wall time) is returned with the final answer; the scoring does not read it.
+server counted them, wall time) is returned with the final answer; the scoring does not read it. Every raw
+reply is kept, and an audit counts from them the calls the harness did not run: the field report's rule is to
+look at the raw reply before blaming the model, and a harness that drops calls looks exactly like a weak one.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
 from .agent_tasks import LocalTool, RunState
+from .tool_calls import TextCall, looks_like_a_call, read_calls, without_calls
 
 SYSTEM = (
     "You are an assistant agent that works through tools. This is a new session: you remember nothing from "
@@ -26,6 +29,8 @@ SYSTEM = (
 MAX_TURNS = 14
 MAX_REPLY_TOKENS = 384
 STUCK_REPEATS = 3  # the same calls this many turns running, or one call this many times in one reply: stuck
+# greedy and reproducible: llama-server's prompt cache otherwise makes two identical requests differ
+DEFAULT_SAMPLING: dict[str, Any] = {"temperature": 0, "cache_prompt": False}
 
 
 @dataclass
@@ -36,9 +41,12 @@ class ToolCall:
     # for an error: did a later call succeed in this session (the model went on, maybe by another tool, as a
     # stale id is recovered by recall), rather than stopping at the error?
     recovered: bool | None = None
+    from_text: bool = False  # written as text in the reply's content, not in its tool_calls
 
     def report(self) -> dict[str, Any]:
         out: dict[str, Any] = {"tool": self.name, "arguments": self.arguments}
+        if self.from_text:
+            out["from_text"] = True
         if self.error is not None:
             out.update(error=self.error[:300], recovered=self.recovered)
         return out
@@ -46,18 +54,55 @@ class ToolCall:
 
 @dataclass
 class SessionResult:
+    """What one session did.
+
+    `raw` holds every reply of the model, one dict per turn, with stable keys (the report reads them):
+    `turn` (1-based), `content` and `tool_calls` exactly as sent, `reasoning_content` (only when sent),
+    `finish_reason`, `usage`, `timings` (llama-server's, else None), `calls_in_text` (calls read from the
+    content), `ran` ([{"id", "tool", "from": "tool_calls" | "text", "error": bool}] for each call the harness
+    ran from this reply, in order) and `not_run` (None, "stuck": the repeat the stuck stop did not run, or
+    "cut": a reply cut at the token cap, whose calls are not run).
+    """
+
     final_answer: str = ""
     calls: list[ToolCall] = field(default_factory=list)
     prompt_tokens: list[int] = field(default_factory=list)  # usage.prompt_tokens of each request
     completion_tokens: int = 0
-    calls_from_text: int = 0  # tool calls the model wrote as text, read by `calls_in_content`
+    calls_from_text: int = 0  # tool calls the model wrote as text, read by `tool_calls.read_calls`
     turns: int = 0
-    stopped: str = "answered"  # answered | max_turns | stuck | timeout | model_error
+    stopped: str = "answered"  # answered | cut | max_turns | stuck | timeout | model_error
     problem: str | None = None
     wall_s: float = 0.0
+    raw: list[dict[str, Any]] = field(default_factory=list)
+    offered: tuple[str, ...] = ()  # the tools the model was given (the audit reads calls as the loop did)
+
+    def audit(self) -> dict[str, int]:
+        """Calls in the raw replies against calls run. `calls_lost` (present, not run, not explained by a
+        stuck stop or a cut reply) must be 0; `replies_with_unread_call_text`: replies whose text looks like a
+        call (a <tool_call> tag, `<function=`, a "name" key) but gave no call, for a reader to look at."""
+        present = run = stuck = cut = unread = 0
+        for reply in self.raw:
+            calls, _, _ = _calls_of(reply, self.offered)
+            present += len(calls)
+            run += len(reply.get("ran") or [])
+            if reply.get("not_run") == "stuck":
+                stuck += len(calls)
+            elif reply.get("not_run") == "cut":
+                cut += len(calls)
+            if not calls and self.offered and looks_like_a_call(reply.get("content")):
+                unread += 1
+        return {
+            "calls_in_replies": present,
+            "calls_run": run,
+            "calls_lost": present - run - stuck - cut,
+            "calls_not_run_stuck": stuck,
+            "calls_cut": cut,
+            "replies_with_unread_call_text": unread,
+        }
 
     def report(self) -> dict[str, Any]:
         errors = [c for c in self.calls if c.error is not None]
+        audit = self.audit()
         return {
             "final_answer": self.final_answer[:500],
             "stopped": self.stopped,
@@ -67,10 +112,13 @@ class SessionResult:
             "tool_calls_from_text": self.calls_from_text,
             "tool_errors": len(errors),
             "tool_errors_recovered": sum(1 for c in errors if c.recovered),
+            "calls_lost": audit["calls_lost"],
+            "audit": audit,
             "calls": [c.report() for c in self.calls],
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "wall_time_s": round(self.wall_s, 1),
+            "raw_replies": self.raw,
         }
 
 
@@ -85,40 +133,55 @@ def mcp_tool_schemas(tools: list[Any]) -> list[dict[str, Any]]:
     ]
 
 
-_CALL_BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)|```(?:json)?\s*(.*?)```", re.S)
-
-
 def calls_in_content(content: str, offered: set[str]) -> list[dict[str, Any]]:
-    """Tool calls a small model wrote as text (a ```json block or a bare <tool_call>) instead of in the
-    tool-call format: Qwen2.5-Coder-1.5B does, so a harness for small models reads them, as this one does
-    (counted apart). Only objects naming an offered tool, with object arguments, count."""
-    blocks = [a or b for a, b in _CALL_BLOCK.findall(content)] or [content]
-    # Qwen2.5's chat template shows the call as `{{"name": ...}}` (its own escaped braces), and the model copies it
-    blocks = [b.strip()[1:-1] if b.strip().startswith("{{") and b.strip().endswith("}}") else b for b in blocks]
-    found: list[dict[str, Any]] = []
-    for block in blocks:
-        for obj in _json_values(block):
-            if isinstance(obj, dict) and obj.get("name") in offered and isinstance(obj.get("arguments", {}), dict):
-                arguments = json.dumps(obj.get("arguments") or {})
-                call_id = f"call_text_{len(found)}"
-                found.append(
-                    {"id": call_id, "type": "function", "function": {"name": obj["name"], "arguments": arguments}}
-                )
-    return found
+    """The calls written as text in `content`, in the OpenAI tool_calls form (those with bad arguments or an
+    unoffered tool included: the loop answers them with a tool error)."""
+    return [_canonical(f"call_text_{n}", c.name, c.arguments or {}) for n, c in enumerate(read_calls(content, offered))]
 
 
-def _json_values(text: str) -> list[Any]:
-    """The JSON values written one after another in `text` (lists flattened); stops at the first non-JSON."""
-    decoder, at = json.JSONDecoder(), 0
-    values: list[Any] = []
-    while True:
-        while at < len(text) and text[at] in " \t\r\n,":
-            at += 1
+@dataclass
+class _Call:
+    """One call of a reply, as the loop runs it."""
+
+    id: str
+    name: str
+    arguments: Any  # as sent: a JSON string or an object (checked when run)
+    from_text: bool
+    problem: str | None = None  # text calls: why the arguments are unusable
+
+
+def _canonical(call_id: str, name: str, arguments: Any) -> dict[str, Any]:
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": text}}
+
+
+def _calls_of(reply: Mapping[str, Any], offered: tuple[str, ...]) -> tuple[list[_Call], str, list[TextCall]]:
+    """The calls of one reply (its tool_calls, then those written in its text that are not the same call
+    again), the content the history keeps (without the calls' text), and the text calls read."""
+    content: str = reply["content"] if isinstance(reply.get("content"), str) else ""
+    calls: list[_Call] = []
+    for n, raw in enumerate(reply.get("tool_calls") or []):
+        function = raw.get("function") if isinstance(raw, dict) else None
+        function = function if isinstance(function, dict) else {}
+        call_id = str(raw.get("id") or "") if isinstance(raw, dict) else ""
+        calls.append(_Call(call_id or f"call_{n}", str(function.get("name") or ""), function.get("arguments"), False))
+    if not offered:
+        return calls, content, []
+    native = {(c.name, _normal(c.arguments)) for c in calls}
+    text_calls = [c for c in read_calls(content, set(offered)) if (c.name, _normal(c.arguments)) not in native]
+    for n, found in enumerate(text_calls):
+        calls.append(_Call(f"call_text_{n}", found.name, found.arguments or {}, True, found.problem))
+    return calls, without_calls(content, text_calls) if text_calls else content, text_calls
+
+
+def _normal(arguments: Any) -> str:
+    """Arguments compared across the two fields: parsed when they are a JSON string."""
+    if isinstance(arguments, str):
         try:
-            value, at = decoder.raw_decode(text, at)
+            arguments = json.loads(arguments)
         except ValueError:
-            return values
-        values.extend(value if isinstance(value, list) else [value])
+            return arguments
+    return json.dumps(arguments, sort_keys=True)
 
 
 def _mark_recoveries(calls: list[ToolCall]) -> None:
@@ -127,8 +190,15 @@ def _mark_recoveries(calls: list[ToolCall]) -> None:
             call.recovered = any(c.error is None for c in calls[n + 1 :])
 
 
-async def _chat(http: httpx.AsyncClient, url: str, model: str | None, messages: list[Any], tools: list[Any]) -> Any:
-    body: dict[str, Any] = {"messages": messages, "temperature": 0, "max_tokens": MAX_REPLY_TOKENS}
+async def _chat(
+    http: httpx.AsyncClient,
+    url: str,
+    model: str | None,
+    messages: list[Any],
+    tools: list[Any],
+    sampling: Mapping[str, Any],
+) -> Any:
+    body: dict[str, Any] = {"messages": messages, "max_tokens": MAX_REPLY_TOKENS, **sampling}
     if model:
         body["model"] = model
     if tools:
@@ -140,7 +210,13 @@ async def _chat(http: httpx.AsyncClient, url: str, model: str | None, messages: 
     return response.json()
 
 
-async def _run_tool(name: str, args: dict[str, Any], local: dict[str, LocalTool], mcp: Any, state: RunState) -> str:
+class ToolError(Exception):
+    """A tool call that failed; its text goes back to the model as the tool's answer."""
+
+
+async def _run_tool(
+    name: str, args: dict[str, Any], local: dict[str, LocalTool], mcp: Any, state: RunState, offered: tuple[str, ...]
+) -> str:
     """The tool's text; raises ToolError with the text the model reads when the call failed."""
     if name in local:
         try:
@@ -153,19 +229,19 @@ async def _run_tool(name: str, args: dict[str, Any], local: dict[str, LocalTool]
         if result.is_error:
             raise ToolError(text or "the tool failed")
         return text
-    raise ToolError(f"There is no tool named {name!r}.")
-
-
-class ToolError(Exception):
-    """A tool call that failed; its text goes back to the model as the tool's answer."""
+    # passed through, never dropped and never the end of the run (the field report's lesson)
+    raise ToolError(f"There is no tool named {name!r}. The tools you have are: {', '.join(offered)}.")
 
 
 def _arguments(raw: Any) -> dict[str, Any]:
     if isinstance(raw, dict):
         return raw
-    parsed = json.loads(raw or "{}")
+    try:
+        parsed = json.loads(raw or "{}")
+    except (TypeError, ValueError):
+        raise ValueError('The arguments must be a JSON object like {"key": "value"}; they were not JSON.') from None
     if not isinstance(parsed, dict):
-        raise ValueError("tool arguments must be a JSON object")
+        raise ValueError(f'The arguments must be a JSON object like {{"key": "value"}}; they were {parsed!r}.')
     return parsed
 
 
@@ -179,16 +255,20 @@ async def run_session(
     local_tools: tuple[LocalTool, ...],
     mcp: Any,
     deadline: float,
+    sampling: Mapping[str, Any] | None = None,
 ) -> SessionResult:
-    """One session from a fresh context until the model answers without a tool call (or a bound is hit)."""
+    """One session from a fresh context until the model answers without a tool call (or a bound is hit).
+
+    `sampling`: fields merged into every request body (seed, temperature, top_p...); DEFAULT_SAMPLING when
+    None."""
     started = time.monotonic()
-    out = SessionResult()
-    local = {t.name: t for t in local_tools}
     tools = [t.schema() for t in local_tools] + (mcp.schemas if mcp is not None else [])
-    offered = {t["function"]["name"] for t in tools}
+    out = SessionResult(offered=tuple(t["function"]["name"] for t in tools))
+    local = {t.name: t for t in local_tools}
     system = SYSTEM + (f"\n\n{mcp.instructions}" if mcp is not None and mcp.instructions else "")
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}, {"role": "user", "content": prompt}]
     turn_calls: list[list[str]] = []
+    sampling = DEFAULT_SAMPLING if sampling is None else sampling
     try:
         while True:
             if out.turns >= MAX_TURNS:
@@ -197,36 +277,66 @@ async def run_session(
             if time.monotonic() > deadline:
                 out.stopped = "timeout"
                 break
-            reply = await _chat(http, agent_url, model, messages, tools)
-            out.turns += 1
-            usage = reply.get("usage") or {}
-            out.prompt_tokens.append(int(usage.get("prompt_tokens") or 0))
-            out.completion_tokens += int(usage.get("completion_tokens") or 0)
-            message = reply["choices"][0]["message"]
-            tool_calls = message.get("tool_calls") or []
-            if not tool_calls and tools:
-                tool_calls = calls_in_content(message.get("content") or "", offered)
-                out.calls_from_text += len(tool_calls)
-            if not tool_calls:
-                out.final_answer = message.get("content") or ""
+            reply = await _chat(http, agent_url, model, messages, tools, sampling)
+            message, record = _record(reply, out)
+            calls, content, text_calls = _calls_of(message, out.offered)
+            record["calls_in_text"] = len(text_calls)
+            if record["finish_reason"] == "length":  # cut at the token cap: neither an answer nor a sure call
+                out.stopped, record["not_run"] = "cut", "cut"
                 break
-            turn_calls.append([_signature(raw) for raw in tool_calls])
+            if not calls:
+                out.final_answer = content
+                break
+            turn_calls.append([f"{c.name}:{_normal(c.arguments)}" for c in calls])
             if _stuck(turn_calls):
-                out.stopped = "stuck"
+                out.stopped, record["not_run"] = "stuck", "stuck"
                 break
-            messages.append({"role": "assistant", "content": message.get("content") or "", "tool_calls": tool_calls})
-            for n, raw in enumerate(tool_calls):
-                messages.append(await _one_call(raw, n, out, local, mcp, state))
-    except (httpx.HTTPError, RuntimeError, KeyError, IndexError, TypeError) as exc:
+            history = [_canonical(c.id, c.name, _history_arguments(c)) for c in calls]
+            messages.append({"role": "assistant", "content": content, "tool_calls": history})
+            for call in calls:
+                messages.append(await _one_call(call, out, local, mcp, state))
+                record["ran"].append(
+                    {"id": call.id, "tool": call.name, "from": "text" if call.from_text else "tool_calls",
+                     "error": out.calls[-1].error is not None}
+                )  # fmt: skip
+    except (httpx.HTTPError, RuntimeError, KeyError, IndexError, TypeError, AttributeError) as exc:
         out.stopped, out.problem = "model_error", f"{type(exc).__name__}: {exc}"[:300]
     _mark_recoveries(out.calls)
     out.wall_s = time.monotonic() - started
     return out
 
 
-def _signature(raw: dict[str, Any]) -> str:
-    function = raw.get("function") or {}
-    return f"{function.get('name')}:{function.get('arguments')}"
+def _history_arguments(call: _Call) -> Any:
+    """The arguments as the history shows them: a JSON object always (a chat template re-reads them)."""
+    try:
+        return {} if call.problem else _arguments(call.arguments)
+    except ValueError:
+        return {}
+
+
+def _record(reply: Any, out: SessionResult) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Count the reply's tokens and keep it raw; its message and its raw record."""
+    out.turns += 1
+    usage = reply.get("usage") or {}
+    out.prompt_tokens.append(int(usage.get("prompt_tokens") or 0))
+    out.completion_tokens += int(usage.get("completion_tokens") or 0)
+    choice = reply["choices"][0]
+    message = choice["message"]
+    record: dict[str, Any] = {
+        "turn": out.turns,
+        "content": message.get("content"),
+        "tool_calls": message.get("tool_calls"),
+        "finish_reason": choice.get("finish_reason"),
+        "usage": reply.get("usage"),
+        "timings": reply.get("timings"),
+        "calls_in_text": 0,
+        "ran": [],
+        "not_run": None,
+    }
+    if message.get("reasoning_content"):
+        record["reasoning_content"] = message["reasoning_content"]
+    out.raw.append(record)
+    return message, record
 
 
 def _stuck(turn_calls: list[list[str]]) -> bool:
@@ -241,16 +351,18 @@ def _stuck(turn_calls: list[list[str]]) -> bool:
 
 
 async def _one_call(
-    raw: dict[str, Any], n: int, out: SessionResult, local: dict[str, LocalTool], mcp: Any, state: RunState
+    call: _Call, out: SessionResult, local: dict[str, LocalTool], mcp: Any, state: RunState
 ) -> dict[str, Any]:
     """Run one tool call and record it; the tool message that answers it."""
-    function = raw.get("function") or {}
-    name = str(function.get("name") or "")
-    call = ToolCall(name, {})
+    record = ToolCall(call.name, {}, from_text=call.from_text)
     try:
-        call.arguments = _arguments(function.get("arguments"))
-        text = await _run_tool(name, call.arguments, local, mcp, state)
+        if call.problem:
+            raise ValueError(call.problem)
+        record.arguments = _arguments(call.arguments)
+        text = await _run_tool(call.name, record.arguments, local, mcp, state, out.offered)
     except (ToolError, ValueError) as exc:
-        text = call.error = str(exc) or type(exc).__name__
-    out.calls.append(call)
-    return {"role": "tool", "tool_call_id": raw.get("id") or f"call_{out.turns}_{n}", "content": text}
+        text = record.error = str(exc) or type(exc).__name__
+    out.calls.append(record)
+    if call.from_text:
+        out.calls_from_text += 1
+    return {"role": "tool", "tool_call_id": call.id, "content": text}

@@ -277,9 +277,12 @@ def scripted_reply(script: list[dict[str, Any]], body: dict[str, Any]) -> _Reply
     A turn fits when its `when` is in the first user message, its `step` (default 0) is the number of
     assistant messages so far, and the offered tools include all of `tools_include` and none of
     `tools_exclude`. Its `tool_calls` ([{"name", "arguments"}]) are replied as OpenAI tool_calls, minus those
-    naming a tool the request does not offer (a model calls only what it is shown); `content` is the text.
-    `{name}` in either is replaced by the match of `vars[name]` (a regex) in the conversation. No turn fits:
-    the answer "Done." without tool calls.
+    naming a tool the request does not offer (a model calls only what it is shown; `"offered_only": false`
+    keeps them, as a model that invents a tool name); `content` is the text, any text (a call written as
+    JSON in it, as small models do). `finish_reason` replaces the one chosen ("tool_calls" with calls, else
+    "stop"), e.g. "length" for a reply cut at the token cap. `{name}` in the calls or the content is replaced
+    by the match of `vars[name]` (a regex) in the conversation. No turn fits: the answer "Done." without tool
+    calls.
     """
     messages = body.get("messages") or []
     first_user = next((_text_of(m.get("content")) for m in messages if m.get("role") == "user"), "")
@@ -303,10 +306,11 @@ def scripted_reply(script: list[dict[str, Any]], body: dict[str, Any]) -> _Reply
                     },
                 }
                 for call in turn.get("tool_calls") or []
-                if call["name"] in offered
+                if call["name"] in offered or turn.get("offered_only", True) is False
             ]
             content = str(_fill(turn.get("content", ""), found))
-            return _Reply(content, tool_calls=calls or None, finish_reason="tool_calls" if calls else "stop")
+            finish = str(turn.get("finish_reason") or ("tool_calls" if calls else "stop"))
+            return _Reply(content, tool_calls=calls or None, finish_reason=finish)
     return _Reply("Done.")
 
 

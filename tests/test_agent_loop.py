@@ -1,0 +1,217 @@
+"""The agent loop against replies in the shapes small models send (issue 41, item 3, 4, 5 and 8).
+
+The fake llama-server's `script` mode replays each shape as a real HTTP reply: calls written as text in
+`content` (doubled braces, an unbalanced brace, prose around them, `parameters`, arguments as a string, the
+OpenAI wrapper, two in one reply, a tool that was not offered), a reply cut at the token cap. The task's own
+`process_item` tool records what ran in `RunState.effects`, and the fake records every request, so a test
+reads what the model was sent back (the history) as well as what ran. Every session's audit must count 0
+calls lost by the harness.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memory_service.evals import agent_tasks
+from memory_service.evals.agent_loop import SessionResult, calls_in_content, run_session
+from memory_service.evals.tool_calls import read_calls
+from tests.fakes.fake_llama_server import FakeLlamaServer
+
+PROMPT = "Answer the tickets T-1 and T-2."
+TOOLS = (agent_tasks.PROCESS_ITEM, agent_tasks.SEND_EMAIL)
+
+
+def _call(item: str, key: str = "arguments") -> str:
+    return json.dumps({"name": "process_item", key: {"item_id": item}})
+
+
+def _session(
+    turns: list[dict[str, Any]], *, tools: tuple[agent_tasks.LocalTool, ...] = TOOLS, **kw: Any
+) -> tuple[SessionResult, agent_tasks.RunState, list[dict[str, Any]]]:
+    """Run one session against the scripted fake: (result, the tools' effects, the requests the fake got)."""
+    script = [{"when": "tickets", "step": n, **turn} for n, turn in enumerate(turns)]
+    state = agent_tasks.RunState(nonce="x")
+
+    async def session(url: str) -> SessionResult:
+        async with httpx.AsyncClient(timeout=30, trust_env=False) as http:
+            return await run_session(
+                http, url, None, PROMPT, state=state, local_tools=tools, mcp=None, deadline=float("inf"), **kw
+            )
+
+    with FakeLlamaServer("ok", tokens_per_s=50_000) as fake:
+        fake.set_mode("script", script=script)
+        result = anyio.run(session, fake.url)
+        requests = fake.recorded()
+    assert result.report()["calls_lost"] == 0, result.report()["audit"]
+    return result, state, requests
+
+
+def _items(state: agent_tasks.RunState) -> list[str]:
+    return [e["item"] for e in state.did("process_item")]
+
+
+def _tool_messages(request: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in request["messages"] if m["role"] == "tool"]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        # the Qwen2.5 GGUF template's doubled braces, then prose
+        '{{"name": "process_item", "arguments": {"item_id": "T-1"}}}\nI have answered the ticket.',
+        # an unbalanced `}}`: doubled opening brace, one closing brace short (seen at temperature 0)
+        '{{"name": "process_item", "arguments": {"item_id": "T-1"}}',
+        # a preamble and a tail of prose
+        f"Sure: {_call('T-1')} I will now check the next one.",
+        # the arguments as a JSON string
+        json.dumps({"name": "process_item", "arguments": json.dumps({"item_id": "T-1"})}),
+        # the OpenAI wrapper
+        json.dumps({"type": "function", "function": {"name": "process_item", "arguments": {"item_id": "T-1"}}}),
+        # `parameters` instead of `arguments`: run with the real arguments, not {}
+        _call("T-1", "parameters"),
+        # a <tool_call> block
+        f"<tool_call>\n{_call('T-1')}\n</tool_call>",
+    ],
+    ids=["doubled-brace-prose", "unbalanced-braces", "preamble", "string-arguments", "openai-wrapper",
+         "parameters", "tool-call-tag"],
+)  # fmt: skip
+def test_a_call_written_as_text_in_any_shape_runs_with_its_arguments(content: str) -> None:
+    result, state, requests = _session([{"content": content}, {"content": "Done."}])
+    assert _items(state) == ["T-1"]
+    assert result.final_answer == "Done." and result.stopped == "answered"
+    assert result.calls_from_text == 1 and result.calls[0].error is None
+    assert _tool_messages(requests[1]) == ["Processed T-1: the customer got an answer."]
+
+
+def test_two_calls_in_one_reply_both_run_in_order() -> None:
+    """Seen: two calls in one reply, each with the template's doubled braces; the old reader ran the first."""
+    two = "\n".join("{" + _call(item) + "}" for item in ("T-1", "T-2"))
+    result, state, requests = _session([{"content": two}, {"content": "Done."}])
+    assert _items(state) == ["T-1", "T-2"]
+    assert result.calls_from_text == 2 and len(_tool_messages(requests[1])) == 2
+
+
+def test_calls_in_both_fields_of_one_reply_all_run_once() -> None:
+    """One call in tool_calls and another written in the text: both run; the same call in both runs once."""
+    both = f"First {_call('T-2')} and {_call('T-1')}"
+    turn = {"content": both, "tool_calls": [{"name": "process_item", "arguments": {"item_id": "T-1"}}]}
+    result, state, _ = _session([turn, {"content": "Done."}])
+    assert _items(state) == ["T-1", "T-2"]
+    assert result.report()["audit"]["calls_in_replies"] == 2
+
+
+@pytest.mark.parametrize("field", ["content", "tool_calls"])
+def test_a_call_to_a_tool_not_offered_is_answered_with_the_offered_tools_and_the_session_goes_on(field: str) -> None:
+    wrong = {"name": "answer_ticket", "arguments": {"item_id": "T-1"}}
+    first = {"content": json.dumps(wrong)} if field == "content" else {"tool_calls": [wrong], "offered_only": False}
+    result, state, requests = _session([first, {"content": _call("T-1")}, {"content": "Done."}])
+    assert _tool_messages(requests[1]) == [
+        "There is no tool named 'answer_ticket'. The tools you have are: process_item, send_email."
+    ]
+    assert _items(state) == ["T-1"] and result.final_answer == "Done." and result.turns == 3
+    assert result.calls[0].error and result.calls[0].recovered is True
+
+
+def test_arguments_that_are_not_an_object_get_a_tool_error_saying_so() -> None:
+    listed = json.dumps({"name": "process_item", "arguments": ["T-1"]})
+    result, state, requests = _session([{"content": listed}, {"content": "Done."}])
+    assert state.effects == [] and result.calls[0].error
+    (answer,) = _tool_messages(requests[1])
+    assert "must be a JSON object" in answer and "list" in answer
+
+
+def test_the_history_holds_a_call_read_from_text_once_in_the_canonical_form() -> None:
+    content = f"Sure: {_call('T-1')}"
+    _, _, requests = _session([{"content": content}, {"content": "Done."}])
+    assistant = [m for m in requests[1]["messages"] if m["role"] == "assistant"]
+    assert len(assistant) == 1
+    assert "process_item" not in assistant[0]["content"] and "{" not in assistant[0]["content"]
+    (call,) = assistant[0]["tool_calls"]
+    assert call["type"] == "function" and call["function"]["name"] == "process_item"
+    assert json.loads(call["function"]["arguments"]) == {"item_id": "T-1"}
+    (tool,) = [m for m in requests[1]["messages"] if m["role"] == "tool"]
+    assert tool["tool_call_id"] == call["id"]
+
+
+def test_a_reply_cut_at_the_token_cap_ends_the_session_as_cut_not_as_an_answer() -> None:
+    cut = {
+        "content": 'I will answer it: {"name": "process_item", "arguments": {"item_id": "T-',
+        "finish_reason": "length",
+    }
+    result, state, requests = _session([cut, {"content": "Done."}])
+    assert result.stopped == "cut" and result.final_answer == "" and result.turns == 1
+    assert state.effects == [] and len(requests) == 1
+    # a whole call in a cut reply is not run either (the reply may have been cut inside its arguments)
+    whole = {"content": f"{_call('T-1')} and then {_call('T-2')}", "finish_reason": "length"}
+    result, state, _ = _session([whole])
+    assert result.stopped == "cut" and state.effects == []
+    assert result.report()["audit"]["calls_cut"] == 2
+
+
+def test_every_raw_reply_is_in_the_report() -> None:
+    turns = [
+        {"content": f"Sure: {_call('T-1')}"},
+        {"tool_calls": [{"name": "process_item", "arguments": {"item_id": "T-2"}}]},
+        {"content": "Done."},
+    ]
+    result, _, _ = _session(turns)
+    raw = json.loads(json.dumps(result.report()))["raw_replies"]
+    assert [r["turn"] for r in raw] == [1, 2, 3]
+    assert [r["finish_reason"] for r in raw] == ["stop", "tool_calls", "stop"]
+    assert raw[0]["content"] == f"Sure: {_call('T-1')}" and raw[0]["tool_calls"] is None
+    assert raw[0]["calls_in_text"] == 1 and [c["from"] for c in raw[0]["ran"]] == ["text"]
+    assert raw[1]["tool_calls"][0]["function"]["name"] == "process_item"
+    assert [c["from"] for c in raw[1]["ran"]] == ["tool_calls"] and raw[2]["ran"] == []
+    assert all(r["usage"]["prompt_tokens"] > 0 and "predicted_n" in r["timings"] for r in raw)
+    assert result.report()["audit"] == {
+        "calls_in_replies": 2,
+        "calls_run": 2,
+        "calls_lost": 0,
+        "calls_not_run_stuck": 0,
+        "calls_cut": 0,
+        "replies_with_unread_call_text": 0,
+    }
+
+
+def test_the_stuck_stops_repeat_is_counted_apart_from_lost_calls() -> None:
+    again = [{"content": _call("T-1")}] * 4
+    result, state, _ = _session(again)
+    assert result.stopped == "stuck" and _items(state) == ["T-1", "T-1"]
+    audit = result.report()["audit"]
+    assert audit["calls_not_run_stuck"] == 1 and audit["calls_run"] == 2
+
+
+def test_sampling_is_merged_into_every_request() -> None:
+    _, _, requests = _session([{"content": _call("T-1")}, {"content": "Done."}])
+    assert requests[0]["temperature"] == 0 and requests[0]["cache_prompt"] is False
+    assert requests[0]["max_tokens"] == 384
+    _, _, requests = _session([{"content": "Done."}], sampling={"seed": 7, "temperature": 0.7, "top_p": 0.8})
+    assert (requests[0]["seed"], requests[0]["temperature"], requests[0]["top_p"]) == (7, 0.7, 0.8)
+    assert "cache_prompt" not in requests[0] and requests[0]["max_tokens"] == 384
+
+
+_JSONISH = st.text(alphabet='{}[]":,\\ ntame\x00\u00e9\U0001f600argumentsprocess_item', max_size=300)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(max_size=500), _JSONISH, st.lists(_JSONISH, max_size=5).map(_call("T-1").join)))
+def test_the_text_reader_never_raises(text: str) -> None:
+    calls = read_calls(text, {"process_item"})
+    assert all(c.arguments is None or isinstance(c.arguments, dict) for c in calls)
+    assert len(calls_in_content(text, {"process_item"})) == len(calls)
+
+
+def test_the_text_reader_bounds_its_work_on_huge_or_deep_text() -> None:
+    offered = {"process_item"}
+    assert calls_in_content("{" * 200_000, offered) == []
+    assert calls_in_content('{"a": "' * 50_000, offered) == []
+    assert calls_in_content('{"a": ' * 5_000 + "1" + "}" * 5_000, offered) == []  # deeper than json can read
+    assert calls_in_content("[" * 10_000 + _call("T-1"), offered)  # after 10,000 brackets: still read
+    assert len(calls_in_content(_call("T-1") * 1000, offered)) == 32
