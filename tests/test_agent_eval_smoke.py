@@ -144,7 +144,8 @@ def test_fake_script_mode_replays_tool_calls_and_the_loop_scores_local_effects()
 
 def test_tool_calls_written_as_text_are_run_and_counted() -> None:
     """Qwen2.5-Coder-1.5B writes its calls as ```json blocks: the loop runs those naming an offered tool (and
-    counts them apart); JSON naming a tool it was not offered stays the answer."""
+    counts them apart); a call naming a tool it was not offered is answered with a tool error listing the
+    offered tools, and the session goes on (issue 41)."""
     block = '```json\n{"name": "process_item", "arguments": {"item_id": "T-9"}}\n```'
     script = [
         {"when": "ticket", "content": block},
@@ -163,8 +164,8 @@ def test_tool_calls_written_as_text_are_run_and_counted() -> None:
         fake.set_mode("script", script=script)
         result = anyio.run(session, fake.url)
     assert state.effects == [{"tool": "process_item", "item": "T-9"}]
-    assert result.calls_from_text == 1 and result.turns == 2
-    assert result.final_answer.startswith('{"name": "send_email"')
+    assert result.calls_from_text == 2 and result.turns == 3 and result.final_answer == "Done."
+    assert result.calls[1].error == "There is no tool named 'send_email'. The tools you have are: process_item."
 
 
 @pytest.mark.process  # its own `serve`, and a `memory-service mcp` process per session
