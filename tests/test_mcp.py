@@ -200,14 +200,22 @@ def test_empty_recall_says_memory_works_and_what_to_filter_on(service: InProcess
                 assert not failed and "empty so far" in text, text
         finally:
             empty.stop()
+        with service.client("key-a") as http:  # another agent of the team, with its own tag
+            body = {"text": "Rotated the backup keys.", "agent_id": "ops-b", "tags": ["ops"]}
+            assert http.post("/v1/remember", json=body).status_code == 202
         async with stdio(service.url) as client:
             failed, saved = await call(
                 client, "remember", text="The staging database moved to host db-7.", tags=["infra"]
             )
             assert not failed, saved
+            # an agent id the team never used is a guess: dropped, said in one line, the team's answer comes back
             failed, text = await call(client, "recall", query="staging database", agent_id="nobody-here")
+            assert not failed and text.startswith("No agent 'nobody-here'") and "mcp-tester" in text, text
+            assert "db-7" in text, text
+            # known filters that match nothing together: the answer says memory works and what to filter on
+            failed, text = await call(client, "recall", query="staging database", agent_id="ops-b", tags=["infra"])
             assert not failed
-            assert "memory is working" in text and "agent_id='nobody-here'" in text, text
+            assert "memory is working" in text and "agent_id='ops-b'" in text, text
             assert "mcp-tester" in text and "infra" in text, text
 
     run(scenario)

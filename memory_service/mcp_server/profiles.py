@@ -27,8 +27,14 @@ CORE_JOBS: tuple[tuple[str, ...], ...] = (
     ("mark_handled", "was_handled"),
 )
 
-# Optional arguments `core` does not show (still accepted): one unit per call is what a small agent needs.
-CORE_HIDDEN_ARGUMENTS: dict[str, frozenset[str]] = {"consume_limit": frozenset({"amount"})}
+# Optional arguments `core` does not show (still accepted): a small model fills every optional argument it sees
+# with a guess (an agent id, a tag, a token budget), and a guessed filter empties the answer. Core shows only
+# what the job needs: recall a query, remember a text, one unit of a limit per call.
+CORE_HIDDEN_ARGUMENTS: dict[str, frozenset[str]] = {
+    "recall": frozenset({"agent_id", "tags", "max_tokens"}),
+    "remember": frozenset({"tags"}),
+    "consume_limit": frozenset({"amount"}),
+}
 
 # Bytes per token of the default model's tokenizer (Qwen2.5) on this JSON tool list, below the measured 3.40
 # (core) and 3.29 (full) (tests/test_mcp_profiles.py checks it with the model's /tokenize): dividing by it

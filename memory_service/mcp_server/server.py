@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.tools import Tool
 from mcp_types import ToolAnnotations
 
 from ..client import AsyncMemoryClient, MemoryServiceError
 from ..contract.models import TeamOut
 from ..storage.keys import role_allows
+from .arguments import PlainTool
 from .profiles import DEFAULT_PROFILE, Profile, select, shown_schema
 from .tools import TOOLS, Toolbox
 
@@ -83,14 +83,16 @@ WHEN_TO_CALL: tuple[tuple[tuple[str, str], ...], ...] = (
 
 
 def instructions(found: Probe, visible: tuple[str, ...]) -> str:
-    """Short server instructions that name only tools the client can see."""
+    """Short server instructions that name only tools the client can see, and no value (a name, an id) that a
+    model could mistake for an argument."""
     if found.team is None:
         return (
             f"No tools are available: {found.problem}. Start the memory service (memory-service serve), "
             "then restart this MCP server."
         )
-    team = found.team
-    parts = [f"Shared memory of team {team.team!r} ({team.memories} saved texts)."]
+    # No team name, agent id or count: a small model copies any such value into an argument (issue 41 saw
+    # `recall(agent_id=<team name>)` come back empty, and the identical call repeated until the run stopped).
+    parts = ["This server is your team's shared memory."]
     for choices in WHEN_TO_CALL:
         said = next((f"Call {tool} {when}" for tool, when in choices if tool in visible), None)
         if said:
@@ -123,7 +125,8 @@ def build_server(
 ) -> MCPServer:
     """An MCP server listing only the `visible_tools`, each with a compact argument schema.
 
-    Arguments are still validated against the full signature (None accepted where the schema omits it).
+    Arguments are still validated against the full signature (None accepted where the schema omits it), and a
+    bad one answers one sentence (`PlainTool`).
     """
     visible = visible_tools(found, read_only, profile)
     functions = toolbox.bind(frozenset(visible))
@@ -135,7 +138,7 @@ def build_server(
                 if not spec.writes
                 else ToolAnnotations(read_only_hint=False, destructive_hint=spec.name == "forget")
             )
-            tool = Tool.from_function(
+            tool = PlainTool.from_function(
                 functions[spec.name],
                 name=spec.name,
                 description=spec.description,

@@ -5,6 +5,8 @@ Lessons from the field, each kept here:
 - a failure is a normal tool error that says what to do next (never an exception out of the server);
 - an unknown id or limit name says what does exist, so the model can correct itself;
 - an empty recall says what could be filtered on, so the model does not conclude memory is broken;
+- a filter the team never used (a guessed agent id or tag) is dropped with one line saying so (recall_filters.py);
+- a bad argument answers one sentence naming it and what to send (arguments.py), never pydantic's report;
 - a text names only tools this server lists (a test greps every text the model can see).
 
 Each tool is an async method of a `Toolbox`, which holds the service client and the agent's identity.
@@ -23,6 +25,7 @@ from ..client import AsyncMemoryClient, MemoryServiceError
 from ..contract.ids import ID_RULE, MAX_MEMORY_ID_LEN, MEMORY_ID_PATTERN, MEMORY_ID_RULE, is_id
 from ..contract.limit_rules import MAX_HANDLED_KEY_LEN, MAX_NAME_LEN, NAME_PATTERN, NAME_RULE, check_name
 from ..storage.keys import Role
+from .recall_filters import drop_unknown
 
 
 class ToolFailed(ToolError):
@@ -107,19 +110,33 @@ LimitName = Annotated[
     str,
     Field(max_length=MAX_NAME_LEN, pattern=NAME_PATTERN, description="Limit name, e.g. 'emails'."),
     AfterValidator(check_name),  # no '..' either, which the pattern cannot say
-    _refused(lambda v: f"No limit can be named {_short(v)}: a limit name is {NAME_RULE}."),
+    _refused(
+        lambda v: (
+            f"No limit can be named {_short(v)}: a limit name is {NAME_RULE}; send the name as the task "
+            "gives it, e.g. 'emails'."
+        )
+    ),
 ]
 AgentId = Annotated[
     str,
     Field(description="Only this agent's memories."),
     AfterValidator(_agent_id),  # checked, not shown: a regular expression is tokens a small model can't use
-    _refused(lambda v: f"No agent can have the id {_short(v)}: an agent_id is {ID_RULE}."),
+    _refused(
+        lambda v: (
+            f"No agent can have the id {_short(v)}: an agent_id is {ID_RULE}; leave agent_id out to search all agents."
+        )
+    ),
 ]
 ItemKey = Annotated[
     str,
     Field(description="Item id, e.g. a URL or 'msg-1187'."),
     AfterValidator(_item_key),  # checked, not shown (as agent ids)
-    _refused(lambda v: f"No item key can be {_short(v)}: a key is 1-{MAX_HANDLED_KEY_LEN} characters."),
+    _refused(
+        lambda v: (
+            f"No item key can be {_short(v)}: a key is 1-{MAX_HANDLED_KEY_LEN} characters; send the item's "
+            "own id, e.g. 'msg-1187'."
+        )
+    ),
 ]
 
 
@@ -143,7 +160,12 @@ def _recall_tokens(value: int) -> int:
 RecallTokens = Annotated[
     int,
     AfterValidator(_recall_tokens),  # checked, not shown (16 tokens of every prompt)
-    _refused(lambda v: f"max_tokens={_short(v)} is out of bounds: {RECALL_TOKENS_MIN}-{RECALL_TOKENS_MAX}."),
+    _refused(
+        lambda v: (
+            f"max_tokens={_short(v)} is not allowed: send a whole number from {RECALL_TOKENS_MIN} to "
+            f"{RECALL_TOKENS_MAX}, e.g. {RECALL_TOKENS}, or leave max_tokens out."
+        )
+    ),
 ]
 
 
@@ -225,11 +247,19 @@ class Toolbox:
         max_tokens: RecallTokens = RECALL_TOKENS,
     ) -> str:
         """The service's `context` (one dated, attributed line per item, within `max_tokens`), pasted as is;
-        with memory ids only when a listed tool takes one."""
+        with memory ids only when a listed tool takes one. A filter the team never used is dropped, and the
+        answer's first line says so."""
         tags = tags or None
         found = await self._call(self.memory.recall(query, agent_id=agent_id, tags=tags, max_tokens=max_tokens))
+        note = ""
+        if not found.items and (agent_id or tags):  # a guessed filter: answer without it, and say so
+            kept = await self._call(drop_unknown(self.memory, agent_id, tags))
+            if kept.note:
+                agent_id, tags, note = kept.agent_id, kept.tags, kept.note
+                found = await self._call(self.memory.recall(query, agent_id=agent_id, tags=tags, max_tokens=max_tokens))
         if not found.items:
-            return await self._empty_recall(query, agent_id, tags, max_tokens)
+            empty = await self._empty_recall(query, agent_id, tags, max_tokens)
+            return f"{note}\n{empty}" if note else empty
         lines = found.context.split("\n")
         if self.visible & {"get_memory", "forget"}:
             ids = [item.memory_id for item in found.items]
@@ -238,7 +268,8 @@ class Toolbox:
                 if len(ids) == len(lines)
                 else [*lines, "memory_ids: " + ", ".join(dict.fromkeys(ids))]
             )
-        return "\n".join([f"{len(lines)} result(s) for {query!r}, best first:", *lines])
+        head = f"{len(lines)} result(s) for {query!r}, best first:"
+        return "\n".join([note, head, *lines] if note else [head, *lines])
 
     async def get_memory(self, memory_id: MemoryId) -> str:
         saved = await self._call_on_memory(self.memory.get(memory_id), memory_id)
