@@ -17,7 +17,7 @@ from pydantic_core import ErrorDetails
 
 from ..contract.ids import ID_RULE
 from ..contract.limit_rules import MAX_HANDLED_KEY_LEN, NAME_RULE
-from .tools import RECALL_TOKENS, RECALL_TOKENS_MAX, RECALL_TOKENS_MIN, ToolFailed
+from .argument_types import RECALL_TOKENS, RECALL_TOKENS_MAX, RECALL_TOKENS_MIN, ToolFailed
 
 # Per argument name (the same in every tool that takes it): what is allowed, and an example to send.
 ALLOWED: dict[str, tuple[str, str]] = {

@@ -18,18 +18,23 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import AfterValidator, Field, ValidationError, ValidatorFunctionWrapHandler, WrapValidator
+from pydantic import Field
 
 from ..client import AsyncMemoryClient, MemoryServiceError
-from ..contract.ids import ID_RULE, MAX_MEMORY_ID_LEN, MEMORY_ID_PATTERN, MEMORY_ID_RULE, is_id
-from ..contract.limit_rules import MAX_HANDLED_KEY_LEN, MAX_NAME_LEN, NAME_PATTERN, NAME_RULE, check_name
 from ..storage.keys import Role
+from .argument_types import (
+    RECALL_TOKENS,
+    RECALL_TOKENS_MAX,
+    AgentId,
+    ItemKey,
+    LimitName,
+    MemoryId,
+    Query,
+    RecallTokens,
+    ToolFailed,
+    too_long_to_save,
+)
 from .recall_filters import drop_unknown
-
-
-class ToolFailed(ToolError):
-    """A failure the model can act on: the SDK returns it as a tool error whose text the model reads."""
 
 
 @dataclass(frozen=True)
@@ -66,107 +71,11 @@ TOOLS: tuple[ToolSpec, ...] = (
 TOOL_NAMES = tuple(spec.name for spec in TOOLS)
 
 
-def _refused(say: Callable[[Any], str]) -> WrapValidator:
-    """A value outside the schema's pattern is refused before any HTTP call, with a sentence the model can act
-    on (pydantic's own message would only quote the regular expression)."""
-
-    def validate(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
-        try:
-            return handler(value)
-        except ValidationError:
-            raise ValueError(say(value)) from None
-
-    return WrapValidator(validate)
-
-
-def _short(value: Any) -> str:
-    return repr(value if not isinstance(value, str) else value[:80])
-
-
-def _agent_id(value: str) -> str:
-    if not is_id(value):
-        raise ValueError("not an agent id")
-    return value
-
-
-def _item_key(value: str) -> str:
-    if not 1 <= len(value) <= MAX_HANDLED_KEY_LEN:
-        raise ValueError("not an item key")
-    return value
-
-
-# Every id argument is checked against the contract's own pattern: a prompt-injected "id" such as
-# '../limits/emails' never reaches a URL (the client would refuse it too, but the model reads this message).
-MemoryId = Annotated[
-    str,
-    Field(
-        max_length=MAX_MEMORY_ID_LEN,
-        pattern=MEMORY_ID_PATTERN,
-        description="A memory_id from a recall result, e.g. 'mem_3f2a9c…'.",
-    ),
-    _refused(lambda v: f"No memory with id {_short(v)} can exist: a memory_id is {MEMORY_ID_RULE}. Copy it exactly."),
-]
-LimitName = Annotated[
-    str,
-    Field(max_length=MAX_NAME_LEN, pattern=NAME_PATTERN, description="Limit name, e.g. 'emails'."),
-    AfterValidator(check_name),  # no '..' either, which the pattern cannot say
-    _refused(
-        lambda v: (
-            f"No limit can be named {_short(v)}: a limit name is {NAME_RULE}; send the name as the task "
-            "gives it, e.g. 'emails'."
-        )
-    ),
-]
-AgentId = Annotated[
-    str,
-    Field(description="Only this agent's memories."),
-    AfterValidator(_agent_id),  # checked, not shown: a regular expression is tokens a small model can't use
-    _refused(
-        lambda v: (
-            f"No agent can have the id {_short(v)}: an agent_id is {ID_RULE}; leave agent_id out to search all agents."
-        )
-    ),
-]
-ItemKey = Annotated[
-    str,
-    Field(description="Item id, e.g. a URL or 'msg-1187'."),
-    AfterValidator(_item_key),  # checked, not shown (as agent ids)
-    _refused(
-        lambda v: (
-            f"No item key can be {_short(v)}: a key is 1-{MAX_HANDLED_KEY_LEN} characters; send the item's "
-            "own id, e.g. 'msg-1187'."
-        )
-    ),
-]
-
-
 def _when(value: Any) -> str:
     return value.strftime("%Y-%m-%d %H:%M UTC") if hasattr(value, "strftime") else str(value)
 
 
 ToolFunction = Callable[..., Awaitable[str]]
-
-# recall's answer size in tokens (of the service's counter): enough for a few dated lines by default, and
-# bounded so that one answer cannot fill a small model's context
-RECALL_TOKENS, RECALL_TOKENS_MIN, RECALL_TOKENS_MAX = 400, 64, 4000
-
-
-def _recall_tokens(value: int) -> int:
-    if not RECALL_TOKENS_MIN <= value <= RECALL_TOKENS_MAX:
-        raise ValueError("out of bounds")
-    return value
-
-
-RecallTokens = Annotated[
-    int,
-    AfterValidator(_recall_tokens),  # checked, not shown (16 tokens of every prompt)
-    _refused(
-        lambda v: (
-            f"max_tokens={_short(v)} is not allowed: send a whole number from {RECALL_TOKENS_MIN} to "
-            f"{RECALL_TOKENS_MAX}, e.g. {RECALL_TOKENS}, or leave max_tokens out."
-        )
-    ),
-]
 
 
 class Toolbox:
@@ -234,14 +143,17 @@ class Toolbox:
         text: Annotated[str, Field(description="Plain words, e.g. 'Sent digest to 40 users.'")],
         tags: Annotated[list[str] | None, Field(description="Optional labels.")] = None,
     ) -> str:
-        saved = await self._call(self.memory.remember(text, agent_id=self.agent_id, tags=tags or []))
+        try:
+            saved = await self.memory.remember(text, agent_id=self.agent_id, tags=tags or [])
+        except MemoryServiceError as exc:
+            raise ToolFailed(too_long_to_save(text, exc.message) if exc.status == 413 else self._explain(exc)) from None
         if not saved.created:
             return f"Already saved as {saved.id}."
         return f"Saved as {saved.id}. Facts are being extracted in the background; recall finds the text now."
 
     async def recall(
         self,
-        query: Annotated[str, Field(description="e.g. 'digest sent this week?'")],
+        query: Query,
         agent_id: AgentId | None = None,
         tags: Annotated[list[str] | None, Field(description="Only with all these tags.")] = None,
         max_tokens: RecallTokens = RECALL_TOKENS,
