@@ -175,3 +175,31 @@ def test_a_bad_argument_answers_one_sentence_naming_it_not_pydantic_text(
     for failed, text in extras:
         assert not failed, text
     assert "weekly digest to 40 subscribers" in extras[0][1], extras[0]
+
+
+def test_session_brief_prompt_gives_what_the_teams_memory_holds_on_the_task(
+    service: InProcessService, saved: None, tmp_path
+) -> None:
+    """`session_brief(task)`: a few dated lines of the caller's team's memory that bear on the task (never another
+    team's), and a plain sentence when there is nothing yet."""
+
+    async def scenario(url: str) -> tuple[list[str], str]:
+        async with serving(url) as client:
+            prompts = {p.name: p for p in (await client.list_prompts()).prompts}
+            arguments = [(a.name, a.required) for a in prompts["session_brief"].arguments or []]
+            assert arguments == [("task", True)], arguments
+            result = await client.get_prompt("session_brief", {"task": "Send this week's digest to subscribers."})
+            return list(prompts), "\n".join(getattr(m.content, "text", "") for m in result.messages)
+
+    names, text = anyio.run(scenario, service.url)
+    assert names == ["session_brief"], names
+    head, *lines = text.splitlines()
+    assert "bears on this task" in head and 1 <= len(lines) <= 5, text
+    assert "weekly digest to 40 subscribers" in text and "mailer-1" in text, text
+    assert "Team B" not in text and "secret-agent-b" not in text, text
+    empty = InProcessService(tmp_path / "empty", service.env["MEMORY_LLM_URL"]).start()
+    try:
+        _, text = anyio.run(scenario, empty.url)
+    finally:
+        empty.stop()
+    assert text == "Your team's memory holds nothing yet that bears on this task.", text

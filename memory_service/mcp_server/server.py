@@ -18,6 +18,7 @@ from ..client import AsyncMemoryClient, MemoryServiceError
 from ..contract.models import TeamOut
 from ..storage.keys import role_allows
 from .arguments import PlainTool
+from .brief import brief_prompt
 from .profiles import DEFAULT_PROFILE, Profile, select, shown_schema
 from .tools import TOOLS, Toolbox
 
@@ -123,7 +124,8 @@ def compact_schema(schema: Any) -> Any:
 def build_server(
     toolbox: Toolbox, found: Probe, *, read_only: bool = False, profile: Profile = DEFAULT_PROFILE
 ) -> MCPServer:
-    """An MCP server listing only the `visible_tools`, each with a compact argument schema.
+    """An MCP server listing only the `visible_tools`, each with a compact argument schema, and the
+    `session_brief` prompt where `recall` is listed.
 
     Arguments are still validated against the full signature (None accepted where the schema omits it), and a
     bad one answers one sentence (`PlainTool`).
@@ -147,7 +149,10 @@ def build_server(
             )
             schema = shown_schema(spec.name, compact_schema(tool.parameters), profile)
             tools.append(tool.model_copy(update={"parameters": schema}))
-    return MCPServer(NAME, instructions=instructions(found, visible), tools=tools)
+    server = MCPServer(NAME, instructions=instructions(found, visible), tools=tools)
+    if "recall" in visible:  # the brief is a recall: offered to whoever may recall
+        server.add_prompt(brief_prompt(toolbox.memory))
+    return server
 
 
 async def serve(
