@@ -136,12 +136,16 @@ BAD_CALLS: list[tuple[str, dict[str, Any], str]] = [
     ("recall", {"query": "digest", "max_tokens": 5}, "max_tokens"),
     ("recall", {"query": "digest", "agent_id": "../limits/x"}, "agent_id"),
     ("recall", {"query": "weekly digest " * 400}, "query"),  # past the service's 4096 characters
+    ("recall", {"query": ""}, "query"),
+    ("recall", {"query": "   "}, "query"),
     ("remember", {}, "text"),
+    ("remember", {"text": " "}, "text"),
     ("remember", {"text": "x" * 70_000}, "text"),  # past MEMORY_MAX_TEXT_BYTES: the service's 413
     ("remember", {"text": {"note": "sent"}}, "text"),
     ("consume_limit", {"name": 7}, "name"),
     ("consume_limit", {"name": "emails", "amount": "many"}, "amount"),
     ("mark_handled", {"key": ""}, "key"),
+    ("mark_handled", {"key": "   "}, "key"),
     ("mark_handled", {"item": "msg-1"}, "key"),
 ]
 

@@ -47,7 +47,7 @@ def _agent_id(value: str) -> str:
 
 
 def _item_key(value: str) -> str:
-    if not 1 <= len(value) <= MAX_HANDLED_KEY_LEN:
+    if not 1 <= len(value) <= MAX_HANDLED_KEY_LEN or not value.strip():
         raise ValueError("not an item key")
     return value
 
@@ -90,8 +90,8 @@ ItemKey = Annotated[
     AfterValidator(_item_key),  # checked, not shown (as agent ids)
     _refused(
         lambda v: (
-            f"No item key can be {_short(v)}: a key is 1-{MAX_HANDLED_KEY_LEN} characters; send the item's "
-            "own id, e.g. 'msg-1187'."
+            f"No item key can be {_short(v)}: a key is 1-{MAX_HANDLED_KEY_LEN} characters, not only spaces; "
+            "send the item's own id, e.g. 'msg-1187'."
         )
     ),
 ]
@@ -126,6 +126,8 @@ MAX_QUERY_LEN = next(m.max_length for m in RecallRequest.model_fields["query"].m
 
 
 def _query(value: str) -> str:
+    if not value.strip():
+        raise ValueError("query is empty: send a few words of what you look for, e.g. 'digest sent this week?'.")
     if len(value) > MAX_QUERY_LEN:
         raise ValueError(
             f"query is too long ({len(value)} characters, at most {MAX_QUERY_LEN}): send a few words of what you "
@@ -135,6 +137,15 @@ def _query(value: str) -> str:
 
 
 Query = Annotated[str, Field(description="e.g. 'digest sent this week?'"), AfterValidator(_query)]
+
+
+def _text(value: str) -> str:
+    if not value.strip():
+        raise ValueError("text is empty: send what to save in plain words, e.g. 'Sent digest to 40 users.'.")
+    return value
+
+
+Text = Annotated[str, Field(description="Plain words, e.g. 'Sent digest to 40 users.'"), AfterValidator(_text)]
 
 
 def too_long_to_save(text: str, said: str) -> str:

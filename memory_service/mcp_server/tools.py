@@ -31,6 +31,7 @@ from .argument_types import (
     MemoryId,
     Query,
     RecallTokens,
+    Text,
     ToolFailed,
     too_long_to_save,
 )
@@ -140,7 +141,7 @@ class Toolbox:
 
     async def remember(
         self,
-        text: Annotated[str, Field(description="Plain words, e.g. 'Sent digest to 40 users.'")],
+        text: Text,
         tags: Annotated[list[str] | None, Field(description="Optional labels.")] = None,
     ) -> str:
         try:
