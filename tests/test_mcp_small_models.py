@@ -20,6 +20,7 @@ from inprocess import KEYS, InProcessService
 from mcp import Client
 
 from memory_service.client import AsyncMemoryClient
+from memory_service.mcp_server.recall_filters import TEAM_VIEW_MAX
 from memory_service.mcp_server.server import build_server, probe
 from memory_service.mcp_server.tools import Toolbox
 from tests.fakes.fake_llama_server import FakeLlamaServer
@@ -207,3 +208,27 @@ def test_session_brief_prompt_gives_what_the_teams_memory_holds_on_the_task(
     finally:
         empty.stop()
     assert text == "Your team's memory holds nothing yet that bears on this task.", text
+
+
+def test_an_agent_past_the_team_views_cap_is_still_a_known_filter(service: InProcessService, saved: None) -> None:
+    """/v1/team names the 50 busiest agents: one past them is looked up, not dropped as a guess."""
+    with service.client("key-b") as http:
+        for n in range(TEAM_VIEW_MAX):
+            for text in (f"Agent {n} filed report {n}.", f"Agent {n} closed report {n}."):
+                answer_ = http.post("/v1/remember", json={"text": text, "agent_id": f"busy-{n}"})
+                assert answer_.status_code == 202, answer_.text
+        body = {"text": "The quiet agent archived the kiln logs.", "agent_id": "quiet-agent"}
+        assert http.post("/v1/remember", json=body).status_code == 202
+        view = http.get("/v1/team").json()
+    assert "quiet-agent" not in [a["agent_id"] for a in view["agents"]], "the view must be past its cap"
+
+    async def scenario() -> str:
+        async with serving(service.url, "key-b") as client:
+            failed, text = await answer(
+                client, "recall", {"query": "kiln logs", "agent_id": "quiet-agent", "tags": ["x"]}
+            )
+            assert not failed, text
+            return text
+
+    text = anyio.run(scenario)
+    assert "No agent" not in text and "tag 'x'" in text and "kiln logs" in text, text
