@@ -133,6 +133,8 @@ BAD_CALLS: list[tuple[str, dict[str, Any], str]] = [
     ("recall", {"query": ["weekly", "digest"]}, "query"),
     ("recall", {"query": "digest", "tags": "digest"}, "tags"),
     ("recall", {"query": "digest", "tags": [7]}, "tags"),
+    ("recall", {"query": "digest", "tags": [f"t{n}" for n in range(40)]}, "tags"),  # past the service's 32
+    ("remember", {"text": "Sent the digest.", "tags": ["label " * 20]}, "tags"),  # past its 64 characters
     ("recall", {"query": "digest", "max_tokens": "ten"}, "max_tokens"),
     ("recall", {"query": "digest", "max_tokens": 5}, "max_tokens"),
     ("recall", {"query": "digest", "agent_id": "../limits/x"}, "agent_id"),
@@ -162,6 +164,7 @@ def test_a_bad_argument_answers_one_sentence_naming_it_not_pydantic_text(
                 await answer(client, "recall", {"query": "weekly digest", "limit": 5, "k": 3, "scope": "team"}),
                 await answer(client, "recall", {"query": "weekly digest", "agent_id": None, "max_tokens": None}),
                 await answer(client, "recall", {"query": "weekly digest", "agent_id": "", "tags": []}),
+                await answer(client, "recall", {"query": "weekly digest", "tags": [""]}),
                 await answer(client, "mark_handled", {"key": "msg-77", "reason": "new"}),
             ]
             return bad, extras

@@ -17,6 +17,7 @@ from pydantic import AfterValidator, Field, ValidationError, ValidatorFunctionWr
 from ..contract.ids import ID_RULE, MAX_MEMORY_ID_LEN, MEMORY_ID_PATTERN, MEMORY_ID_RULE, is_id
 from ..contract.limit_rules import MAX_HANDLED_KEY_LEN, MAX_NAME_LEN, NAME_PATTERN, NAME_RULE, check_name
 from ..contract.models import RecallRequest
+from ..contract.types import MAX_TAG_LEN, MAX_TAGS
 
 
 class ToolFailed(ToolError):
@@ -155,3 +156,19 @@ def too_long_to_save(text: str, said: str) -> str:
     return (
         f"text is too long to save ({len(text.encode())} bytes, {most}): split it into shorter saves or save a summary."
     )
+
+
+def _tags(value: list[str] | None) -> list[str] | None:
+    """Blank labels dropped (a small model sends `[""]` for "none"); the service's bounds checked here, so that
+    the model reads one sentence instead of the service's validation report."""
+    kept = [tag for tag in value or () if tag.strip()]
+    if len(kept) > MAX_TAGS or any(len(tag) > MAX_TAG_LEN for tag in kept):
+        raise ValueError(
+            f"tags must be at most {MAX_TAGS} short labels of at most {MAX_TAG_LEN} characters each: send e.g. "
+            "tags=['billing'], or leave tags out."
+        )
+    return kept or None
+
+
+SaveTags = Annotated[list[str] | None, Field(description="Optional labels."), AfterValidator(_tags)]
+FilterTags = Annotated[list[str] | None, Field(description="Only with all these tags."), AfterValidator(_tags)]

@@ -26,11 +26,13 @@ from .argument_types import (
     RECALL_TOKENS,
     RECALL_TOKENS_MAX,
     AgentId,
+    FilterTags,
     ItemKey,
     LimitName,
     MemoryId,
     Query,
     RecallTokens,
+    SaveTags,
     Text,
     ToolFailed,
     too_long_to_save,
@@ -142,7 +144,7 @@ class Toolbox:
     async def remember(
         self,
         text: Text,
-        tags: Annotated[list[str] | None, Field(description="Optional labels.")] = None,
+        tags: SaveTags = None,
     ) -> str:
         try:
             saved = await self.memory.remember(text, agent_id=self.agent_id, tags=tags or [])
@@ -156,7 +158,7 @@ class Toolbox:
         self,
         query: Query,
         agent_id: AgentId | None = None,
-        tags: Annotated[list[str] | None, Field(description="Only with all these tags.")] = None,
+        tags: FilterTags = None,
         max_tokens: RecallTokens = RECALL_TOKENS,
     ) -> str:
         """The service's `context` (one dated, attributed line per item, within `max_tokens`), pasted as is;
