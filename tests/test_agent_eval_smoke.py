@@ -20,6 +20,7 @@ import pytest
 
 from memory_service.evals import agent_tasks
 from memory_service.evals.agent_loop import run_session
+from memory_service.evals.agent_runner import BRIEF_HEAD
 from memory_service.evals.options import eval_parser
 from tests.fakes.fake_llama_server import FakeLlamaServer
 
@@ -40,7 +41,14 @@ def _feed_script() -> list[dict[str, Any]]:
         {"when": first, "step": 0, "vars": n, "tool_calls": mark(101, 102, 103), **MEMORY_ON},
         {"when": first, "step": 1, "vars": n, "tool_calls": process(101, 102, 103), **MEMORY_ON},
         {"when": queue, "step": 0, "vars": n, "tool_calls": mark(102, 103, 104, 105), **MEMORY_ON},
-        {"when": queue, "step": 1, "vars": n, "tool_calls": process(104, 105), **MEMORY_ON},
+        # the model spells one ticket its own way: the same ticket, scored as answered
+        {
+            "when": queue,
+            "step": 1,
+            "vars": n,
+            "tool_calls": _calls("process_item", {"item_id": " t {n} 104."}) + process(105),
+            **MEMORY_ON,
+        },
         {"when": first, "step": 0, "vars": n, "tool_calls": process(101, 102, 103), **MEMORY_OFF},
         {"when": queue, "step": 0, "vars": n, "tool_calls": process(102, 103, 104, 105), **MEMORY_OFF},
     ]
@@ -60,7 +68,8 @@ def _limit_script() -> list[dict[str, Any]]:
         {"when": second, "step": 0, "vars": v2, "tool_calls": use, **MEMORY_ON},
         {"when": second, "step": 1, "vars": v2, "tool_calls": send("cleo"), **MEMORY_ON},
         {"when": second, "step": 2, "vars": v2, "tool_calls": use, **MEMORY_ON},
-        {"when": second, "step": 3, "content": "The daily limit is used up: dan and eve did not get one.", **MEMORY_ON},
+        # no word of a short list: the counter proves the limit, the answer says so its own way
+        {"when": second, "step": 3, "content": "The cap was hit, so Dan and Eve got nothing today.", **MEMORY_ON},
         {"when": first, "step": 0, "vars": v1, "tool_calls": send("ana") + send("ben"), **MEMORY_OFF},
         {"when": second, "step": 0, "vars": v2, "tool_calls": send("cleo") + send("dan") + send("eve"), **MEMORY_OFF},
         {"when": second, "step": 1, "content": "Sent all three.", **MEMORY_OFF},
@@ -68,7 +77,8 @@ def _limit_script() -> list[dict[str, Any]]:
 
 
 def _recall_script() -> list[dict[str, Any]]:
-    password, code, booking = r"\b([a-z]+-\d{4})\b", r"\b(R\d{3}-[KMPTXZ]\d{2})\b", r"reference ([B-H][J-P]\d{4})"
+    code, booking = r"\b(R\d{3}-[KMPTXZ]\d{2})\b", r"reference ([B-H][J-P]\d{4})"
+    password_word, password_digits = r"\b([a-z]+)-\d{4}\b", r"\b[a-z]+-(\d{4})\b"
     asked = "What is its Wi-Fi password"
     stale = "The release checklist was saved"
     oslo = "booking reference of the flight"
@@ -80,7 +90,8 @@ def _recall_script() -> list[dict[str, Any]]:
         },
         {"when": "quarterly review", "tool_calls": _calls("remember", {"text": "Quarterly review: Thursday 10:00."})},
         {"when": asked, "tool_calls": _calls("recall", {"query": "Lisbon office Wi-Fi password"})},
-        {"when": asked, "step": 1, "vars": {"pw": password}, "content": "The password is {pw}."},
+        # the value with spaces around its hyphen: still the password
+        {"when": asked, "step": 1, "vars": {"w": password_word, "d": password_digits}, "content": "It is {w} - {d}."},
         # the stale id: `full` tries get_memory first (a tool error), then recalls; `core` recalls at once
         {
             "when": stale,
@@ -100,6 +111,16 @@ def _recall_script() -> list[dict[str, Any]]:
         {"when": oslo, "tool_calls": _calls("recall", {"query": "Oslo flight booking", "agent_id": "scheduler"})},
         {"when": oslo, "step": 1, "tool_calls": _calls("recall", {"query": "Oslo trip flight booking reference"})},
         {"when": oslo, "step": 2, "vars": {"b": booking}, "content": "The booking reference is {b}."},
+    ]
+
+
+def _control_script() -> list[dict[str, Any]]:
+    """The control: both tickets at once, one spelled with spaces (the same ticket), under every profile."""
+    calls = _calls("process_item", {"item_id": "T {n} 1"}, {"item_id": "t-{n}-2"})
+    when = "Answer the support tickets T-"
+    return [
+        {"when": when, "vars": {"n": r"T-(\w+)-1\b"}, "tool_calls": calls},
+        {"when": when, "step": 1, "content": "Both tickets are answered."},
     ]
 
 
@@ -170,41 +191,60 @@ def test_tool_calls_written_as_text_are_run_and_counted() -> None:
 
 @pytest.mark.process  # its own `serve`, and a `memory-service mcp` process per session
 def test_agent_eval_end_to_end_scores_by_state(tmp_path: Path) -> None:
-    script = _feed_script() + _limit_script() + _recall_script()
+    """Every task under off, core (2 seeds), core+brief and full: scored by state, the control under every
+    profile, ids and answers compared as values, each seed's sampling sent, the brief in the system prompt."""
+    script = _control_script() + _feed_script() + _limit_script() + _recall_script()
     out = tmp_path / "out"
     with FakeLlamaServer("ok", tokens_per_s=20_000) as extraction, FakeLlamaServer("ok", tokens_per_s=50_000) as agent:
         agent.set_mode("script", script=script)
         args = eval_parser().parse_args(
-            ["--agent", "--agent-url", agent.url, "--llm-url", extraction.url, "--out", str(out), "--url", ""]
-        )
+            ["--agent", "--agent-url", agent.url, "--llm-url", extraction.url, "--out", str(out), "--url", "",
+             "--seeds", "2", "--profile-seeds", "off=1,full=1,core+brief=1"]
+        )  # fmt: skip
         from memory_service.evals.agent_runner import run_agent_eval
 
         assert run_agent_eval(args, {}) == 0
+        requests = agent.recorded()
     result = json.loads((out / "agent-eval.json").read_text())
-    assert (out / "agent-eval.md").read_text().count("| off |") == len(agent_tasks.TASKS)
-    runs = {(r["profile"], r["task"]): r for r in result["runs"]}
-    profiles = {p for p, _ in runs}
-    assert "off" in profiles and "full" in profiles
+    table = (out / "agent-eval.md").read_text()
+    assert table.count("| off |") == len(agent_tasks.TASKS)
+    assert "Harness audit: 0 calls lost" in table and "Control task (tools, no memory):" in table
+    runs = {(r["profile"], r["task"], r["seed"]): r for r in result["runs"]}
+    profiles = {p for p, _, _ in runs}
+    assert {"off", "full", "core+brief"} <= profiles
     assert ("core" in profiles) != any("core" in note for note in result["notes"])
-    for profile in profiles - {"off"}:
-        failed = {t: runs[(profile, t)]["checks"] for t in agent_tasks.TASK_NAMES if not runs[(profile, t)]["success"]}
-        assert not failed, (profile, failed)
-    assert not any(runs[("off", t)]["success"] for t in agent_tasks.TASK_NAMES)
-    feed_off = runs[("off", "feed_dedupe")]["checks"]
+    for key, run in runs.items():
+        assert run["success"] == (key[0] != "off" or key[1] == "control"), (key, run["checks"])
+    feed_off = runs[("off", "feed_dedupe", 1)]["checks"]
     assert len(feed_off["handled_twice"]) == 2 and feed_off["never_handled"] == []
-    assert runs[("off", "daily_limit")]["checks"]["emails_sent"] == 5
-    assert runs[("full", "daily_limit")]["checks"] == {
-        "emails_sent": 3,
-        "counter_used": 3,
-        "final_says_limit": True,
-    }
-    stale = result["summary"]["full"]["tasks"]["stale_id"]
-    assert stale["tool_errors"] == 1 and stale["tool_errors_recovered"] == 1
-    assert runs[("off", "fact_carryover")]["schema_tokens"] == 0
-    assert runs[("full", "fact_carryover")]["schema_tokens"] > 0
+    assert runs[("off", "daily_limit", 1)]["checks"]["emails_sent"] == 5
+    assert runs[("full", "daily_limit", 1)]["checks"] == {"emails_sent": 3, "counter_used": 3, "final_says_limit": True}
+    summary = result["summary"]
+    assert summary["full"]["tasks"]["stale_id"]["tool_errors"] == 1
+    assert summary["full"]["tasks"]["stale_id"]["tool_errors_recovered"] == 1
+    assert summary["off"]["control"]["k"] == summary["off"]["control"]["n"] == 1
+    assert summary["off"]["overall"]["k"] == 0 and summary["full"]["overall"]["k"] == summary["full"]["overall"]["n"]
     if "core" in profiles:
-        assert runs[("core", "fact_carryover")]["schema_tokens"] < runs[("full", "fact_carryover")]["schema_tokens"]
-    assert all(s["prompt_tokens"] for r in result["runs"] for s in r["sessions"])
+        core = summary["core"]["tasks"]["feed_dedupe"]
+        assert (core["k"], core["n"], core["seeds"]) == (2, 2, [1, 2]) and core["ci95"][1] == 1.0
+        assert (
+            runs[("core", "fact_carryover", 1)]["schema_tokens"] < runs[("full", "fact_carryover", 1)]["schema_tokens"]
+        )
+    assert runs[("off", "fact_carryover", 1)]["schema_tokens"] == 0
+    assert all(s["prompt_tokens"] and s["raw_replies"] for r in result["runs"] for s in r["sessions"])
+    # each seed's sampling reached the model: the model card's, its seed, no prompt cache
+    assert {(r.get("seed"), r.get("temperature"), r.get("top_k"), r.get("cache_prompt")) for r in requests} == {
+        (1, 0.7, 20, False),
+        (2, 0.7, 20, False),
+    }
+    # core+brief: the recall of the session's prompt is in its system prompt (fact_carryover's third session
+    # gets the password saved in the first); plain core gets no brief
+    password = runs[("core+brief", "fact_carryover", 1)]["checks"]["expected"]
+    asked = [r for r in requests if "What is its Wi-Fi password" in r["messages"][1]["content"]]
+    briefed = [r for r in asked if BRIEF_HEAD in r["messages"][0]["content"]]
+    assert briefed and all(password in r["messages"][0]["content"].split(BRIEF_HEAD)[1] for r in briefed)
+    assert len(asked) > len(briefed)  # the other profiles' sessions, without a brief
+    assert runs[("core+brief", "fact_carryover", 1)]["sessions"][2]["brief"]
 
 
 def _run_alone(url: str, prompt: str, state: agent_tasks.RunState) -> Any:
@@ -248,3 +288,103 @@ def test_a_call_copied_with_the_templates_double_braces_is_read() -> None:
         result = _run_alone(fake.url, "Answer the ticket T-9.", state)
     assert state.effects == [{"tool": "process_item", "item": "T-9"}]
     assert result.calls_from_text == 1 and result.final_answer == "Done."
+
+
+# ---------------------------------------------------------------- scoring, statistics, template: no process
+
+
+def test_wilson_interval_matches_the_textbook_values() -> None:
+    """Wilson 95% (z = 1.96): 0/n is [0, z²/(n+z²)], n/n [n/(n+z²), 1]; 8/10 is [0.4902, 0.9433] (published
+    tables); no runs: [0, 1]."""
+    from memory_service.evals.agent_report import wilson
+
+    assert [round(x, 4) for x in wilson(0, 3)] == [0.0, 0.5615]
+    assert [round(x, 4) for x in wilson(3, 3)] == [0.4385, 1.0]
+    assert [round(x, 4) for x in wilson(8, 10)] == [0.4902, 0.9433]
+    assert wilson(0, 0) == (0.0, 1.0)
+
+
+def test_runs_over_seeds_aggregate_to_k_of_n_and_the_audit_sums_lost_calls() -> None:
+    """Two seeds of one task, one a success: 1/2 with its interval; the control apart from the memory tasks;
+    a session whose raw replies held a call the loop did not run fails the audit line, loudly."""
+    from memory_service.evals.agent_report import markdown, summarise
+
+    def run(task: str, seed: int, success: bool, lost: int = 0) -> dict[str, Any]:
+        session = {"session": 1, "prompt_tokens": [100, 200], "tool_calls": 2, "tool_calls_from_text": 1,
+                   "tool_errors": 0, "tool_errors_recovered": 0, "calls_lost": lost, "stopped": "answered",
+                   "wall_time_s": 4.0, "audit": {"calls_in_replies": 2}}  # fmt: skip
+        return {"task": task, "profile": "core", "seed": seed, "success": success, "schema_tokens": 500,
+                "sessions": [session], "wall_time_s": 5.0}  # fmt: skip
+
+    runs = [run("feed_dedupe", 1, True), run("feed_dedupe", 2, False), run("control", 1, True)]
+    core = summarise(runs)["core"]
+    feed = core["tasks"]["feed_dedupe"]
+    assert (feed["k"], feed["n"], feed["ci95"]) == (1, 2, [0.095, 0.905])
+    assert (feed["prompt_tokens_per_session"], feed["wall_s_per_session"]) == (300, 4.0)
+    assert (core["overall"]["k"], core["overall"]["n"]) == (1, 2)  # the control is not a memory task
+    assert (core["control"]["k"], core["control"]["n"]) == (1, 1)
+    table = markdown({"runs": runs, "agent_model": "m"})
+    assert "Harness audit: 0 calls lost" in table and "| m | core | feed_dedupe | 1/2 | 10%–90% |" in table
+    assert "Control task (tools, no memory): 1/1" in table
+    lost = markdown({"runs": [*runs, run("stale_id", 1, False, lost=1)], "agent_model": "m"})
+    assert "HARNESS AUDIT FAILED: 1 call(s) lost" in lost and "core/stale_id/seed 1/session 1: 1" in lost
+
+
+def test_ticket_ids_and_answers_are_compared_as_values() -> None:
+    from memory_service.evals.agent_tasks import answer_has, normalise_id
+
+    same = ["T-1a2b-101", "t-1a2b-101", " T 1a2b 101 ", "'T-1A2B-101.'", "T_1a2b_101", "(T - 1a2b - 101)"]
+    assert {normalise_id(s) for s in same} == {"T-1A2B-101"}
+    assert normalise_id("T-1a2b-102") != normalise_id("T-1a2b-101")
+    assert normalise_id("T 123-101") == normalise_id("T-123-101")
+    assert answer_has("The password is Maple - 1234.", "maple-1234")
+    assert answer_has("booking ref: bj 4821", "BJ4821") and not answer_has("BJ4822", "BJ4821")
+
+
+def test_the_limit_is_said_in_any_words_or_by_naming_who_got_nothing() -> None:
+    from memory_service.evals.agent_tasks import RunState, says_limit
+
+    state = RunState(
+        nonce="x", effects=[{"tool": "send_email", "to": f"{n}.x@example.com"} for n in ("ana", "ben", "cleo")]
+    )
+    for said in ("The daily cap was reached.", "We hit the quota for today.", "No more emails can go out today.",
+                 "The allowance is used up.", "Dan and Eve did not get one.", "eve.x@example.com is still waiting",
+                 "Sent to cleo; the limit stopped the rest."):  # fmt: skip
+        assert says_limit(said, state), said
+    for silent in ("All three emails were sent.", "Done.", "Sent to Cleo."):
+        assert not says_limit(silent, state), silent
+
+
+def test_the_models_broken_template_is_replaced_by_the_shipped_fix_only_on_its_exact_text() -> None:
+    """The `large` GGUF's template, which teaches `{{"name": …}}`, is rebuilt from the shipped fix (the one line
+    put back as the model file has it): its sha256 selects the fix; the fix itself, or the text with one byte
+    changed, keeps the model's own. The fix differs from it in that line only, and has single braces there."""
+    from memory_service.evals.agent_endpoint import CORRECTED_TEMPLATES, corrected_template, template_record
+
+    fixed_path = next(iter(CORRECTED_TEMPLATES.values()))
+    fix = corrected_template.__globals__["TEMPLATES_DIR"] / fixed_path
+    fixed = fix.read_text()
+    good = '{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}'
+    broken = fixed.replace(good, "{" + good + "}")
+    assert broken != fixed and fixed.count(good) == 1
+    assert corrected_template(broken) == fix
+    assert corrected_template(fixed) is None and corrected_template(broken + " ") is None
+    assert '{{\\"name\\"' in broken and '{{\\"name\\"' not in fixed
+    assert template_record(broken, fix, started_here=True)["used"] == fix.name
+    assert template_record(broken, fix, started_here=False)["used"] == "endpoint's own"
+    assert template_record(fixed, None, started_here=True)["used"] == "model's own"
+
+
+def test_profiles_seeds_and_sampling_options() -> None:
+    from memory_service.evals.agent_runner import parse_profiles, sampling_for, seed_counts
+
+    assert parse_profiles("off,core+brief") == ["off", "core+brief"]
+    with pytest.raises(SystemExit):
+        parse_profiles("core+recall")
+    args = eval_parser().parse_args(["--agent"])
+    assert seed_counts(args, ["off", "core", "core+brief", "full"]) == {"off": 1, "core": 3, "core+brief": 3, "full": 1}
+    assert sampling_for(args, 2) == {"temperature": 0.7, "top_p": 0.8, "top_k": 20, "repeat_penalty": 1.05,
+                                     "seed": 2, "cache_prompt": False}  # fmt: skip
+    greedy = eval_parser().parse_args(["--agent", "--greedy", "--agent-sampling", '{"top_k": null, "min_p": 0}'])
+    assert seed_counts(greedy, ["core"]) == {"core": 1}
+    assert sampling_for(greedy, 1) == {"temperature": 0, "cache_prompt": False, "min_p": 0}

@@ -1,12 +1,13 @@
 """`memory-service eval --agent`: a small local model as the agent, in a real loop, with and without memory.
 
-For each MCP profile (`off`: no memory tools, the baseline; `core`, `full`: the MCP server's tool profiles) and
-each scripted task, the runner sets the task up through the service's API, runs its sessions (each a fresh
-context with a fresh `memory-service mcp` process over stdio), then scores it by state. Without --url it
-starts its own service with one key (one team) per profile and task, so no run sees another's memory; with
---url every run shares the given (admin) key and the per-run nonce keeps runs apart.
-Without --agent-url the agent model is a llama-server of its own (`--agent-model`, default `large`, with
-`--jinja` for tool calling).
+For each seed, each MCP profile (`off`: no memory tools, the baseline; `core`, `full`: the MCP server's tool
+profiles; `core+brief`: core, and the session starts with what a recall of its prompt returns) and each
+scripted task, the runner sets the task up through the service's API, runs its sessions (each a fresh context
+with a fresh `memory-service mcp` process over stdio), then scores it by state. One run of a sampled model
+says little, so every task runs under N seeds (the model card's sampling, `seed` set, no prompt cache) and the
+report gives k/N with its interval. Without --url it starts its own service with one key (one team) per
+profile, task and seed, so no run sees another's memory; with --url every run shares the given (admin) key and
+the per-run nonce keeps runs apart. The agent model and its chat template: agent_endpoint.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import secrets
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,12 +31,17 @@ import httpx
 from ..bench.probes import machine_info
 from ..bench.report import write_json
 from ..client import MemoryClient
+from .agent_endpoint import agent_endpoint
 from .agent_loop import mcp_tool_schemas, run_session
 from .agent_report import markdown, summarise
 from .agent_tasks import RunState, Task, new_state, pick
 
-PROFILES = ("off", "core", "full")
-AGENT_CTX = 8192
+PROFILES = ("off", "core", "core+brief", "full")
+BRIEF_HEAD = "What your team's memory holds that may bear on this task:"
+# Qwen2.5-Coder-Instruct's generation_config.json (repetition_penalty is llama-server's repeat_penalty)
+MODEL_CARD_SAMPLING: dict[str, Any] = {"temperature": 0.7, "top_p": 0.8, "top_k": 20, "repeat_penalty": 1.05}
+GREEDY: dict[str, Any] = {"temperature": 0, "cache_prompt": False}  # with the prompt cache greedy still varies
+SESSION_TIMEOUT_S = 300.0
 
 
 def _progress(message: str) -> None:
@@ -52,11 +58,17 @@ class McpHandle:
     instructions: str | None
 
 
+def server_profile(profile: str) -> str:
+    """The MCP server's tool profile of an eval profile (`core+brief` runs the core tools)."""
+    return profile.partition("+")[0]
+
+
 def mcp_env(url: str, key: str | None, agent_id: str, profile: str) -> dict[str, str]:
     """The MCP server's environment: no MEMORY_* of ours but where the service is, who the agent is, the profile."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORY_")}
+    tools = server_profile(profile)
     env.update(
-        {"MEMORY_URL": url, "MEMORY_AGENT_ID": agent_id, "MEMORY_MCP_TOOLS": profile, "MEMORY_LOG_LEVEL": "WARNING"}
+        {"MEMORY_URL": url, "MEMORY_AGENT_ID": agent_id, "MEMORY_MCP_TOOLS": tools, "MEMORY_LOG_LEVEL": "WARNING"}
     )
     if key:
         env["MEMORY_API_KEY"] = key
@@ -80,6 +92,19 @@ async def mcp_session(url: str, key: str | None, agent_id: str, profile: str) ->
         yield McpHandle(client, frozenset(t.name for t in listed), mcp_tool_schemas(listed), client.instructions)
 
 
+async def with_brief(mcp: McpHandle, prompt: str) -> tuple[McpHandle, str]:
+    """core+brief: the harness recalls the session's prompt before the first turn and the answer joins the
+    system prompt. One brief at the start with recall still a tool is what helped agents in published
+    benchmarks, where recalling into every prompt did not."""
+    result = await mcp.client.call_tool("recall", {"query": prompt})
+    text = "\n".join(part.text for part in result.content if getattr(part, "text", None)).strip()
+    if result.is_error or not text:
+        text = f"(the recall failed: {text[:200]})" if result.is_error else "(nothing)"
+    brief = f"{BRIEF_HEAD}\n{text}"
+    instructions = f"{mcp.instructions}\n\n{brief}" if mcp.instructions else brief
+    return McpHandle(mcp.client, mcp.names, mcp.schemas, instructions), text
+
+
 async def count_tokens(http: httpx.AsyncClient, agent_url: str, text: str) -> tuple[int, str]:
     """Tokens of `text` by the agent model's /tokenize, else the documented estimate (4 characters a token)."""
     try:
@@ -93,17 +118,19 @@ async def count_tokens(http: httpx.AsyncClient, agent_url: str, text: str) -> tu
 
 @dataclass(frozen=True)
 class Target:
-    """Where a run goes: the service, its key for this (profile, task), the agent model."""
+    """Where a run goes: the service, its key for this (profile, task, seed), the agent model and its sampling."""
 
     url: str
     key: str | None
     agent_url: str
     agent_model: str | None
     session_timeout_s: float
+    seed: int = 1
+    sampling: dict[str, Any] | None = None
 
 
 async def run_task(http: httpx.AsyncClient, target: Target, profile: str, task: Task) -> dict[str, Any]:
-    """One task under one profile: setup, every session from a fresh context, then the score by state."""
+    """One task under one profile and seed: setup, every session from a fresh context, the score by state."""
     started = time.monotonic()
     state: RunState = new_state(task, secrets.token_hex(3))
     agent_id = f"agent-{task.name.replace('_', '-')}"
@@ -115,11 +142,13 @@ async def run_task(http: httpx.AsyncClient, target: Target, profile: str, task: 
         tools_listed: list[str] = []
         for n, prompt in enumerate(task.prompts(state), 1):
             async with mcp_session(target.url, target.key, agent_id, profile) as mcp:
+                brief = None
+                if mcp is not None and profile.endswith("+brief"):
+                    mcp, brief = await with_brief(mcp, prompt)
                 tools = [t.schema() for t in task.tools] + (mcp.schemas if mcp is not None else [])
                 tools_listed = [t["function"]["name"] for t in tools]
                 if schema_tokens is None:
                     schema_tokens = (await count_tokens(http, target.agent_url, json.dumps(tools)))[0] if tools else 0
-                deadline = time.monotonic() + target.session_timeout_s
                 result = await run_session(
                     http,
                     target.agent_url,
@@ -128,15 +157,21 @@ async def run_task(http: httpx.AsyncClient, target: Target, profile: str, task: 
                     state=state,
                     local_tools=task.tools,
                     mcp=mcp,
-                    deadline=deadline,
+                    deadline=time.monotonic() + target.session_timeout_s,
+                    sampling=target.sampling,
                 )
             state.answers.append(result.final_answer)
-            sessions.append({"session": n, "prompt": prompt, **result.report()})
-            _progress(f"{profile}/{task.name} session {n}: {result.stopped}, {len(result.calls)} tool call(s)")
+            sessions.append({"session": n, "prompt": prompt, **({"brief": brief} if brief is not None else {})})
+            sessions[-1].update(result.report())
+            _progress(
+                f"{profile}/{task.name} seed {target.seed} session {n}: {result.stopped}, {len(result.calls)} call(s)"
+            )
         score = await anyio.to_thread.run_sync(task.score, state, client)
     return {
         "task": task.name,
         "profile": profile,
+        "seed": target.seed,
+        "sampling": target.sampling,
         "success": bool(score.pop("success")),
         "checks": score,
         "tools": tools_listed,
@@ -147,11 +182,12 @@ async def run_task(http: httpx.AsyncClient, target: Target, profile: str, task: 
     }
 
 
-def failed_run(profile: str, task: Task, problem: str) -> dict[str, Any]:
+def failed_run(profile: str, task: Task, seed: int, problem: str) -> dict[str, Any]:
     """A run that could not happen: counted as a failure, with why."""
     return {
         "task": task.name,
         "profile": profile,
+        "seed": seed,
         "success": False,
         "problem": problem[:500],
         "checks": {},
@@ -164,46 +200,86 @@ def failed_run(profile: str, task: Task, problem: str) -> dict[str, Any]:
 
 
 async def profile_available(url: str, key: str | None, profile: str) -> tuple[bool, list[str]]:
-    """Does the MCP server know this profile? `core` lists fewer tools than `full` once it exists."""
+    """Does the MCP server know this profile? `core` lists fewer tools than `full` once it exists; a brief
+    needs `recall`."""
     if profile == "off":
         return True, []
     async with mcp_session(url, key, "agent-probe", profile) as mcp:
         names = sorted(mcp.names) if mcp else []
-    if profile != "core":
+    if profile.endswith("+brief") and "recall" not in names:
+        return False, names
+    if server_profile(profile) != "core":
         return True, names
     async with mcp_session(url, key, "agent-probe", "full") as full:
         everything = sorted(full.names) if full else []
     return names != everything, names
 
 
-async def run_all(
-    args: argparse.Namespace, service_url: str, agent_url: str, keys: dict[tuple[str, str], str | None]
-) -> dict[str, Any]:
-    """Every profile x task, in order (a profile the MCP server does not serve is skipped with a note)."""
+Keys = dict[tuple[str, str, int], str | None]  # (profile, task, seed) -> API key
+
+
+def sampling_for(args: argparse.Namespace, seed: int) -> dict[str, Any]:
+    """The request fields of one seed's runs: the model card's sampling with `seed` set, or greedy (--greedy);
+    never the prompt cache (a cached prefix changes the logits); then --agent-sampling (null drops a field)."""
+    base = dict(GREEDY) if args.greedy else {**MODEL_CARD_SAMPLING, "seed": seed, "cache_prompt": False}
+    try:
+        extra = json.loads(args.agent_sampling) if args.agent_sampling else {}
+    except ValueError:
+        extra = None
+    if not isinstance(extra, dict):
+        raise SystemExit(f"--agent-sampling: expected a JSON object, got {args.agent_sampling!r}")
+    return {k: v for k, v in {**base, **extra}.items() if v is not None}
+
+
+def seed_counts(args: argparse.Namespace, profiles: list[str]) -> dict[str, int]:
+    """Runs per profile: --seeds (3; 1 with --greedy, whose runs would repeat), or --profile-seeds PROFILE=N
+    (for a profile among --profiles; others are ignored)."""
+    default = args.seeds if args.seeds is not None else (1 if args.greedy else 3)
+    counts = dict.fromkeys(profiles, max(1, default))
+    for pair in (args.profile_seeds or "").split(","):
+        name, sep, value = pair.strip().partition("=")
+        if not name:
+            continue
+        if not sep or name not in PROFILES or not value.isdigit() or int(value) < 1:
+            raise SystemExit(f"--profile-seeds: expected PROFILE=N (N >= 1, a profile of {PROFILES}), got {pair!r}")
+        if name in counts:
+            counts[name] = int(value)
+    return counts
+
+
+async def run_all(args: argparse.Namespace, service_url: str, agent_url: str, keys: Keys) -> dict[str, Any]:
+    """Every seed x profile x task, seed by seed (a run cut short keeps whole seeds); a profile the MCP server
+    does not serve is skipped with a note."""
     tasks = pick(args.tasks, args.limit)
     profiles = parse_profiles(args.profiles)
+    seeds = seed_counts(args, profiles)
     runs: list[dict[str, Any]] = []
     notes: list[str] = []
     async with httpx.AsyncClient(timeout=args.sessions_timeout, trust_env=False) as http:
+        served = []
         for profile in profiles:
-            probe_key = keys[(profile, tasks[0].name)]
-            available, listed = await profile_available(service_url, probe_key, profile)
-            if not available:
+            available, listed = await profile_available(service_url, keys[(profile, tasks[0].name, 1)], profile)
+            if available:
+                served.append(profile)
+            else:
                 notes.append(f"profile {profile!r} is not served by this build's MCP server (it listed {listed})")
                 _progress(notes[-1])
-                continue
-            for task in tasks:
-                key = keys[(profile, task.name)]
-                target = Target(service_url, key, agent_url, args.agent_model_name, float(args.sessions_timeout))
-                try:
-                    runs.append(await run_task(http, target, profile, task))
-                except Exception as exc:  # one broken run (setup refused, MCP server down) must not end the eval
-                    runs.append(failed_run(profile, task, f"{type(exc).__name__}: {exc}"))
-                    notes.append(f"{profile}/{task.name} could not run: {runs[-1]['problem']}")
-                _progress(f"{profile}/{task.name}: {'success' if runs[-1]['success'] else 'FAILED'}")
-                # a long run cut short (a busy machine, a deadline) keeps what it measured
-                write_json(Path(args.out) / "agent-eval.partial.json", {"runs": runs, "notes": notes})
-    return {"runs": runs, "notes": notes, "summary": summarise(runs)}
+        for seed in range(1, max(seeds.values(), default=0) + 1):
+            for profile in (p for p in served if seed <= seeds[p]):
+                for task in tasks:
+                    target = Target(
+                        service_url, keys[(profile, task.name, seed)], agent_url, args.agent_model_name,
+                        float(args.sessions_timeout), seed, sampling_for(args, seed),
+                    )  # fmt: skip
+                    try:
+                        runs.append(await run_task(http, target, profile, task))
+                    except Exception as exc:  # one broken run (setup refused, MCP server down) must not end the eval
+                        runs.append(failed_run(profile, task, seed, f"{type(exc).__name__}: {exc}"))
+                        notes.append(f"{profile}/{task.name}/seed {seed} could not run: {runs[-1]['problem']}")
+                    _progress(f"{profile}/{task.name} seed {seed}: {'success' if runs[-1]['success'] else 'FAILED'}")
+                    # a long run cut short (a busy machine, a deadline) keeps what it measured
+                    write_json(Path(args.out) / "agent-eval.partial.json", {"runs": runs, "notes": notes})
+    return {"runs": runs, "notes": notes, "seeds": seeds}
 
 
 def parse_profiles(raw: str) -> list[str]:
@@ -214,53 +290,30 @@ def parse_profiles(raw: str) -> list[str]:
     return profiles
 
 
-@contextlib.contextmanager
-def agent_model(args: argparse.Namespace) -> Iterator[str]:
-    """The agent's endpoint: --agent-url, else a llama-server of its own on --agent-model (with --jinja)."""
-    if args.agent_url:
-        yield args.agent_url
-        return
-    from ..config import Settings
-    from ..llm.runtime.gguf import resolve_model
-    from ..llm.runtime.server import LlamaServerProcess
-
-    settings = Settings.from_env()
-    log_dir = Path(tempfile.mkdtemp(prefix="agent-eval-llama-"))
-    _progress(f"starting llama-server for the agent model {args.agent_model!r} (log in {log_dir})")
-    llama = LlamaServerProcess.from_settings(
-        settings,
-        resolve_model(args.agent_model, settings.cache_dir),
-        log_dir / "agent-llama.log",
-        threads=args.agent_threads or settings.llama_threads,
-        ctx=AGENT_CTX,
-        chat_template_file=None,
-        nice=0,  # the agent is what is measured; the service's extraction model keeps its MEMORY_LLAMA_NICE
-    ).start(wait_s=300)
-    try:
-        yield llama.url
-    finally:
-        llama.stop()
-
-
 def run_agent_eval(args: argparse.Namespace, settings: dict[str, str]) -> int:
-    """The whole eval: the service (own or --url, with the --set `settings`), the agent model, every profile x
-    task; JSON and markdown."""
+    """The whole eval: the service (own or --url, with the --set `settings`), the agent model, every seed x
+    profile x task; JSON and markdown."""
     from ..bench.service_runner import ServiceRunner
 
     started = time.monotonic()
     tasks = pick(args.tasks, args.limit)
     profiles = parse_profiles(args.profiles)
+    seeds = seed_counts(args, profiles)
+    sampling_for(args, 1)  # a bad --agent-sampling fails before anything starts
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     own = not args.url
-    keys = {
-        (p, t.name): (f"agent-eval-{secrets.token_hex(12)}" if own else args.api_key) for p in profiles for t in tasks
+    keys: Keys = {
+        (p, t.name, s): (f"agent-eval-{secrets.token_hex(12)}" if own else args.api_key)
+        for p in profiles
+        for t in tasks
+        for s in range(1, seeds[p] + 1)
     }
     with contextlib.ExitStack() as stack:
         url = args.url
         if own:
             tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="memory-agent-eval-"))
-            teams = {key: f"{p}-{t}" for (p, t), key in keys.items() if key}
+            teams = {key: f"{p.replace('+', '-')}-{t}-s{s}" for (p, t, s), key in keys.items() if key}
             _progress(f"starting a service (extraction model {args.model}) in a temp data dir")
             service = ServiceRunner(
                 Path(tmp) / "data", api_keys=teams, llm_url=args.llm_url, model=args.model, env=settings
@@ -269,13 +322,19 @@ def run_agent_eval(args: argparse.Namespace, settings: dict[str, str]) -> int:
             service.start()
             service.wait_model_ready()
             url = service.url
-        agent_url = stack.enter_context(agent_model(args))
-        result = anyio.run(run_all, args, url, agent_url, keys)
+        agent = stack.enter_context(agent_endpoint(args))
+        result = anyio.run(run_all, args, url, agent.url, keys)
     result.update(
+        summary=summarise(result["runs"]),
         agent_model=args.agent_model if not args.agent_url else (args.agent_model_name or args.agent_url),
+        agent_template=agent.template,
+        agent_threads=agent.threads,
+        sampling="greedy" if args.greedy else "model card",
+        sampling_fields=sampling_for(args, 1),
         service="self-started (temp data dir)" if own else "external (--url)",
         profiles=profiles,
         tasks=[t.name for t in tasks],
+        sessions_timeout_s=float(args.sessions_timeout),
         wall_time_s=round(time.monotonic() - started, 1),
         machine=machine_info(),
     )

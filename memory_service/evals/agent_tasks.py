@@ -10,6 +10,7 @@ state and the final answer, never the model's account of what it did.
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,7 +78,27 @@ def new_state(task: Task, nonce: str) -> RunState:
     return RunState(nonce=nonce, values=values)
 
 
-# ---------------------------------------------------------------- task 1: a feed, part handled before
+# ---------------------------------------------------------------- scoring helpers: the value, not its spelling
+
+_EDGE = " \t\r\n\"'`.,;:!?()[]{}<>*#"
+
+
+def normalise_id(raw: str) -> str:
+    """A ticket id as compared: case, surrounding punctuation and separators do not count, so "t 1a2b-101.",
+    "T_1A2B_101" and "T-1a2b-101" are one ticket (a model that answered the right ticket did its job)."""
+    return re.sub(r"[\s_\-–—]+", "-", str(raw).strip(_EDGE).upper())
+
+
+def _squeezed(text: str) -> str:
+    return re.sub(r"\s+", "", text).lower()
+
+
+def answer_has(final: str, expected: str) -> bool:
+    """Does the answer hold the value, case and spaces aside ("maple - 1234" holds "maple-1234")?"""
+    return _squeezed(expected) in _squeezed(final)
+
+
+# ---------------------------------------------------------------- the ticket tool (the control and the feed)
 
 
 def _process_item(state: RunState, args: dict[str, Any]) -> str:
@@ -96,13 +117,43 @@ PROCESS_ITEM = LocalTool(
 )
 
 
+# ---------------------------------------------------------------- task 0: the control (tools, no memory)
+
+
+def _control_items(state: RunState) -> list[str]:
+    return [f"T-{state.nonce}-{k}" for k in (1, 2)]
+
+
+def _score_control(state: RunState, client: MemoryClient) -> dict[str, Any]:
+    done = [normalise_id(e["item"]) for e in state.did("process_item")]
+    counts = {item: done.count(normalise_id(item)) for item in _control_items(state)}
+    wanted = {normalise_id(i) for i in _control_items(state)}
+    return {
+        "success": all(n == 1 for n in counts.values()),
+        "times_processed": counts,
+        "other_items": sorted({i for i in done if i not in wanted}),
+    }
+
+
+CONTROL = Task(
+    "control",
+    "the control: two given tickets, the task's tool, no memory needed: each answered exactly once",
+    ("Answer the support tickets T-{n}-1 and T-{n}-2: call process_item once for each of them.",),
+    tools=(PROCESS_ITEM,),
+    score=_score_control,
+)
+
+
+# ---------------------------------------------------------------- task 1: a feed, part handled before
+
+
 def _feed_items(state: RunState) -> list[str]:
     return [f"T-{state.nonce}-{k}" for k in (101, 102, 103, 104, 105)]
 
 
 def _score_feed(state: RunState, client: MemoryClient) -> dict[str, Any]:
-    done = [e["item"] for e in state.did("process_item")]
-    wanted = _feed_items(state)
+    done = [normalise_id(e["item"]) for e in state.did("process_item")]
+    wanted = [normalise_id(i) for i in _feed_items(state)]
     twice = sorted({i for i in done if done.count(i) > 1})
     missed = [i for i in wanted if i not in done]
     return {"success": not twice and not missed, "handled_twice": twice, "never_handled": missed}
@@ -145,13 +196,31 @@ def _setup_limit(state: RunState, client: MemoryClient, _suffix: str) -> None:
     client.limits.set(state.values["limit"], daily_limit=EMAIL_LIMIT, per="team")
 
 
+# any wording of "the limit stopped it": the counter is what proves it, the words only have to say so
+_LIMIT_WORDS = re.compile(
+    r"limit|cap\b|capped|quota|reached|no more|exceed|used up|ran out|run out|exhaust|maximum|allowance|"
+    r"denied|refused|not sent|wasn't sent|were not|was not|did not get|didn't get|could not|couldn't|cannot|"
+    r"can't|unable|not able|skipp|no longer|remaining|none left|0 left|zero left",
+    re.I,
+)
+_UNSENT = ("cleo", "dan", "eve")  # session 2's recipients: at most one of them can get an email
+
+
+def says_limit(final: str, state: RunState) -> bool:
+    """The last answer says the limit stopped the work: in any words, or by naming who got no email."""
+    sent = {str(e["to"]).split(".")[0].lower() for e in state.did("send_email")}
+    unsent = [name for name in _UNSENT if name not in sent]
+    names = any(re.search(rf"\b{name}\b", final, re.I) for name in unsent)
+    return bool(_LIMIT_WORDS.search(final)) or names
+
+
 def _score_limit(state: RunState, client: MemoryClient) -> dict[str, Any]:
     sent = len(state.did("send_email"))
     counter = client.limits.get(state.values["limit"])
-    final = (state.answers[-1] if state.answers else "").lower()
-    says = any(word in final for word in ("limit", "denied", "not sent", "could not", "couldn't", "cannot", "can't"))
+    final = state.answers[-1] if state.answers else ""
+    says = says_limit(final, state)
     return {
-        "success": sent == EMAIL_LIMIT and counter.used <= EMAIL_LIMIT and says,
+        "success": sent == EMAIL_LIMIT and counter.used == EMAIL_LIMIT and says,
         "emails_sent": sent,
         "counter_used": counter.used,
         "final_says_limit": says,
@@ -182,7 +251,7 @@ def _answer_has(value: str) -> Callable[[RunState, MemoryClient], dict[str, Any]
     def score(state: RunState, client: MemoryClient) -> dict[str, Any]:
         expected = state.values[value]
         final = state.answers[-1] if state.answers else ""
-        return {"success": expected.lower() in final.lower(), "expected": expected, "final_answer": final[:300]}
+        return {"success": answer_has(final, expected), "expected": expected, "final_answer": final[:300]}
 
     return score
 
@@ -248,7 +317,7 @@ EMPTY = Task(
     score=_answer_has("booking"),
 )
 
-TASKS: tuple[Task, ...] = (FEED, LIMIT, FACT, STALE, EMPTY)
+TASKS: tuple[Task, ...] = (CONTROL, FEED, LIMIT, FACT, STALE, EMPTY)
 TASK_NAMES = tuple(t.name for t in TASKS)
 
 

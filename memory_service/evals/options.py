@@ -77,13 +77,39 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
     agent.add_argument(
         "--agent-model-name", default=None, help="the `model` field sent to --agent-url, if it needs one"
     )
-    agent.add_argument("--agent-threads", type=int, default=None, help="threads of the agent's own llama-server")
     agent.add_argument(
-        "--profiles", default="off,core,full", help="comma-separated: off (no memory tools, the baseline), core, full"
+        "--agent-threads", type=int, default=None, help="threads of the agent's own llama-server (default: every core)"
+    )
+    agent.add_argument(
+        "--profiles",
+        default="off,core,core+brief,full",
+        help="comma-separated: off (no memory tools, the baseline), core, core+brief (core, and a recall of the "
+        "session's prompt put in its system prompt first), full",
     )
     agent.add_argument("--tasks", action="append", default=None, help="only this task (repeatable); default all")
     agent.add_argument(
-        "--sessions-timeout", type=float, default=600.0, help="seconds one session may take before it is cut"
+        "--sessions-timeout", type=float, default=300.0, help="seconds one session may take before it is cut"
+    )
+    agent.add_argument(
+        "--seeds",
+        type=int,
+        default=None,
+        help="runs of each task per profile, one seed each (default 3; 1 with --greedy)",
+    )
+    agent.add_argument(
+        "--profile-seeds",
+        default="off=1,full=1",
+        metavar="PROFILE=N,...",
+        help="these profiles run N seeds instead of --seeds (default off=1,full=1; '' for none)",
+    )
+    agent.add_argument(
+        "--greedy", action="store_true", help="temperature 0 (no prompt cache) instead of the model card's sampling"
+    )
+    agent.add_argument(
+        "--agent-sampling",
+        default=None,
+        metavar="JSON",
+        help='request fields over the sampling, e.g. \'{"temperature": 0.6, "top_k": null}\' (null drops one)',
     )
 
 
