@@ -15,7 +15,16 @@ import pytest
 from conftest import ROOT
 from inprocess import InProcessService
 
-from memory_service.client import AsyncMemoryClient, MemoryClient, MemoryServiceError
+from memory_service.client import (
+    AsyncMemoryClient,
+    BadRequest,
+    Conflict,
+    Forbidden,
+    MemoryClient,
+    MemoryServiceError,
+    NotFound,
+    Unauthorized,
+)
 from memory_service.contract.limits import ConsumeAnswer, HandledOut
 from memory_service.contract.models import MemoryOut, RecallResponse, RememberResponse
 from tests.fakes.fake_llama_server import FakeLlamaServer
@@ -111,6 +120,33 @@ def test_sync_client_covers_memories_with_typed_results(service):
     with MemoryClient(service.url, api_key="wrong") as stranger, pytest.raises(MemoryServiceError) as denied:
         stranger.list()
     assert denied.value.status == 401
+
+
+def test_each_refusal_of_the_real_service_raises_its_class(service):
+    """What the caller catches is the kind of failure; `status` and the server's message stay on it."""
+    marker = uuid.uuid4().hex[:8]
+    with service.client() as admin:
+        reader_key = admin.post("/v1/keys", json={"role": "read"}).json()["key"]
+    with MemoryClient(service.url, api_key="key-a") as memory:
+        with pytest.raises(BadRequest) as unconfirmed:
+            memory.forget(agent_id="someone")
+        with pytest.raises(BadRequest) as invalid:
+            memory.recall("x", k=0)
+        with pytest.raises(BadRequest) as too_long:
+            memory.remember("x" * 70_000, agent_id="a")
+        with pytest.raises(NotFound) as missing:
+            memory.get("m-" + marker)
+        memory.limits.set(f"sends-{marker}", daily_limit=5)
+        memory.limits.consume(f"sends-{marker}", agent_id="one", idempotency_key=f"k-{marker}")
+        with pytest.raises(Conflict) as reused:
+            memory.limits.consume(f"sends-{marker}", agent_id="two", idempotency_key=f"k-{marker}")
+    with MemoryClient(service.url, api_key=reader_key) as reader, pytest.raises(Forbidden) as read_only:
+        reader.remember("a write with a read key", agent_id="a")
+    with MemoryClient(service.url, api_key="wrong") as stranger, pytest.raises(Unauthorized) as denied:
+        stranger.team()
+    statuses = [e.value.status for e in (unconfirmed, invalid, too_long, missing, reused, read_only, denied)]
+    assert statuses == [400, 422, 413, 404, 409, 403, 401]
+    assert "confirm" in unconfirmed.value.message and "m-" + marker in missing.value.message
 
 
 def test_every_response_carries_a_request_id(service):

@@ -31,20 +31,17 @@ from ..contract.models import (
     RememberResponse,
     TeamOut,
 )
+from .errors import MemoryServiceError, Unavailable, error_for
 from .service import path_segment
 
 T = TypeVar("T")
 
 RETRIED_STATUSES = (429, 503)
+MAX_RETRIES = 4  # resends of one call at most, however short the waits asked for
 REQUEST_ID = "X-Request-ID"
-
-
-class MemoryServiceError(Exception):
-    """Any failed call: the HTTP status (0 when no answer came), the server's message, the request id."""
-
-    def __init__(self, status: int, message: str, request_id: str | None, body: Any = None) -> None:
-        super().__init__(f"{status} {message} (request id {request_id})")
-        self.status, self.message, self.request_id, self.body = status, message, request_id, body
+# no answer because the request never reached a service (refused, unknown host, no connection in time) or it
+# never answered in time: resending only makes the caller wait longer, so these raise at once
+_NOT_RESENT = (httpx.ConnectError, httpx.TimeoutException, httpx.UnsupportedProtocol, httpx.ProxyError)
 
 
 @dataclass
@@ -114,12 +111,22 @@ def retry_after_s(response: httpx.Response) -> float | None:
 
 
 def retry_delay(
-    call: Call[Any], response: httpx.Response | None, elapsed_s: float, budget_s: float, attempt: int
+    call: Call[Any],
+    response: httpx.Response | None,
+    elapsed_s: float,
+    budget_s: float,
+    attempt: int,
+    failure: Exception | None = None,
 ) -> float | None:
-    """How long to wait before resending, or None to stop: a 429/503 whose Retry-After fits the budget,
-    or a lost answer to a call that is safe to resend."""
+    """How long to wait before resending, or None to stop: an answer that says retry (a 429/503 with
+    Retry-After) whose wait fits the budget, or an answer lost after the request went out (the connection
+    dropped) to a call that is safe to resend. A service that is not there (refused, unknown host, timed out)
+    is never waited for, and no call is resent more than MAX_RETRIES times."""
+    if attempt >= MAX_RETRIES:
+        return None
     if response is None:
-        delay = min(2.0, 0.1 * 2**attempt) if call.idempotent else None
+        resendable = call.idempotent and not isinstance(failure, _NOT_RESENT)
+        delay = min(2.0, 0.1 * 2**attempt) if resendable else None
     elif response.status_code in RETRIED_STATUSES:
         delay = retry_after_s(response)
     else:
@@ -130,7 +137,8 @@ def retry_delay(
 
 
 def finish(call: Call[T], response: httpx.Response) -> T:
-    """The parsed answer, or MemoryServiceError with the server's message and the request id."""
+    """The parsed answer, or the `MemoryServiceError` subclass of its status (errors.py) with the server's
+    message and the request id."""
     if response.status_code < 400 or response.status_code in call.accept:
         return call.parse(response)
     request_id = response.headers.get(REQUEST_ID) or call.headers.get(REQUEST_ID)
@@ -139,16 +147,30 @@ def finish(call: Call[T], response: httpx.Response) -> T:
     except ValueError:
         body = response.text
     message = body.get("detail", body) if isinstance(body, dict) else body
-    raise MemoryServiceError(
-        response.status_code, message if isinstance(message, str) else json.dumps(message), request_id, body
+    raise error_for(response.status_code)(
+        response.status_code,
+        message if isinstance(message, str) else json.dumps(message),
+        request_id,
+        body,
+        retry_after_s=retry_after_s(response),
     )
 
 
-def lost(call: Call[Any], exc: Exception) -> MemoryServiceError:
-    """No answer at all (refused, reset, timed out) once retries are spent."""
-    return MemoryServiceError(
-        0, f"no answer from the service: {type(exc).__name__}: {exc}", call.headers.get(REQUEST_ID)
-    )
+def lost(call: Call[Any], exc: Exception, base_url: str) -> MemoryServiceError:
+    """No answer at all: `Unavailable` (status 0) naming the URL, what happened and what to do."""
+    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+        what = f"could not connect to the memory service at {base_url} ({exc or type(exc).__name__})"
+        todo = (
+            "is it running? Start it with ./scripts/serve.sh (or `memory-service serve`), "
+            "or give the client the URL of one that runs"
+        )
+    elif isinstance(exc, httpx.TimeoutException):
+        what = f"the memory service at {base_url} did not answer in time ({type(exc).__name__})"
+        todo = "it may be overloaded: retry later, or give the client a longer timeout_s"
+    else:
+        what = f"no answer from the memory service at {base_url}: {type(exc).__name__}: {exc}"
+        todo = "retry later; if it keeps failing, check the service's log"
+    return Unavailable(0, f"{what}; {todo}", call.headers.get(REQUEST_ID))
 
 
 class Requests:

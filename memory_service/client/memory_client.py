@@ -8,8 +8,9 @@
 
 Both share one implementation (client_core.Requests builds every call and reads every answer); the
 classes here only send. `remember` adds an idempotency key, so a resend never saves twice. A 429 or 503
-with `Retry-After` is retried while the wait fits `retry_budget_s`; every other failure raises
-`MemoryServiceError` with the status, the server's message and the request id.
+with `Retry-After` is retried while the wait fits `retry_budget_s`; a refused connection raises `Unavailable`
+at once; every other failure raises the `MemoryServiceError` subclass of its status (errors.py) with the
+server's message and the request id.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ import asyncio
 import builtins
 import time
 from typing import Any, Generic, TypeVar
+from urllib.parse import urlsplit
 
 import httpx
 
-from .core import Call, MemoryServiceError, Requests, finish, lost, retry_delay
+from .core import Call, Requests, finish, lost, retry_delay
+from .errors import MemoryServiceError
 
 __all__ = ["AsyncMemoryClient", "MemoryClient", "MemoryServiceError"]
 
@@ -148,6 +151,11 @@ class _Surface:
 
 
 def _http_options(base_url: str, api_key: str | None, timeout_s: float) -> dict[str, Any]:
+    if urlsplit(base_url).scheme not in ("http", "https"):
+        raise ValueError(
+            f"the memory service's URL {base_url!r} needs a scheme: e.g. http://127.0.0.1:8700 "
+            "(http:// or https:// in front of the host and port)"
+        )
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     return {"base_url": base_url, "headers": headers, "timeout": timeout_s, "trust_env": False}
 
@@ -172,6 +180,7 @@ class MemoryClient(_Surface):
         started, attempt = time.monotonic(), 0
         while True:
             response: httpx.Response | None = None
+            failure: Exception | None = None
             try:
                 response = self._http.request(
                     call.method,
@@ -184,10 +193,11 @@ class MemoryClient(_Surface):
                 )
             except httpx.TransportError as exc:
                 failure = exc
-            delay = retry_delay(call, response, time.monotonic() - started, self.retry_budget_s, attempt)
+            delay = retry_delay(call, response, time.monotonic() - started, self.retry_budget_s, attempt, failure)
             if delay is None:
                 if response is None:
-                    raise lost(call, failure) from failure
+                    assert failure is not None
+                    raise lost(call, failure, str(self._http.base_url)) from failure
                 return finish(call, response)
             attempt += 1
             time.sleep(delay)
@@ -222,6 +232,7 @@ class AsyncMemoryClient(_Surface):
         started, attempt = time.monotonic(), 0
         while True:
             response: httpx.Response | None = None
+            failure: Exception | None = None
             try:
                 response = await self._http.request(
                     call.method,
@@ -234,10 +245,11 @@ class AsyncMemoryClient(_Surface):
                 )
             except httpx.TransportError as exc:
                 failure = exc
-            delay = retry_delay(call, response, time.monotonic() - started, self.retry_budget_s, attempt)
+            delay = retry_delay(call, response, time.monotonic() - started, self.retry_budget_s, attempt, failure)
             if delay is None:
                 if response is None:
-                    raise lost(call, failure) from failure
+                    assert failure is not None
+                    raise lost(call, failure, str(self._http.base_url)) from failure
                 return finish(call, response)
             attempt += 1
             await asyncio.sleep(delay)
