@@ -359,7 +359,7 @@ def test_cli_export_import_list_and_forget(service, tmp_path):
     assert done.returncode == 0 and json.loads(done.stdout)["imported"] == 3, done.stdout + done.stderr
     listed = cli("list", "--agent-id", agent, key="key-b")
     assert listed.returncode == 0 and len(json.loads(listed.stdout)["items"]) == 3
-    assert cli("forget", "--agent-id", agent, key="key-b").returncode == 1  # no --yes: refused
+    assert cli("forget", "--agent-id", agent, key="key-b").returncode == 2  # no --yes: a usage error
     forgot = cli("forget", "--agent-id", agent, "--yes", key="key-b")
     assert forgot.returncode == 0 and json.loads(forgot.stdout) == {"deleted": 3}
     assert cli("forget", ids[0]).returncode == 0 and cli("get", ids[0]).returncode == 1

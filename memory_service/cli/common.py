@@ -1,4 +1,4 @@
-"""What several commands share: the service URL and key flags, the data-dir flag, printing an HTTP answer.
+"""What several commands share: the service URL and key flags, the data-dir flag, `--json`, printing an answer.
 
 Kept light (argparse, json, httpx, config): every command imports it, and a command-line call should
 start quickly.
@@ -10,12 +10,13 @@ import argparse
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import httpx
 
 from ..client.service import path_segment, service_client
-from ..config import ClientEnv, Settings
+from ..config import DEFAULT_URL, ClientEnv, Settings
+from .errors import checked
 
 # the object `add_subparsers()` returns, which each topic module adds its commands to
 Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -26,8 +27,45 @@ DATA_DIR_HELP = "env MEMORY_DATA_DIR (default ./memory-data)"
 def add_client_arguments(parser: argparse.ArgumentParser) -> None:
     """`--url` and `--api-key`, for the commands that talk to a running service."""
     env = ClientEnv.from_env()
-    parser.add_argument("--url", default=env.service_url, help="service URL (env MEMORY_URL)")
-    parser.add_argument("--api-key", default=env.api_key, help="API key (env MEMORY_API_KEY)")
+    parser.add_argument(
+        "--url", type=service_url, default=env.service_url, help=f"service URL (env MEMORY_URL, default {DEFAULT_URL})"
+    )
+    parser.add_argument(
+        "--api-key", default=env.api_key, help="API key (env MEMORY_API_KEY); none for a keyless service"
+    )
+
+
+def add_json_argument(parser: argparse.ArgumentParser) -> None:
+    """`--json` after the command too; SUPPRESS keeps `memory-service --json CMD`'s value when it is absent."""
+    parser.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable JSON on stdout instead of text"
+    )
+
+
+def wants_json(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "json", False))
+
+
+def service_url(value: str) -> str:
+    """An argparse type for `--url` (and MEMORY_URL): `localhost:8850` means http://localhost:8850, as curl reads
+    it; a scheme other than http(s) is a usage error that names the flag."""
+    value = value.strip()
+    if "://" not in value:
+        value = f"http://{value}"
+    scheme = value.split("://", 1)[0].lower()
+    if scheme not in ("http", "https") or value.endswith("://"):
+        raise argparse.ArgumentTypeError(f"{value!r} is not an http:// or https:// URL, e.g. {DEFAULT_URL}")
+    return value
+
+
+def package_version() -> str:
+    """The installed distribution's version (pyproject.toml's), for `--version`."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("memory-service")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def add_data_dir_argument(parser: argparse.ArgumentParser, help: str = DATA_DIR_HELP) -> None:
@@ -45,13 +83,14 @@ def open_service(args: argparse.Namespace) -> httpx.Client:
     return service_client(args.url, args.api_key, timeout=150)
 
 
-def print_response(response: httpx.Response) -> int:
-    """Print the service's answer (indented JSON, or its text); exit code 1 for an HTTP error."""
-    try:
-        print(json.dumps(response.json(), indent=2))
-    except ValueError:
-        print(response.text)
-    return 0 if response.status_code < 400 else 1
+def answer(response: httpx.Response) -> Any:
+    """The service's JSON answer; an HTTP error raises `ServiceAnswered`, which `main` prints on stderr."""
+    return checked(response).json()
+
+
+def print_json(payload: Any) -> None:
+    """`--json` output: indented, as the commands always printed it (scripts parse it, keep it stable)."""
+    print(json.dumps(payload, indent=2))
 
 
 def positive_int(value: str) -> int:

@@ -18,13 +18,30 @@ import httpx
 
 from ..client.service import service_client
 from .common import Subcommands, add_client_arguments, path_argument
+from .errors import START_HINT
 
 EXIT_OK, EXIT_NO, EXIT_ERROR = 0, 1, 2
+
+LIMITS_EXIT_CODES = """exit codes (for scripts):
+  0  ok: set, shown, allowed, or handled for the first time
+  1  no: denied (limit reached), already handled, or (with --check) never handled
+  2  any other error: bad input, a refused key, the service unreachable (the message is on stderr)"""
+
+HANDLED_EXIT_CODES = """exit codes:
+  without --check (records KEY):  0 first time (go ahead),  1 already handled (skip)
+  with --check (records nothing): 0 handled before,         1 never handled
+  2 any other error (on stderr)
+so `memory-service limits handled "$url" && process "$url"` processes each URL once."""
 
 
 def add_limits_parser(subparsers: Subcommands) -> argparse.ArgumentParser:
     """Register `limits` with its sub-commands on the CLI's subparsers."""
-    limits = subparsers.add_parser("limits", help="daily limits and the handled-item ledger (talks to the service)")
+    limits = subparsers.add_parser(
+        "limits",
+        help="daily limits and the handled-item ledger (talks to the service)",
+        epilog=LIMITS_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = limits.add_subparsers(dest="limits_command", required=True)
 
     put = sub.add_parser("set", help="create or change a limit")
@@ -44,11 +61,20 @@ def add_limits_parser(subparsers: Subcommands) -> argparse.ArgumentParser:
     show.add_argument("--agent-id", help="this agent's counter (per=agent limits)")
     show.add_argument("--days", type=int, help="with NAME: also the last N days (1-366)")
 
-    handled = sub.add_parser("handled", help="record KEY; exit 0 the first time, 1 if already handled")
-    handled.add_argument("key")
+    handled = sub.add_parser(
+        "handled",
+        help="record KEY; exit 0 the first time, 1 if already handled (--check: 0 if handled, 1 if not)",
+        epilog=HANDLED_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    handled.add_argument("key", help="what was handled: a URL, a message id, any string")
     handled.add_argument("--agent-id", help="per-agent ledger instead of the team's")
     handled.add_argument("--ttl-days", type=int, help="forget the key N days after first seen")
-    handled.add_argument("--check", action="store_true", help="only look the key up, do not record it")
+    handled.add_argument(
+        "--check",
+        action="store_true",
+        help="only look the key up, do not record it; the exit code turns around: 0 handled before, 1 never",
+    )
 
     for parser in (put, consume, show, handled):
         add_client_arguments(parser)
@@ -62,7 +88,8 @@ def run_limits(args: argparse.Namespace) -> int:
         with service_client(args.url, args.api_key, timeout=30) as client:
             response = _request(client, args)
     except httpx.HTTPError as exc:
-        print(json.dumps({"error": "unreachable", "detail": f"{args.url}: {exc}"}), file=sys.stderr)
+        detail = f"cannot reach the memory service at {args.url} ({exc}): {START_HINT}"
+        print(json.dumps({"error": "unreachable", "detail": detail}), file=sys.stderr)
         return EXIT_ERROR
     return _report(response, args)
 

@@ -1,17 +1,17 @@
 """remember | recall | get | list | forget | export | import: the team's memories, through a running service.
 
-Each command is one HTTP call with the key from `--api-key`; it prints the service's JSON answer and
-exits 1 when the answer is an HTTP error, so a script can tell.
+Each command is one HTTP call with the key from `--api-key`. An HTTP error raises `ServiceAnswered`, which
+`main` prints on stderr with exit code 1 (errors.py), so a script can tell.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
-from .common import Subcommands, add_client_arguments, open_service, path_argument, print_response
+from .common import Subcommands, add_client_arguments, answer, open_service, path_argument, print_json
+from .errors import EXIT_FAILED, EXIT_USAGE, CommandFailed, checked
 
 
 def add_memory_parsers(subcommands: Subcommands) -> None:
@@ -43,7 +43,8 @@ def run_remember(args: argparse.Namespace) -> int:
     text = sys.stdin.read() if args.text == "-" else args.text
     body = {"text": text, "agent_id": args.agent_id, "tags": args.tag or [], "wait_s": args.wait}
     with open_service(args) as client:
-        return print_response(client.post("/v1/remember", json=body))
+        print_json(answer(client.post("/v1/remember", json=body)))
+    return 0
 
 
 def _add_recall(subcommands: Subcommands) -> argparse.ArgumentParser:
@@ -60,7 +61,8 @@ def run_recall(args: argparse.Namespace) -> int:
     if args.agent_id:
         body.update(agent_id=args.agent_id, scope="agent")
     with open_service(args) as client:
-        return print_response(client.post("/v1/recall", json=body))
+        print_json(answer(client.post("/v1/recall", json=body)))
+    return 0
 
 
 def _add_get(subcommands: Subcommands) -> argparse.ArgumentParser:
@@ -72,7 +74,8 @@ def _add_get(subcommands: Subcommands) -> argparse.ArgumentParser:
 
 def run_get(args: argparse.Namespace) -> int:
     with open_service(args) as client:
-        return print_response(client.get(f"/v1/memories/{args.id}"))
+        print_json(answer(client.get(f"/v1/memories/{args.id}")))
+    return 0
 
 
 def _add_list(subcommands: Subcommands) -> argparse.ArgumentParser:
@@ -91,7 +94,8 @@ def run_list(args: argparse.Namespace) -> int:
     filters = ("agent_id", "run_id", "status", "tag", "limit", "cursor")
     params = {name: getattr(args, name) for name in filters if getattr(args, name) is not None}
     with open_service(args) as client:
-        return print_response(client.get("/v1/memories", params=params))
+        print_json(answer(client.get("/v1/memories", params=params)))
+    return 0
 
 
 def _add_forget(subcommands: Subcommands) -> argparse.ArgumentParser:
@@ -105,15 +109,21 @@ def _add_forget(subcommands: Subcommands) -> argparse.ArgumentParser:
 
 
 def run_forget(args: argparse.Namespace) -> int:
+    """One memory by id, or every memory of `--agent-id`/`--run-id`; the bulk one only with `--yes` (checked here,
+    so the message names the flag, not the HTTP API's `confirm=true`)."""
+    params = {k: v for k, v in (("agent_id", args.agent_id), ("run_id", args.run_id)) if v}
+    if not args.id and not params:
+        raise CommandFailed("give a memory ID, or --agent-id and/or --run-id (with --yes)", EXIT_USAGE)
+    if not args.id and not args.yes:
+        who = " and ".join(f"--{k.replace('_', '-')} {v}" for k, v in params.items())
+        raise CommandFailed(f"forgetting every memory of {who} cannot be undone: repeat with --yes", EXIT_USAGE)
     with open_service(args) as client:
         if args.id:
-            response = client.delete(f"/v1/memories/{args.id}")
-            if response.status_code == 204:
-                print(json.dumps({"deleted": 1}))
-                return 0
-            return print_response(response)
-        params = {k: v for k, v in (("agent_id", args.agent_id), ("run_id", args.run_id)) if v}
-        return print_response(client.delete("/v1/memories", params={**params, "confirm": str(args.yes).lower()}))
+            checked(client.delete(f"/v1/memories/{args.id}"))
+            print_json({"deleted": 1})
+            return 0
+        print_json(answer(client.delete("/v1/memories", params={**params, "confirm": "true"})))
+    return 0
 
 
 def _add_export(subcommands: Subcommands) -> argparse.ArgumentParser:
@@ -134,9 +144,7 @@ def run_export(args: argparse.Namespace) -> int:
     out = open(args.out, "wb", opener=private) if args.out and args.out != "-" else sys.stdout.buffer
     try:
         with open_service(args) as client, client.stream("GET", "/v1/export") as response:
-            if response.status_code >= 400:
-                response.read()
-                return print_response(response)
+            checked(response)
             for chunk in response.iter_bytes():
                 out.write(chunk)
     finally:
@@ -158,7 +166,7 @@ def run_import(args: argparse.Namespace) -> int:
     source = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")
     try:
         with open_service(args) as client:
-            return print_response(
+            summary = answer(
                 client.post(
                     "/v1/import",
                     params={"re_extract": str(args.re_extract).lower()},
@@ -169,3 +177,16 @@ def run_import(args: argparse.Namespace) -> int:
     finally:
         if source is not sys.stdin.buffer:
             source.close()
+    print_json(summary)
+    return _import_failures(summary)
+
+
+def _import_failures(summary: dict[str, Any]) -> int:
+    """Exit 1 when any line failed, even when others went in: a script must not take a partial import for done."""
+    failed = summary.get("failed", 0)
+    if not failed:
+        return 0
+    total = failed + summary.get("imported", 0) + summary.get("skipped", 0)
+    first = "; ".join(f"line {e.get('line')}: {e.get('detail')}" for e in summary.get("errors", [])[:3])
+    print(f"memory-service import: {failed} of {total} lines failed ({first})", file=sys.stderr)
+    return EXIT_FAILED
