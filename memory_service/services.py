@@ -100,8 +100,9 @@ class LimitsAndKeys:
         return self.keys.list(team, include_revoked=include_revoked)
 
     def revoke_key(self, team: str, key_id: str) -> KeyInfo:
-        """Revoke one of the team's keys; KeyNotFound if the team has no such key."""
-        return self.keys.revoke(key_id, team=team)
+        """Revoke one of the team's keys; KeyNotFound if the team has no such key, LastKey (a 409) if it is the
+        last active key and no MEMORY_API_KEYS: an admin over HTTP never turns authentication off."""
+        return self.keys.revoke(key_id, team=team, keyless=bool(self.settings.api_keys))
 
 
 @dataclass

@@ -183,7 +183,7 @@ def test_cli_creates_and_revokes_keys_that_a_running_app_honours_at_once(app: In
         }
         assert http.post("/v1/remember", json={"text": "x", "agent_id": "a"}).status_code == 403
     assert made["id"] in cli("list", "--team", "team-cli")
-    cli("revoke", made["id"])
+    cli("revoke", made["id"], "--keyless")  # the last key: keyless mode is chosen
     with app.client(made["key"]) as http:
         assert http.get("/v1/team").status_code == 401
     assert made["key"] not in (app.settings.data_dir / "keys.sqlite3").read_bytes().decode(errors="replace")
@@ -200,7 +200,7 @@ def test_a_key_revoked_by_another_process_is_refused_at_the_next_lookup_on_both_
     try:
         made = here.create("ops", "write")
         assert here.lookup(made.key) is not None
-        KeyStore(other_db).revoke(made.info.id)
+        KeyStore(other_db).revoke(made.info.id, keyless=True)  # the only key: keyless mode is chosen
         assert here.lookup(made.key) is None
         again = KeyStore(other_db).create("ops", "read")
         assert here.lookup(again.key) is not None  # and a key made elsewhere works at once

@@ -26,7 +26,7 @@ from ..contract.models import ErrorOut
 from ..logs import REQUEST_ID
 from ..storage.chroma_process import ChromaProcessFailed
 from ..storage.database import storage_unavailable
-from ..storage.keys import KeyNotFound
+from ..storage.keys import KeyNotFound, LastKey
 
 log = logging.getLogger("memory_service.api")
 
@@ -170,7 +170,7 @@ def classify(exc: BaseException) -> Problem:
         return Problem(422, str(exc))
     if isinstance(exc, LimitNotFound | KeyNotFound):
         return Problem(404, str(exc))
-    if isinstance(exc, IdempotencyConflict):
+    if isinstance(exc, IdempotencyConflict | LastKey):
         return Problem(409, str(exc))
     if isinstance(exc, ChromaProcessFailed) or storage_unavailable(exc):
         reason = " ".join(str(exc).split())[:300]

@@ -42,21 +42,36 @@ class McpConfig:
 
 @dataclass(frozen=True)
 class Probe:
-    """What the service said at start: the team (None when it could not be reached) or why not."""
+    """What the service said at start: the team (None when it could not be used), or why not and what to do."""
 
     team: TeamOut | None
     problem: str | None = None
+    remedy: str = ""
+
+
+RESTART = "then restart this MCP server"
 
 
 async def probe(memory: AsyncMemoryClient, url: str) -> Probe:
+    """Ask /v1/team once. Only a service that cannot be used (unreachable, key refused, an error) means no
+    tools: a key whose team has no memories yet gets every tool its role allows."""
     try:
         return Probe(await memory.team())
     except MemoryServiceError as exc:
         if exc.status == 401:
-            return Probe(None, f"the memory service at {url} refused the API key ({exc.message}); check MEMORY_API_KEY")
+            return Probe(
+                None,
+                f"the memory service at {url} refused the API key ({exc.message})",
+                "Set MEMORY_API_KEY (or --api-key) to an active key (`memory-service keys create` makes one, "
+                f"`memory-service keys list` shows them), {RESTART}.",
+            )
         if exc.status == 0:
-            return Probe(None, f"the memory service at {url} is unreachable ({exc.message})")
-        return Probe(None, f"the memory service at {url} answered {exc.status}: {exc.message}")
+            return Probe(
+                None,
+                f"the memory service at {url} is unreachable ({exc.message})",
+                f"Start the memory service (memory-service serve) or point MEMORY_URL (--url) at it, {RESTART}.",
+            )
+        return Probe(None, f"the memory service at {url} answered {exc.status}: {exc.message}", f"Fix that, {RESTART}.")
 
 
 def visible_tools(found: Probe, read_only: bool, profile: Profile = DEFAULT_PROFILE) -> tuple[str, ...]:
@@ -87,10 +102,7 @@ def instructions(found: Probe, visible: tuple[str, ...]) -> str:
     """Short server instructions that name only tools the client can see, and no value (a name, an id) that a
     model could mistake for an argument."""
     if found.team is None:
-        return (
-            f"No tools are available: {found.problem}. Start the memory service (memory-service serve), "
-            "then restart this MCP server."
-        )
+        return f"No tools are available: {found.problem}. {found.remedy}"
     # No team name, agent id or count: a small model copies any such value into an argument (issue 41 saw
     # `recall(agent_id=<team name>)` come back empty, and the identical call repeated until the run stopped).
     parts = ["This server is your team's shared memory."]
@@ -164,7 +176,7 @@ async def serve(
     ) as memory:
         found = await probe(memory, config.url)
         if found.problem:
-            log.warning("MCP server starts with no tools: %s", found.problem)
+            log.warning("MCP server starts with no tools: %s. %s", found.problem, found.remedy)
         toolbox = Toolbox(memory, url=config.url, agent_id=config.agent_id)
         server = build_server(toolbox, found, read_only=config.read_only, profile=config.tools)
         if transport == "stdio":

@@ -78,6 +78,10 @@ class KeyNotFound(LookupError):
     pass
 
 
+class LastKey(RuntimeError):
+    """Revoking the last active key would turn authentication off (keyless mode): only on an explicit choice."""
+
+
 class KeyStore:
     """The keys database. Thread-safe (the database's connections; a lock around the PostgreSQL copy)."""
 
@@ -116,12 +120,30 @@ class KeyStore:
             rows = conn.execute(sql + " ORDER BY created_at", args).fetchall()
         return [_info(row) for row in rows]
 
-    def revoke(self, key_id: str, *, team: str | None = None) -> KeyInfo:
-        """Revoke a key by id (within `team` when given: an admin key reaches only its own team)."""
+    def revoke(self, key_id: str, *, team: str | None = None, keyless: bool = False) -> KeyInfo:
+        """Revoke a key by id (within `team` when given: an admin key reaches only its own team).
+
+        The last active key is revoked only with `keyless`: with no key left (and no MEMORY_API_KEYS) a
+        loopback service answers everyone as admin of team `local`, so that switch is never a side effect
+        (`LastKey` otherwise). The other active keys are read in the same transaction (BEGIN IMMEDIATE on
+        SQLite, row locks on PostgreSQL), so two revocations at once cannot both pass as "not the last".
+        """
+        lock = " FOR UPDATE" if self.db.dialect == "postgresql" else ""
         with self.db.transaction() as conn:
             row = conn.execute("SELECT * FROM api_keys WHERE id = ?", (key_id,)).fetchone()
             if row is None or (team is not None and row["team"] != team):
                 raise KeyNotFound(f"no key with id {key_id!r}" + (" in this team" if team else ""))
+            if row["revoked_at"] is None and not keyless:
+                others = conn.execute(
+                    "SELECT id FROM api_keys WHERE revoked_at IS NULL AND id != ?" + lock, (key_id,)
+                ).fetchall()
+                if not others:
+                    raise LastKey(
+                        f"key {key_id} is the last active key: revoking it turns authentication off (keyless "
+                        "mode: on a loopback address everyone is admin of team 'local'; elsewhere every request "
+                        f"is refused). Create another key first, or run `memory-service keys revoke {key_id} --keyless` "
+                        "to choose keyless mode"
+                    )
             if row["revoked_at"] is None:
                 conn.execute("UPDATE api_keys SET revoked_at = ? WHERE id = ?", (time.time(), key_id))
             row = conn.execute("SELECT * FROM api_keys WHERE id = ?", (key_id,)).fetchone()

@@ -98,11 +98,12 @@ async def list_keys(
     "/v1/keys/{key_id}",
     status_code=204,
     summary="Revoke a key of this team, at once",
-    responses=error_responses(401, 403, 404, 422),
+    responses=error_responses(401, 403, 404, 409, 422),
 )
 async def revoke_key(key_id: str, request: Request, team: Admin, services: LimitsAndKeysDep) -> Response:
     """Revoke at once; 404 (KeyNotFound, mapped in api/errors.py) if the team has no such key, or if the key
-    is pinned to another agent than a pinned caller's (as for unknown ids)."""
+    is pinned to another agent than a pinned caller's (as for unknown ids); 409 (LastKey) for the last active
+    key, which would turn authentication off: keyless mode is chosen on the host (`keys revoke --keyless`)."""
     if request.state.caller.agent_id is not None:
         keys = await asyncio.to_thread(services.list_keys, team, include_revoked=True)
         if not any(info.id == key_id and not hidden_from(request, info.agent_id or "") for info in keys):
