@@ -100,8 +100,7 @@ class LimitsAndKeys:
         return self.keys.list(team, include_revoked=include_revoked)
 
     def revoke_key(self, team: str, key_id: str) -> KeyInfo:
-        """Revoke one of the team's keys; KeyNotFound if the team has no such key, LastKey (a 409) if it is the
-        last active key and no MEMORY_API_KEYS: an admin over HTTP never turns authentication off."""
+        """Revoke one of the team's keys (KeyNotFound if none such); the last one only with MEMORY_API_KEYS set."""
         return self.keys.revoke(key_id, team=team, keyless=bool(self.settings.api_keys))
 
 
@@ -204,6 +203,7 @@ class Services(LimitsAndKeys):
 
     async def start(self) -> None:
         await self.models.probe()
+        self._tasks.append(asyncio.create_task(self.models.watch(), name="model-watch"))  # warns while one is down
         self._tasks.append(asyncio.create_task(self.passages.run(), name="passages"))
         workers = 0
         for extractor in self.extractors:  # one worker per slot per server (one for a server that is down)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
@@ -28,6 +29,16 @@ from .routes import team as routes_team
 from .routes import transfer as routes_transfer
 
 BODY_OVERHEAD_BYTES = 64 * 1024
+
+
+def package_version() -> str:
+    """The installed distribution's version (pyproject's), for /docs, /health and /ready."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("memory-service")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
 
 
 def _stored_keys(settings: Settings) -> bool:
@@ -166,11 +177,12 @@ def create_app(
     check_exposure(settings)
     app = FastAPI(
         title="memory-service",
-        version="0.1.0",
+        version=package_version(),
         description="Durable memory for agent teams: remember, recall, daily limits. Local llama.cpp extraction.",
         lifespan=_lifespan(settings, speed_prior, services, run_workers),
         **telemetry_off(),
     )
+    app.state.version, app.state.started = package_version(), time.monotonic()  # /health and /ready show them
     if services is not None:
         app.state.services = services
     errors.install(app)

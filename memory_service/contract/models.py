@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from .health import JobCounts, ThroughputOut
 from .types import (
     MAX_FACT_SPANS,
     MAX_IMPORT_FACTS,
@@ -319,65 +320,6 @@ class ImportResponse(BaseModel):
     skipped: int = Field(description="Lines already imported before (same original id or idempotency key).")
     failed: int
     errors: list[dict[str, Any]] = Field(description="The first 100 bad lines: {line, detail}.")
-
-
-class HealthOut(BaseModel):
-    status: Literal["ok"]
-
-
-class JobCounts(BaseModel):
-    queued: int
-    extracting: int
-    done: int
-    failed: int
-    deferred: int | None = Field(
-        default=None, description="Queued jobs waiting out a model too slow for the budget (every team's only)."
-    )
-
-
-class ThroughputOut(BaseModel):
-    prompt_tokens_per_s: float | None
-    generation_tokens_per_s: float | None
-    seconds_per_job: float | None
-    source: str = Field(description="Where the speeds come from: measured, a prior, or unmeasured.")
-    slower_than_budget_since: float | None = Field(
-        default=None, description="Epoch seconds since even the smallest piece misses the budget; null: it fits."
-    )
-    paused_until: float | None = Field(default=None, description="While too slow: no job is tried before this.")
-
-
-class ModelServerOut(BaseModel):
-    url: str
-    reachable: bool
-    error: str | None
-    n_ctx: int | None
-    slots: int | None
-    build: str | None
-    model: str | None = Field(description="The model file's name.")
-    throughput: ThroughputOut | None = Field(None, description="This server's measured speed.")
-
-
-class StorageOut(BaseModel):
-    database: str = Field(description="`sqlite` (the data dir's files) or the PostgreSQL URL, password hidden.")
-    vectors: str = Field(description="`embedded` (the data dir's Chroma) or the Chroma server's URL.")
-
-
-class ReadyOut(BaseModel):
-    """`/ready`'s body, the same on 200 and 503: the reason is in it."""
-
-    status: Literal["ready", "unavailable"]
-    model_server: ModelServerOut = Field(description="The first server that is up (or the first listed).")
-    model_servers: list[ModelServerOut] = Field(description="Every server of MEMORY_LLM_URL, in its order.")
-    thinking: dict[str, Any] | None = Field(description="Whether the chat template turns thinking off.")
-    queue_depth: int | None = Field(
-        None,
-        description="Jobs queued or extracting: the key's team's, every team's for the metrics token; "
-        "absent without a key when keys are configured.",
-    )
-    jobs: JobCounts | None = Field(None, description="Jobs by status, seen as queue_depth is.")
-    throughput: ThroughputOut | None = Field(None, description="The measured model speed; absent without a key.")
-    extract_budget_s: float
-    storage: StorageOut
 
 
 class ConsolidationOut(BaseModel):

@@ -9,6 +9,7 @@ the others keep taking jobs; when it answers again its workers resume.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,6 +18,10 @@ from typing import Any
 from ..config import Settings
 from ..extraction.client import LlamaClient
 from .handle import ModelHandle
+
+log = logging.getLogger("memory_service.model")
+
+WATCH_S = 60.0  # how often an unreachable server is named again in the log
 
 
 @dataclass
@@ -50,6 +55,31 @@ class ModelPool:
         """Probe every server at once (a down one costs at most its health timeout, not the sum of them)."""
         due = [h for h in self.handles if max_age_s is None or not h.ready or time.time() - h.last_check > max_age_s]
         await asyncio.gather(*(h.probe() for h in due))
+
+    async def watch(self, every_s: float = WATCH_S) -> None:
+        """Log a WARNING for each server that does not answer, at once and every `every_s` while it does not
+        (saves are kept and queued meanwhile, so nothing else would say so in the log), and an INFO line when
+        it answers again. A task Services starts and cancels."""
+        down: set[str] = set()
+        while True:
+            await self.probe(max_age_s=every_s / 2)
+            for handle in self.handles:
+                url = handle.client.base_url
+                if not handle.ready:
+                    down.add(url)
+                    log.warning(
+                        "llama-server at %s is unreachable (%s): saves are kept and queued, nothing is extracted "
+                        "until it answers. Start it (`memory-service serve` without MEMORY_LLM_URL starts its "
+                        "own), or point MEMORY_LLM_URL at a running one; `memory-service doctor --llm-url %s` "
+                        "checks it",
+                        url,
+                        handle.last_error or "no answer",
+                        url,
+                    )
+                elif url in down:
+                    down.discard(url)
+                    log.info("llama-server at %s answers again: extraction resumes", url)
+            await asyncio.sleep(every_s)
 
     def servers(self) -> dict[str, bool]:
         """{url: up} for every server, in the order given."""

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import shutil
+import time
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 
-from ...contract.models import HealthOut, ReadyOut, StatsOut
+from ...contract.health import HealthOut, ReadyOut
+from ...contract.models import StatsOut
 from ...llm.handle import ModelHandle
 from ...metrics import CONTENT_TYPE
 from ...storage.database import describe
@@ -18,11 +22,27 @@ from ..deps import ServicesDep
 
 router = APIRouter(tags=["health"])
 
+LOW_DISK_BYTES = 1 << 30  # under 1 GiB free, or
+LOW_DISK_FRACTION = 0.05  # under 5% of the file system: /ready's disk state is "low"
+
+
+def _process(request: Request) -> dict[str, Any]:
+    """Which build answers and for how long (the app factory stamps both)."""
+    state = request.app.state
+    return {"version": state.version, "uptime_s": round(time.monotonic() - state.started, 1)}
+
+
+def disk_state(path: Path) -> dict[str, Any]:
+    """Free and total bytes of the file system holding `path`, and whether that is low."""
+    usage = shutil.disk_usage(path)
+    low = usage.free < LOW_DISK_BYTES or usage.free < LOW_DISK_FRACTION * usage.total
+    return {"free_bytes": usage.free, "total_bytes": usage.total, "state": "low" if low else "ok"}
+
 
 @router.get("/health", response_model=HealthOut)
-async def health() -> dict:
-    """The process is alive and serving HTTP."""
-    return {"status": "ok"}
+async def health(request: Request) -> dict:
+    """The process is alive and serving HTTP: its version and uptime."""
+    return {"status": "ok", **_process(request)}
 
 
 @router.get(
@@ -35,6 +55,7 @@ async def health() -> dict:
 )
 async def ready(request: Request, services: ServicesDep) -> JSONResponse:
     """200 when a model server is reachable and thinking is verified off (or absent); 503 with the reason otherwise.
+    Also the version, uptime and the data dir's free disk (`disk.state` low: a warning, never a 503).
 
     `model_server` is the first server that is up; `model_servers` lists each one of the pool. Takes no key
     (a load balancer's probe), and without one says only ready or not and why: the job counts, queue depth
@@ -55,6 +76,8 @@ async def ready(request: Request, services: ServicesDep) -> JSONResponse:
         "extract_budget_s": services.settings.extract_budget_s,
         # where the journal and the vectors live
         "storage": {name: describe(where) for name, where in services.storage_locations().items()},
+        **_process(request),
+        "disk": disk_state(services.settings.data_dir),
     }
     if viewer is not None:
         team = viewer
