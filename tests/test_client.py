@@ -241,3 +241,41 @@ def test_export_import_through_the_client(service):
         copied = b.list(agent_id="mover").items
         assert [c.text for c in copied if marker in c.text] == [records[0].text]
         assert json.loads(records[0].model_dump_json())["facts"]
+
+
+TYPED_USE = """
+from memory_service.client import AsyncMemoryClient, MemoryClient
+
+async def main(a: AsyncMemoryClient) -> None:
+    reveal_type(await a.recall("q", k=3))
+    reveal_type(await a.limits.consume("n", agent_id="x"))
+
+with MemoryClient() as memory:
+    reveal_type(memory.recall("q", k=3))
+    reveal_type(memory.list(agent_id="a"))
+    reveal_type(memory.handled.check("k"))
+    memory.recall("q", kk=3)
+    n: int = memory.team()
+"""
+
+
+@pytest.mark.process  # runs mypy
+def test_a_type_checker_sees_each_methods_parameters_and_result(tmp_path):
+    """An agent's editor and mypy catch a misspelt option or a misread result before anything runs."""
+    (tmp_path / "use.py").write_text(TYPED_USE)
+    checked = subprocess.run(
+        [sys.executable, "-m", "mypy", "--no-error-summary", "--follow-imports=silent", str(tmp_path / "use.py")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    found = [line.split(": ", 1)[1] for line in checked.stdout.splitlines()]
+    assert found == [
+        'note: Revealed type is "memory_service.contract.models.RecallResponse"',
+        'note: Revealed type is "memory_service.contract.limits.ConsumeAnswer"',
+        'note: Revealed type is "memory_service.contract.models.RecallResponse"',
+        'note: Revealed type is "memory_service.contract.models.MemoryPage"',
+        'note: Revealed type is "memory_service.contract.limits.HandledRecord | None"',
+        'error: Unexpected keyword argument "kk"  [call-arg]',
+        'error: Incompatible types in assignment (expression has type "TeamOut", variable has type "int")  [assignment]',
+    ], checked.stdout + checked.stderr

@@ -174,7 +174,9 @@ def lost(call: Call[Any], exc: Exception, base_url: str) -> MemoryServiceError:
 
 
 class Requests:
-    """Builds every call of the API. Method names follow the client's.
+    """Builds every call of the API, and is where the clients' methods are written: each method's parameters,
+    docstring and result type are those of `MemoryClient`'s (and, awaited, `AsyncMemoryClient`'s) method of the
+    same name (`limits_set` is `client.limits.set`, `import_` is `client.import_memories`).
 
     A caller's value goes into a path only through `path_segment` (one encoded segment; `..` refused with a
     ValueError before anything is sent); elsewhere it is a query parameter or JSON, which httpx encodes."""
@@ -192,6 +194,8 @@ class Requests:
         idempotency_key: str | None = None,
         wait_s: float = 0.0,
     ) -> Call[RememberResponse]:
+        """Save a text for `agent_id`: the RememberResponse (`id`, `status`, `created`). `wait_s` (≤ 120) waits
+        for its extraction before answering; `idempotency_key` makes a resend return the first save."""
         # a key of our own, so a resend after a lost answer returns the first save instead of a second one
         body = _drop_none(
             {
@@ -207,6 +211,7 @@ class Requests:
         return Call("POST", "/v1/remember", _model(RememberResponse), json=body, extra_timeout_s=wait_s)
 
     def get(self, memory_id: str) -> Call[MemoryOut]:
+        """One memory (MemoryOut): its status, facts with their spans, errors and timings."""
         return Call("GET", f"/v1/memories/{path_segment(memory_id, 'memory_id')}", _model(MemoryOut))
 
     def recall(
@@ -224,7 +229,8 @@ class Requests:
         max_tokens: int | None = None,
         as_of: datetime | str | None = None,
     ) -> Call[RecallResponse]:
-        """`max_tokens`: only the best items whose lines fit; the answer's `context` is those lines, to paste.
+        """The RecallResponse: ranked `items`, and `context`, those items as dated lines to paste into a prompt.
+        `agent_id` searches only that agent's memories; `max_tokens`: only the best items whose lines fit;
         `as_of`: when the question is asked (default now): its 'last week' or '3 days ago' count from it."""
         body = _drop_none(
             {
@@ -256,6 +262,7 @@ class Requests:
         limit: int | None = None,
         cursor: str | None = None,
     ) -> Call[MemoryPage]:
+        """The team's memories (a MemoryPage), newest first; `cursor` is the previous page's `next_cursor`."""
         params = _drop_none(
             {
                 "agent_id": agent_id,
@@ -278,6 +285,7 @@ class Requests:
         run_id: str | None = None,
         confirm: bool = False,
     ) -> Call[ForgetResponse]:
+        """Forget one memory by id, or all of an agent's and/or a run's (which needs confirm=True)."""
         if memory_id is not None:
             path = f"/v1/memories/{path_segment(memory_id, 'memory_id')}"
             return Call("DELETE", path, lambda r: ForgetResponse(deleted=1))
@@ -285,9 +293,11 @@ class Requests:
         return Call("DELETE", "/v1/memories", _model(ForgetResponse), params=params)
 
     def export(self) -> Call[builtins.list[ExportedMemory]]:  # `list` here is the method above
+        """The team's memories with their facts, oldest first, as `import_memories` takes them."""
         return Call("GET", "/v1/export", _lines, extra_timeout_s=300)
 
     def import_(self, records: builtins.list[ExportedMemory], *, re_extract: bool = False) -> Call[ImportResponse]:
+        """Import records as `export` returns them (the clients' `import_memories`); an id present is skipped."""
         content = "".join(r.model_dump_json() + "\n" for r in records).encode()
         return Call(
             "POST",
@@ -299,11 +309,13 @@ class Requests:
         )
 
     def team(self) -> Call[TeamOut]:
+        """This key's team and role, the memory count, the busiest agent ids and tags."""
         return Call("GET", "/v1/team", _model(TeamOut))
 
     # -- daily limits and the handled ledger --------------------------------------
 
     def limits_set(self, name: str, *, daily_limit: int, timezone: str = "UTC", per: str = "team") -> Call[LimitOut]:
+        """Define (or change) a daily limit, counted per team or per agent, resetting at midnight in `timezone`."""
         return Call(
             "PUT",
             f"/v1/limits/{_limit(name)}",
@@ -312,6 +324,7 @@ class Requests:
         )
 
     def limits_get(self, name: str, *, agent_id: str | None = None, days: int | None = None) -> Call[LimitOut]:
+        """A limit and today's count (of `agent_id` for a per-agent limit); `days`: that many days of history."""
         return Call(
             "GET",
             f"/v1/limits/{_limit(name)}",
@@ -320,6 +333,7 @@ class Requests:
         )
 
     def limits_list(self, *, agent_id: str | None = None) -> Call[builtins.list[LimitOut]]:
+        """Every limit of the team with today's count."""
         return Call(
             "GET", "/v1/limits", lambda r: _LIMITS.validate_python(r.json()), params=_drop_none({"agent_id": agent_id})
         )
@@ -327,6 +341,8 @@ class Requests:
     def limits_consume(
         self, name: str, *, agent_id: str, amount: int = 1, idempotency_key: str | None = None
     ) -> Call[ConsumeAnswer]:
+        """Check and count in one step: a ConsumeAnswer whose `allowed` is False when the limit is reached (an
+        answer, not an exception)."""
         # a denial is an answer (allowed=false), retried only if its reset falls within the budget
         return Call(
             "POST",
@@ -338,9 +354,11 @@ class Requests:
         )
 
     def limits_delete(self, name: str) -> Call[None]:
+        """Remove a limit and its counts."""
         return Call("DELETE", f"/v1/limits/{_limit(name)}", _none)
 
     def handled_mark(self, key: str, *, agent_id: str | None = None, ttl_days: int | None = None) -> Call[HandledOut]:
+        """Mark an item handled: a HandledOut whose `first_time` says whether no one had marked it before."""
         # not resent after a lost answer: the resend would report first_time=false for a first time
         return Call(
             "POST",
@@ -351,6 +369,7 @@ class Requests:
         )
 
     def handled_check(self, key: str, *, agent_id: str | None = None) -> Call[HandledOut | None]:
+        """The HandledOut of a key marked before, or None."""
         record = _model(HandledOut)
 
         def parse(response: httpx.Response) -> HandledOut | None:

@@ -1,24 +1,26 @@
 """Python client for memory-service: `MemoryClient` (sync) and `AsyncMemoryClient` (asyncio), on httpx.
 
-    from . import MemoryClient
-    with MemoryClient("http://127.0.0.1:8700", api_key="...") as memory:
+    from memory_service.client import MemoryClient
+    with MemoryClient("http://127.0.0.1:8700") as memory:       # api_key="..." once keys exist
         saved = memory.remember("Sent the digest to 40 users.", agent_id="mailer", wait_s=10)
         hits = memory.recall("digest", k=5).items
         prompt_part = memory.recall("digest", max_tokens=300).context  # dated lines, within 300 tokens
 
-Both share one implementation (client_core.Requests builds every call and reads every answer); the
-classes here only send. `remember` adds an idempotency key, so a resend never saves twice. A 429 or 503
-with `Retry-After` is retried while the wait fits `retry_budget_s`; a refused connection raises `Unavailable`
-at once; every other failure raises the `MemoryServiceError` subclass of its status (errors.py) with the
-server's message and the request id.
+Every method is written once, in core.Requests, with its keyword parameters and its result type (the wire's
+pydantic models); the classes here bind each one to their way of sending (`_blocking`, `_awaited`), so the
+sync and async clients cannot drift apart and a type checker sees both signatures. `remember` adds an
+idempotency key, so a resend never saves twice. A 429 or 503 with `Retry-After` is retried while the wait
+fits `retry_budget_s`; a refused connection raises `Unavailable` at once; every other failure raises the
+`MemoryServiceError` subclass of its status (errors.py) with the server's message and the request id.
 """
 
 from __future__ import annotations
 
 import asyncio
-import builtins
+import functools
 import time
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, Concatenate, ParamSpec, TypeVar
 from urllib.parse import urlsplit
 
 import httpx
@@ -29,125 +31,99 @@ from .errors import MemoryServiceError
 __all__ = ["AsyncMemoryClient", "MemoryClient", "MemoryServiceError"]
 
 T = TypeVar("T")
-Owner = TypeVar("Owner", bound="_Surface")
+P = ParamSpec("P")
 
 
-class _Limits(Generic[Owner]):
-    """`client.limits`: daily limits (set, get, list, consume, delete)."""
-
-    def __init__(self, owner: Owner) -> None:
-        self._owner = owner
-
-    def set(self, name: str, *, daily_limit: int, timezone: str = "UTC", per: str = "team") -> Any:
-        return self._owner._run(
-            self._owner._requests.limits_set(name, daily_limit=daily_limit, timezone=timezone, per=per)
-        )
-
-    def get(self, name: str, *, agent_id: str | None = None, days: int | None = None) -> Any:
-        return self._owner._run(self._owner._requests.limits_get(name, agent_id=agent_id, days=days))
-
-    def list(self, *, agent_id: str | None = None) -> Any:
-        return self._owner._run(self._owner._requests.limits_list(agent_id=agent_id))
-
-    def consume(self, name: str, *, agent_id: str, amount: int = 1, idempotency_key: str | None = None) -> Any:
-        """A ConsumeAnswer; `allowed` is False when the limit is reached (not an exception)."""
-        return self._owner._run(
-            self._owner._requests.limits_consume(
-                name, agent_id=agent_id, amount=amount, idempotency_key=idempotency_key
-            )
-        )
-
-    def delete(self, name: str) -> Any:
-        return self._owner._run(self._owner._requests.limits_delete(name))
-
-
-class _Handled(Generic[Owner]):
-    """`client.handled`: the ledger of items already handled (mark, check)."""
-
-    def __init__(self, owner: Owner) -> None:
-        self._owner = owner
-
-    def mark(self, key: str, *, agent_id: str | None = None, ttl_days: int | None = None) -> Any:
-        """A HandledOut; `first_time` says whether this is the first mark of the key."""
-        return self._owner._run(self._owner._requests.handled_mark(key, agent_id=agent_id, ttl_days=ttl_days))
-
-    def check(self, key: str, *, agent_id: str | None = None) -> Any:
-        """The HandledOut of a key seen before, or None."""
-        return self._owner._run(self._owner._requests.handled_check(key, agent_id=agent_id))
-
-
-class _Surface:
-    """Every method once. Each builds a call and hands it to `_run`: the sync client returns the result,
-    the async client a coroutine of it. Results are the API's models (memory_service.contract.models)."""
+class _Sends:
+    """What a method bound by `_blocking` needs: the calls' builder and a `_run` that sends one."""
 
     _requests = Requests()
 
-    def __init__(self) -> None:
-        self.limits = _Limits(self)
-        self.handled = _Handled(self)
-
-    def _run(self, call: Call[T]) -> Any:
+    def _run(self, call: Call[T]) -> T:
         raise NotImplementedError
 
-    def remember(
-        self,
-        text: str,
-        *,
-        agent_id: str,
-        run_id: str | None = None,
-        tags: list[str] | None = None,
-        metadata: dict[str, Any] | None = None,
-        idempotency_key: str | None = None,
-        wait_s: float = 0.0,
-    ) -> Any:
-        """RememberResponse. `wait_s` waits (≤ 120 s) for extraction before answering."""
-        return self._run(
-            self._requests.remember(
-                text,
-                agent_id=agent_id,
-                run_id=run_id,
-                tags=tags,
-                metadata=metadata,
-                idempotency_key=idempotency_key,
-                wait_s=wait_s,
-            )
-        )
 
-    def get(self, memory_id: str) -> Any:
-        """MemoryOut: status, facts with spans, errors, timings."""
-        return self._run(self._requests.get(memory_id))
+class _AwaitsSends:
+    _requests = Requests()
 
-    def recall(self, query: str, **options: Any) -> Any:
-        """RecallResponse (its `context`: the items as lines to paste); options: k, agent_id (searches only that
-        agent), kinds, tags, since, until, min_score, time_field, max_tokens (the best items that fit it), as_of (when asked)."""
-        return self._run(self._requests.recall(query, **options))
+    async def _run(self, call: Call[T]) -> T:
+        raise NotImplementedError
 
-    def list(self, **filters: Any) -> Any:
-        """MemoryPage; filters: agent_id, run_id, status, tag, since, until, limit, cursor."""
-        return self._run(self._requests.list(**filters))
 
-    def forget(
-        self,
-        memory_id: str | None = None,
-        *,
-        agent_id: str | None = None,
-        run_id: str | None = None,
-        confirm: bool = False,
-    ) -> Any:
-        """ForgetResponse. One id, or all of an agent/run (which needs confirm=True)."""
-        return self._run(self._requests.forget(memory_id, agent_id=agent_id, run_id=run_id, confirm=confirm))
+def _blocking(
+    build: Callable[Concatenate[Requests, P], Call[T]],
+) -> Callable[Concatenate[_Sends, P], T]:
+    """`build`'s parameters and docstring, answering its result: a method of the blocking client."""
 
-    def export(self) -> Any:
-        """list[ExportedMemory]: the team's memories with their facts, oldest first."""
-        return self._run(self._requests.export())
+    def method(self: _Sends, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._run(build(self._requests, *args, **kwargs))
 
-    def team(self) -> Any:
-        """TeamOut: this key's team and role, the memory count, the busiest agent ids and tags."""
-        return self._run(self._requests.team())
+    functools.update_wrapper(method, build)
+    return method
 
-    def import_memories(self, records: builtins.list[Any], *, re_extract: bool = False) -> Any:  # not the method
-        """ImportResponse; records as `export` returns them."""
-        return self._run(self._requests.import_(records, re_extract=re_extract))
+
+def _awaited(
+    build: Callable[Concatenate[Requests, P], Call[T]],
+) -> Callable[Concatenate[_AwaitsSends, P], Coroutine[Any, Any, T]]:
+    """The same, as a coroutine: a method of the asyncio client."""
+
+    async def method(self: _AwaitsSends, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self._run(build(self._requests, *args, **kwargs))
+
+    functools.update_wrapper(method, build)
+    return method
+
+
+class _SentBy(_Sends):
+    """`client.limits` and `client.handled` of the blocking client: sent through their owner."""
+
+    def __init__(self, owner: _Sends) -> None:
+        self._owner = owner
+
+    def _run(self, call: Call[T]) -> T:
+        return self._owner._run(call)
+
+
+class _AwaitedBy(_AwaitsSends):
+    def __init__(self, owner: _AwaitsSends) -> None:
+        self._owner = owner
+
+    async def _run(self, call: Call[T]) -> T:
+        return await self._owner._run(call)
+
+
+class _Limits(_SentBy):
+    """`client.limits`: daily limits (set, get, list, consume, delete)."""
+
+    set = _blocking(Requests.limits_set)
+    get = _blocking(Requests.limits_get)
+    list = _blocking(Requests.limits_list)
+    consume = _blocking(Requests.limits_consume)
+    delete = _blocking(Requests.limits_delete)
+
+
+class _Handled(_SentBy):
+    """`client.handled`: the ledger of items already handled (mark, check)."""
+
+    mark = _blocking(Requests.handled_mark)
+    check = _blocking(Requests.handled_check)
+
+
+class _AsyncLimits(_AwaitedBy):
+    """`client.limits`, awaited."""
+
+    set = _awaited(Requests.limits_set)
+    get = _awaited(Requests.limits_get)
+    list = _awaited(Requests.limits_list)
+    consume = _awaited(Requests.limits_consume)
+    delete = _awaited(Requests.limits_delete)
+
+
+class _AsyncHandled(_AwaitedBy):
+    """`client.handled`, awaited."""
+
+    mark = _awaited(Requests.handled_mark)
+    check = _awaited(Requests.handled_check)
 
 
 def _http_options(base_url: str, api_key: str | None, timeout_s: float) -> dict[str, Any]:
@@ -160,8 +136,9 @@ def _http_options(base_url: str, api_key: str | None, timeout_s: float) -> dict[
     return {"base_url": base_url, "headers": headers, "timeout": timeout_s, "trust_env": False}
 
 
-class MemoryClient(_Surface):
-    """Blocking client. `retry_budget_s`: the most time spent waiting to resend one call."""
+class MemoryClient(_Sends):
+    """Blocking client. `api_key`: none for a keyless service (the `local` team); `retry_budget_s`: the most
+    time spent waiting to resend one call."""
 
     def __init__(
         self,
@@ -172,9 +149,19 @@ class MemoryClient(_Surface):
         retry_budget_s: float = 30.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        super().__init__()
         self._http = httpx.Client(**_http_options(base_url, api_key, timeout_s), transport=transport)
         self._timeout_s, self.retry_budget_s = timeout_s, retry_budget_s
+        self.limits = _Limits(self)
+        self.handled = _Handled(self)
+
+    remember = _blocking(Requests.remember)
+    get = _blocking(Requests.get)
+    recall = _blocking(Requests.recall)
+    list = _blocking(Requests.list)
+    forget = _blocking(Requests.forget)
+    export = _blocking(Requests.export)
+    team = _blocking(Requests.team)
+    import_memories = _blocking(Requests.import_)
 
     def _run(self, call: Call[T]) -> T:
         started, attempt = time.monotonic(), 0
@@ -212,7 +199,7 @@ class MemoryClient(_Surface):
         self.close()
 
 
-class AsyncMemoryClient(_Surface):
+class AsyncMemoryClient(_AwaitsSends):
     """asyncio client: the same methods, awaited. `retry_budget_s`: the most time spent waiting to resend."""
 
     def __init__(
@@ -224,9 +211,19 @@ class AsyncMemoryClient(_Surface):
         retry_budget_s: float = 30.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        super().__init__()
         self._http = httpx.AsyncClient(**_http_options(base_url, api_key, timeout_s), transport=transport)
         self._timeout_s, self.retry_budget_s = timeout_s, retry_budget_s
+        self.limits = _AsyncLimits(self)
+        self.handled = _AsyncHandled(self)
+
+    remember = _awaited(Requests.remember)
+    get = _awaited(Requests.get)
+    recall = _awaited(Requests.recall)
+    list = _awaited(Requests.list)
+    forget = _awaited(Requests.forget)
+    export = _awaited(Requests.export)
+    team = _awaited(Requests.team)
+    import_memories = _awaited(Requests.import_)
 
     async def _run(self, call: Call[T]) -> T:
         started, attempt = time.monotonic(), 0
