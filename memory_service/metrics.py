@@ -17,6 +17,8 @@ from typing import Any, Protocol
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from .pipeline.job_history import JobHistory
+
 __all__ = ["CONTENT_TYPE", "JOB_OUTCOMES", "Metrics", "ServiceState"]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -92,6 +94,7 @@ class Metrics:
             ["team", "result"],
             registry=registry,
         )
+        self.history = JobHistory(self.jobs)  # each team's last hour of jobs, for the console: read from `jobs`
 
     def llm_timings(self, timings: Mapping[str, Any]) -> None:
         """One completion's llama.cpp `timings`: its prompt, cached and generated token counts (and `loops`: 1

@@ -205,6 +205,7 @@ class Services(LimitsAndKeys):
         await self.models.probe()
         self._tasks.append(asyncio.create_task(self.models.watch(), name="model-watch"))  # warns while one is down
         self._tasks.append(asyncio.create_task(self.passages.run(), name="passages"))
+        self._tasks.append(asyncio.create_task(self.metrics.history.run(self.journal), name="job-history"))
         workers = 0
         for extractor in self.extractors:  # one worker per slot per server (one for a server that is down)
             slots = extractor.model.props.slots if extractor.model.props else 1

@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
+
+from markupsafe import Markup
 
 from ..config import Settings
 from ..contract.models import MemoryOut
+from ..pipeline.job_history import Bucket
+from ..storage.limit_views import LimitView
+from . import charts
 from .highlight import MAX_MARKED, Segment, highlight
 
 STATUSES = ("queued", "extracting", "done", "failed")
 SPANS_LISTED = 20  # a fact's spans listed beside it as [start–end]; the rest are counted
 PENDING = ("queued", "extracting")
+WEEK_DAYS = 7  # the limits page draws each counter's last week, today included
+SCORE_W = 90  # a search hit's score bar, in a table column
+AGENT_WEEKS = 10  # of a per-agent limit, the busiest agents' weeks are drawn; the others show today's bar
 
 
 class BadFilter(ValueError):
@@ -142,3 +151,64 @@ def speed(snapshot: dict[str, Any], settings: Settings) -> Speed:
         needed_generation_tps=math.ceil(needed * 10) / 10,
         fits=None if gen is None else gen >= needed,
     )
+
+
+Points = list[tuple[str, float | None]]
+
+
+@dataclass
+class AgentUse:
+    agent_id: str
+    used: int
+    remaining: int
+    week: Points | None  # None beyond the AGENT_WEEKS busiest
+
+
+@dataclass
+class LimitPicture:
+    """A limit as the page draws it: today's bar (a team counter) and the week's columns, then its agents'."""
+
+    view: LimitView
+    week: Points
+    agents: list[AgentUse] = field(default_factory=list)
+
+
+def week_of(view: LimitView) -> Points:
+    """A view's `history` (oldest first, today last) as columns: (day, used)."""
+    return [(str(day["day"]), float(cast(int, day["used"]))) for day in view.history or []]
+
+
+def limit_picture(view: LimitView, agent_view: Callable[[str], LimitView]) -> LimitPicture:
+    """`view` (read with its week) and its agents' counters, the first AGENT_WEEKS (the busiest) with their
+    week read through `agent_view`."""
+    picture = LimitPicture(view, week_of(view))
+    for n, agent in enumerate(view.agents or []):
+        agent_id = str(agent["agent_id"])
+        week = week_of(agent_view(agent_id)) if n < AGENT_WEEKS else None
+        picture.agents.append(AgentUse(agent_id, cast(int, agent["used"]), cast(int, agent["remaining"]), week))
+    return picture
+
+
+def hour_of_jobs(buckets: list[Bucket]) -> tuple[Points, Points]:
+    """The Jobs chart's two rows from the team's buckets: queue depth (as last measured in each five
+    minutes) and jobs finished, each column named by its minutes in UTC."""
+    names = [f"{_clock(b.start)}–{_clock(b.end)} UTC" for b in buckets]
+    depth: Points = [(n, None if b.depth is None else float(b.depth)) for n, b in zip(names, buckets, strict=True)]
+    finished: Points = [(n, float(b.finished)) for n, b in zip(names, buckets, strict=True)]
+    return depth, finished
+
+
+def _clock(moment: float) -> str:
+    return datetime.fromtimestamp(moment, tz=UTC).strftime("%H:%M")
+
+
+def progress(done: int, total: int, chunks: int) -> Markup:
+    """An extracting text's progress bar: the characters its finished chunks cover, of the whole text."""
+    says = f"extraction progress: {done:,} of {total:,} characters ({charts.percent(done, total)}), {chunks:,} chunk(s) done"
+    return charts.bar(done, total, "extraction progress", says=says)
+
+
+def score_bar(score: float, best: float) -> Markup:
+    """A hit's score as a bar against the best hit's (recall's fused scores mean nothing on their own scale)."""
+    says = f"score {score:.4f}, {charts.percent(score, best)} of the best hit's"
+    return charts.bar(score, best, "score", says=says, width=SCORE_W)

@@ -7,6 +7,7 @@ through the same stores; every POST checks its origin and CSRF token first.
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import urlencode
@@ -27,8 +28,7 @@ from ..contract.models import MemoryOut
 from ..recall.search import RecallQuery
 from ..storage.catalog import ListFilter
 from ..storage.keys import role_allows
-from ..storage.limit_views import LimitView
-from . import pages
+from . import charts, pages
 from .session import (
     COOKIE,
     COOKIE_PATH,
@@ -66,6 +66,8 @@ HEADERS = {
 
 _env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=True)
 _env.filters.update(when=pages.when, local_time=pages.local_time)
+# the pictures: inline SVG, escaped
+_env.globals.update(bar=charts.bar, columns=charts.columns, progress=pages.progress, score_bar=pages.score_bar)
 templates = Jinja2Templates(env=_env)
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -250,6 +252,9 @@ async def jobs(request: Request, session: SessionDep) -> Response:
             services.list_memories, team, ListFilter(status=status), limit=JOBS_SHOWN
         )
     estimate, basis = services.estimate(*backlog)
+    pending = counts["queued"] + counts["extracting"]
+    # the team's own hour (the ring keeps each team apart), its last column today's count
+    depth, finished = pages.hour_of_jobs(services.metrics.history.buckets(team, pending))
     speed = pages.speed(model.throughput.snapshot(), services.settings)
     return render(
         request,
@@ -261,8 +266,11 @@ async def jobs(request: Request, session: SessionDep) -> Response:
         estimate=estimate,
         basis=basis,
         speed=speed,
+        depth=depth,
+        finished=finished,
+        sample_s=services.metrics.history.sample_s,
         model_ready=model.ready,
-        refresh=REFRESH_S if counts["queued"] + counts["extracting"] else None,
+        refresh=REFRESH_S if pending else None,
     )
 
 
@@ -270,18 +278,22 @@ async def jobs(request: Request, session: SessionDep) -> Response:
 async def limits(request: Request, session: SessionDep) -> Response:
     services = services_of(request)
     views = await asyncio.to_thread(_limit_views, services, session.team)  # errors: `error_page`
-    return render(request, "limits.html", session, views=views)
+    return render(
+        request, "limits.html", session, views=views, week_days=pages.WEEK_DAYS, agent_weeks=pages.AGENT_WEEKS
+    )
 
 
-def _limit_views(services: LimitsAndKeys, team: str) -> list[LimitView]:
-    """Every limit with today's usage; per-agent limits with each agent's counter (the list leaves them out)."""
-    views = []
-    for view in services.list_limits(team):
+def _limit_views(services: LimitsAndKeys, team: str) -> list[pages.LimitPicture]:
+    """Every limit with today's usage and its last week; per-agent limits with each agent's counter (the list
+    leaves them out) and the busiest agents' weeks."""
+    out = []
+    for listed in services.list_limits(team):
         try:
-            views.append(services.limit_view(team, view.name) if view.per == "agent" else view)
+            agent_view = partial(services.limit_view, team, listed.name, days=pages.WEEK_DAYS)
+            out.append(pages.limit_picture(agent_view(None), agent_view))
         except LimitNotFound:  # deleted meanwhile
             continue
-    return views
+    return out
 
 
 @router.get("/handled")

@@ -41,6 +41,7 @@ class Session:
     team: str
     csrf: str
     role: str = "admin"  # the key's role: a read key browses, retrying a job needs write
+    keyless: bool = False  # no API key anywhere: everything is the team `local`, and the header says so
 
 
 def new_secret() -> bytes:
@@ -63,7 +64,7 @@ def resolve(request: Request) -> tuple[Session, str] | None:
     """The session and its key from the cookie, or None; without API keys everyone is the local team."""
     services = request.app.state.services
     if open_access(services):
-        return Session(Settings.LOCAL_TEAM, csrf_token(_secret(request), "")), ""
+        return Session(Settings.LOCAL_TEAM, csrf_token(_secret(request), ""), keyless=True), ""
     key = request.cookies.get(COOKIE, "")
     caller = caller_of_key(services, key) if key else None
     if caller is None or caller.agent_id is not None:  # a key pinned to an agent sees only its agent: no console

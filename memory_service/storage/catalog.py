@@ -263,3 +263,11 @@ def status_counts(journal: Journal, team: str) -> dict[str, int]:
     out = {status: 0 for status in (QUEUED, EXTRACTING, DONE, FAILED)}
     out.update({row[0]: int(row[1]) for row in rows})
     return out
+
+
+def pending_by_team(journal: Journal) -> dict[str, int]:
+    """Every team's jobs queued or extracting, teams with none left out (the console's queue-depth samples)."""
+    where = f"status IN ('{QUEUED}', '{EXTRACTING}')"  # literals: the partial index `memories_team_pending`'s terms
+    with journal.reading() as conn:
+        rows = conn.execute(f"SELECT team, COUNT(*) FROM memories WHERE {where} GROUP BY team").fetchall()
+    return {str(team): int(count) for team, count in rows}
