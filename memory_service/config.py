@@ -83,6 +83,8 @@ class Settings(BaseSettings):
     write_timeout_s: float = Field(default=30.0, gt=0, le=3600)
     max_connections: int = Field(default=512, ge=1, le=65536)
     max_connections_per_client: int = Field(default=0, ge=0, le=65536)
+    # the extraction schema's bounds (maxItems, maxLength), which llama-server's grammar enforces per reply: the
+    # model cannot run on past them, and a text split into pieces gets max_facts per piece
     max_facts: int = 12
     max_fact_chars: int = 300
     dedup_threshold: float = Field(default=0.92, ge=0.5, le=1.0)

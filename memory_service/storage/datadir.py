@@ -154,6 +154,11 @@ class DataDir:
         except FileExistsError:
             pass
         (self.path / RESTORE_READY).unlink(missing_ok=True)  # a restore stopped after its last rename
+        if not any(self.path.iterdir()):
+            # an empty dir made for us (`mkdir`, a tool, a container volume): nothing in it was ever readable,
+            # so there is nothing to warn about (a new data dir's first log line was this warning)
+            self.path.chmod(0o700)
+            return
         changed = make_private(self.path)
         if changed:
             log.warning("%s: took group and others' access away from %d path(s) (0700/0600)", self.path, changed)

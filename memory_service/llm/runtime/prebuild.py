@@ -1,6 +1,6 @@
 """Compile the llama-server the ladder would try first, before anything else is installed.
 
-Why: the compile is most of a fresh machine's set-up (~7 minutes on 2 cores) and needs only a compiler and the
+Why: the compile is most of a fresh machine's set-up (6 min 41 s on 2 cores) and needs only a compiler and the
 llama.cpp source, not the project's dependencies. So the bootstrap starts it first, in the background, with
 the bare virtualenv's interpreter (this module and what it imports are stdlib only), and installs the
 dependencies and assembles the models meanwhile. The build step that follows (`build`) then finds the binary

@@ -1,7 +1,7 @@
 """Before a `-march=native` build: may this process use what the CPU advertises? A few-line C probe asks.
 
 Why: a CPU can list AMX or AVX-512 that the VM around it refuses, and a native build of llama-server then
-dies in its smoke test after ~8 minutes of compiling. Asking first costs a tenth of a second: the probe asks
+dies in its smoke test after minutes of compiling (most of a fresh set-up's 6 min 41 s). Asking first costs a tenth of a second: the probe asks
 the kernel for the AMX tile state (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`, as ggml does) and
 executes tile instructions, or one AVX-512 instruction, catching SIGILL/SIGSEGV. A refusal skips the builds
 that would need it. Only a refusal counts: a passing probe (or none, without a C compiler) leaves the
