@@ -1,0 +1,1 @@
+../../../memory_service/__init__.py
