@@ -100,6 +100,9 @@ class Settings(BaseSettings):
     # how long a call to that child may take (plus an allowance per row) before the child counts as hung and is
     # replaced: chromadb hung after the disk filled up, and every vector call queued behind it
     vector_call_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    # recall's relevance floor: items less similar to the query than this (cosine) are left out, so an unrelated
+    # question is not answered with k items of noise (recall/floor.py; a request's min_score replaces it). -1: off
+    recall_floor: float = Field(default=0.25, ge=-1, le=1)
     # how long a recall with max_tokens waits for llama-server's /tokenize before counting by the estimate
     recall_tokenize_timeout_s: float = Field(default=0.2, gt=0, le=10)
     # postgresql://user@host/db: the journal, jobs, limits, handled ledger and keys live there instead of

@@ -32,7 +32,7 @@ from .pipeline.worker import ExtractionWorker
 from .recall.background import BackgroundWork
 from .recall.filtered_vectors import FilteredVectors
 from .recall.query_embeddings import QueryEmbeddings
-from .recall.search import Hit, RecallQuery, recall
+from .recall.search import Hit, Recalled, RecallQuery, recall
 from .recall.vector_view import VectorView
 from .storage import catalog
 from .storage.consolidation import store_for
@@ -258,6 +258,10 @@ class Services(LimitsAndKeys):
 
     def recall(self, query: RecallQuery) -> list[Hit]:
         """Recall over this team's stores (blocking: call it in a thread; the keyword leg runs beside it)."""
+        return self.recalled(query).hits
+
+    def recalled(self, query: RecallQuery) -> Recalled:
+        """`recall`, with what the relevance floor (MEMORY_RECALL_FLOOR) left out, for the answer's note."""
         return recall(
             query,
             journal=self.journal,
@@ -265,6 +269,7 @@ class Services(LimitsAndKeys):
             search=self.search,
             legs=self._recall_legs,
             queries=self.query_embeddings,
+            floor=self.settings.recall_floor,
         )
 
     def forget(self, team: str, **selector: Any) -> list[str]:

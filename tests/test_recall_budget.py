@@ -39,7 +39,10 @@ PATIENT = {"MEMORY_RECALL_TOKENIZE_TIMEOUT_S": "5"}
 
 
 def recall(client: Any, **body: Any) -> dict[str, Any]:
-    response = client.post("/v1/recall", json={"query": "depot key access battery", "k": 20, **body})
+    # min_score -1: every text, however weak its match (unembedded here, a text holding only "depot" is below the
+    # relevance floor's share of the query's words)
+    body = {"query": "depot key access battery", "k": 20, "min_score": -1, **body}
+    response = client.post("/v1/recall", json=body)
     assert response.status_code == 200, response.text
     return response.json()
 
@@ -99,7 +102,7 @@ def test_context_lines_are_dated_and_attributed(saved):
             },
         )
         assert response.status_code == 202
-        answer = client.post("/v1/recall", json={"query": "depot alarm code", "k": 3}).json()
+        answer = client.post("/v1/recall", json={"query": "depot alarm code", "k": 3, "min_score": -1}).json()
     first = answer["items"][0]
     assert first["text"] == "The depot alarm code changed to 5512."
     assert lines(answer)[0] == "[2025-11-03 guard] The depot alarm code changed to 5512."  # occurred_at

@@ -15,6 +15,7 @@ from memory_service.pipeline.forgetting import Forgetter
 from memory_service.pipeline.passages import index_passages
 from memory_service.recall import filtered_vectors as vector_search
 from memory_service.recall.filtered_vectors import FilteredVectors
+from memory_service.recall.floor import OFF
 from memory_service.recall.search import RecallQuery, recall
 from memory_service.storage.consolidation import ConsolidationStore
 from memory_service.storage.forget import mark_forgotten
@@ -60,7 +61,8 @@ class Stores:
             journal=self.journal,
             embedder=self.embedder,
             search=self.search,
-        )
+            floor=OFF,  # these tests are about filters: every hit, however weak (the floor: test_relevance_floor)
+        ).hits
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from memory_service.contract.limits import MAX_QUERY_WORDS
 from memory_service.pipeline.forgetting import Forgetter
 from memory_service.pipeline.passages import index_passages
 from memory_service.recall.filtered_vectors import FilteredVectors
+from memory_service.recall.floor import OFF
 from memory_service.recall.search import RecallQuery, recall
 from memory_service.storage.consolidation import ConsolidationStore
 from memory_service.storage.forget import mark_forgotten, pending, purge
@@ -74,7 +75,8 @@ class Stores:
             journal=self.journal,
             embedder=self.embedder,
             search=self.search,
-        )
+            floor=OFF,  # every hit's score, however weak (the floor is a cosine: per team by construction)
+        ).hits
         return [(h.key, h.kind, h.score, h.similarity) for h in hits]
 
 

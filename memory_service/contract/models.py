@@ -171,7 +171,12 @@ class RecallRequest(Strict):
     )
     as_of: Moment | None = Field(default=None, description="When asked: the query's 'last week' counts from it; now.")
     min_score: JsonFloat | None = Field(
-        default=None, ge=-1, le=1, description="Minimum cosine similarity of an item to the query."
+        default=None,
+        ge=-1,
+        le=1,
+        description="Minimum cosine similarity of an item to the query (items without one are left out). Unset: "
+        "the service's relevance floor (MEMORY_RECALL_FLOOR, 0.25) applies, so an unrelated question gets few or "
+        "no items and a `note`; -1: no cut at all.",
     )
     max_tokens: JsonInt | None = Field(
         default=None,
@@ -216,6 +221,11 @@ class RecallResponse(BaseModel):
         default=None,
         description="model: the extraction model's /tokenize; estimate: the documented over-counting rule "
         "(the model did not answer in time). With max_tokens.",
+    )
+    note: str | None = Field(
+        default=None,
+        description="Set when the relevance floor left out hits that would have filled k: how many, and the "
+        "min_score that shows them.",
     )
 
 

@@ -173,7 +173,7 @@ class Toolbox:
                 agent_id, tags, note = kept.agent_id, kept.tags, kept.note
                 found = await self._call(self.memory.recall(query, agent_id=agent_id, tags=tags, max_tokens=max_tokens))
         if not found.items:
-            empty = await self._empty_recall(query, agent_id, tags, max_tokens)
+            empty = await self._empty_recall(query, agent_id, tags, max_tokens, below_floor=found.note is not None)
             return f"{note}\n{empty}" if note else empty
         lines = found.context.split("\n")
         if self.visible & {"get_memory", "forget"}:
@@ -267,7 +267,11 @@ class Toolbox:
             )
         raise ToolFailed(f"No limit named {name!r}. Limits in this team: {', '.join(names)}.")
 
-    async def _empty_recall(self, query: str, agent_id: str | None, tags: list[str] | None, max_tokens: int) -> str:
+    async def _empty_recall(
+        self, query: str, agent_id: str | None, tags: list[str] | None, max_tokens: int, *, below_floor: bool = False
+    ) -> str:
+        """Why nothing came back. `below_floor`: the service's relevance floor left out every hit (the service
+        says so in the answer's `note`): memory holds nothing that bears on the query."""
         unbounded = await self._call(self.memory.recall(query, k=1, agent_id=agent_id, tags=tags))
         if unbounded.items:
             return (
@@ -284,7 +288,10 @@ class Toolbox:
             filters.append(f"agent_id={agent_id!r}")
         if tags:
             filters.append(f"tags={tags!r}")
-        lines = [f"Nothing matched {query!r}, but memory is working and holds {team.memories} saved text(s)."]
+        nothing = f"Nothing matched {query!r}"
+        if below_floor:
+            nothing = f"Nothing in memory is close to {query!r} (weaker matches were left out as unrelated)"
+        lines = [f"{nothing}, but memory is working and holds {team.memories} saved text(s)."]
         if filters:
             lines.append(f"You filtered on {' and '.join(filters)}; try again without the filter.")
         lines.append(f"Agent ids you can filter on: {agents}. Tags: {known_tags}.")

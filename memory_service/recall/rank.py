@@ -50,6 +50,7 @@ class Hit:
     tags: list[str] = field(default_factory=list)
     similarity: float | None = None
     score: float = 0.0
+    coverage: float | None = None  # share of the query's word weight it holds, when the keyword leg found it
     source_memory_ids: list[str] = field(default_factory=list)
 
 
@@ -137,7 +138,9 @@ def add_keyword_ranks(
             if kh.kind == "passage":
                 text = text[:PASSAGE_WINDOW_CHARS]
             hit = hits[key] = _new_hit(key, kh.kind, text, row, kh.item_id if kh.kind == "fact" else None)
-        hit.score += (KEYWORD_BASE_WEIGHT + weights.coverage(key, text)) / (RRF_K + rank + 1)
+        coverage = weights.coverage(key, text)
+        hit.coverage = max(hit.coverage or 0.0, coverage)
+        hit.score += (KEYWORD_BASE_WEIGHT + coverage) / (RRF_K + rank + 1)
 
 
 def diversify(hits: list[Hit], k: int) -> list[Hit]:

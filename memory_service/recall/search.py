@@ -24,6 +24,8 @@ from ..storage.records import KeywordHit
 from . import hubness
 from .directory import VectorFilter
 from .filtered_vectors import FilteredVectors
+from .floor import DEFAULT_FLOOR, Cut
+from .floor import note as floor_note
 from .query_embeddings import QueryEmbeddings
 from .rank import (
     Found,
@@ -37,7 +39,7 @@ from .rank import (
 )
 from .when import TimeQuestion, boost, item_dates
 
-__all__ = ["Hit", "RecallQuery", "recall", "to_epoch"]
+__all__ = ["Hit", "RecallQuery", "Recalled", "recall", "to_epoch"]
 
 KEYWORD_KINDS = ("passage", "fact")  # the kinds with a keyword index (consolidated items: vector leg only)
 # the vector leg takes this many times the pool by cosine, then keeps the pool's best once each item's
@@ -59,9 +61,23 @@ class RecallQuery:
     tags: tuple[str, ...] = ()
     since: float | None = None
     until: float | None = None
-    min_score: float | None = None
+    min_score: float | None = None  # the caller's own cut on similarity (-1: none); None: the relevance floor
     time_field: str = "created_at"  # what since/until compare: the save time, or "occurred_at"
     as_of: float | None = None  # when the question is asked: "last week" counts from it (None: now)
+
+
+@dataclass(frozen=True)
+class Recalled:
+    """A recall's hits, best first, and how many more the relevance floor kept out of the top k."""
+
+    hits: list[Hit]
+    below_floor: int = 0
+    floor: float = DEFAULT_FLOOR
+
+    @property
+    def note(self) -> str | None:
+        """One line for the answer when the floor dropped hits, else None."""
+        return floor_note(self.below_floor, len(self.hits), self.floor) if self.below_floor > 0 else None
 
 
 @dataclass(frozen=True)
@@ -90,12 +106,14 @@ def recall(
     search: FilteredVectors,
     legs: Executor | None = None,
     queries: QueryEmbeddings | None = None,
-) -> list[Hit]:
+    floor: float = DEFAULT_FLOOR,
+) -> Recalled:
     """Vector and keyword search with the filters inside each, fused by rank; blocking (one thread hop).
 
     With `legs`, the keyword leg runs there, one task per kind, while this thread embeds the query and
     searches vectors: all spend their time outside the GIL (SQLite, onnxruntime), so they overlap.
     `queries`: the service's cache of query vectors (of `embedder`); without it, this recall makes its own.
+    `floor`: the relevance floor (`floor`) when the query sets no min_score of its own.
     """
     plan = _Legs.of(q)
     keyword_legs = _keyword_legs(q, plan, journal)
@@ -120,11 +138,12 @@ def recall(
     if question.matters:
         _time_boost(hits, rows, question)
     candidates = list(hits.values())
-    if q.min_score is not None:
-        candidates = [h for h in candidates if h.similarity is not None and h.similarity >= q.min_score]
-    ranked = diversify(candidates, q.k)
+    cut = Cut.of(q.min_score, floor)
+    ranked = diversify([h for h in candidates if cut.keeps(h)], q.k)
     _attach_sources(ranked, journal, consolidated)
-    return ranked
+    # the hits the floor kept out of the k the caller asked for (a caller's own min_score is no news to it)
+    dropped = min(q.k, len(candidates)) - len(ranked) if cut.is_floor and not cut.off else 0
+    return Recalled(ranked, dropped, cut.threshold)
 
 
 def _keyword_legs(q: RecallQuery, plan: _Legs, journal: Journal) -> list[KeywordLeg]:

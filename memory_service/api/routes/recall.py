@@ -11,7 +11,7 @@ from fastapi import APIRouter, HTTPException, Request
 
 from ...contract.models import RecallItem, RecallRequest, RecallResponse
 from ...recall.context import budgeted, lines_of, unbudgeted
-from ...recall.search import Hit, RecallQuery, to_epoch
+from ...recall.search import Recalled, RecallQuery, to_epoch
 from ..auth import Team, agent_scope
 from ..deps import ServicesDep
 from ..errors import error_responses
@@ -50,7 +50,8 @@ async def recall_route(body: RecallRequest, request: Request, team: Team, servic
         time_field=body.time_field,
         as_of=to_epoch(body.as_of),
     )
-    hits, occurred = await asyncio.to_thread(_search, services, query)
+    found, occurred = await asyncio.to_thread(_search, services, query)
+    hits = found.hits
     lines = lines_of(hits, occurred)
     if body.max_tokens is None:
         context = unbudgeted(lines)
@@ -62,6 +63,7 @@ async def recall_route(body: RecallRequest, request: Request, team: Team, servic
         context=context.text,
         tokens=context.tokens,
         token_counter=cast(Counter | None, context.counter),
+        note=found.note,
         items=[
             RecallItem(
                 kind=cast(ItemKind, h.kind),  # the search names only these kinds; pydantic checks it
@@ -82,7 +84,8 @@ async def recall_route(body: RecallRequest, request: Request, team: Team, servic
     return ModelResponse(answer)
 
 
-def _search(services: Services, query: RecallQuery) -> tuple[list[Hit], dict[str, float]]:
-    """The hits, and when each one's text tells it happened (for the context's dates): one thread hop."""
-    hits = services.recall(query)
-    return hits, services.occurred(query.team, [h.memory_id for h in hits])
+def _search(services: Services, query: RecallQuery) -> tuple[Recalled, dict[str, float]]:
+    """The hits (and the relevance floor's note), and when each one's text tells it happened (for the
+    context's dates): one thread hop."""
+    found = services.recalled(query)
+    return found, services.occurred(query.team, [h.memory_id for h in found.hits])
