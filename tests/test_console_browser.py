@@ -20,6 +20,7 @@ import pytest
 
 from tests.conftest import ServiceProcess, wait_status
 from tests.fakes.fake_llama_server import FakeLlamaServer
+from tests.inprocess import InProcessService
 
 pytestmark = pytest.mark.process  # Chromium, against a serve subprocess
 
@@ -219,3 +220,111 @@ def test_a_second_teams_key_sees_none_of_it(browser: Any, service: ServiceProces
     page.goto("/ui/handled?key=" + "https%3A%2F%2Fexample.com%2Fa%3Fb%3D1%23c")
     expect(page.locator("#handled-none")).to_be_visible()
     page.screenshot(path=shots / "team-b-handled.png", full_page=True)
+
+
+# ---------------------------------------------------------------- the pictures (console/charts.py)
+
+PICTURE_TEXTS = (
+    "The Plover budget is 400 dollars.",
+    "Ines Ortega approved the Plover launch for May 3.",
+    "The Gull tracker moved to Lisbon.",
+)
+
+
+@pytest.fixture(scope="module")
+def pictures(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[InProcessService, FakeLlamaServer]]:
+    """A service of its own (in process: its journal is at hand), so the Jobs chart counts only these jobs;
+    a long budget, so a job held by a hanging model stays extracting while the page is looked at."""
+    with FakeLlamaServer("ok", tokens_per_s=5000) as fake:
+        env = {"MEMORY_EXTRACT_BUDGET_S": "600"}
+        svc = InProcessService(tmp_path_factory.mktemp("pictures") / "data", fake.url, env).start()
+        yield svc, fake
+        svc.stop()
+
+
+def test_the_pictures_render_with_their_numbers(
+    browser: Any, pictures: tuple[InProcessService, FakeLlamaServer], shots: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    svc, _ = pictures
+    with svc.client("key-a") as api:
+        ids = [api.post("/v1/remember", json={"text": t, "agent_id": "planner"}).json()["id"] for t in PICTURE_TEXTS]
+        assert [wait_status(api, i)["status"] for i in ids] == ["done"] * 3
+        assert api.put("/v1/limits/emails", json={"daily_limit": 5, "timezone": "UTC"}).status_code == 201
+        assert (
+            api.put("/v1/limits/calls", json={"daily_limit": 3, "timezone": "UTC", "per": "agent"}).status_code == 201
+        )
+        for name, agent, amount in (("emails", "mailer", 4), ("calls", "mailer", 3), ("calls", "planner", 1)):
+            assert api.post(f"/v1/limits/{name}/consume", json={"agent_id": agent, "amount": amount}).status_code == 200
+    page = open_page(browser, svc, "key-a", shots)
+
+    page.goto("/ui/limits")
+    today = page.locator("#limit-emails td.today svg")
+    expect(today).to_have_attribute("aria-label", "emails today: 4 of 5 (80%)")
+    assert today.locator("rect.fill").get_attribute("width") == "96.0"  # 4/5 of 120
+    assert (today.bounding_box() or {}).get("width") == 120  # drawn, at its size
+    expect(page.locator("#limit-emails td.week svg rect.col")).to_have_count(7)
+    expect(page.locator("#limit-emails td.week svg")).to_have_attribute("aria-label", re.compile(r"; \S+: 4$"))
+    mailer = page.locator("tr[data-limit='calls'][data-agent='mailer'] td.today svg")
+    expect(mailer).to_have_attribute("aria-label", "calls today, agent mailer: 3 of 3 (100%)")
+    expect(page.locator("tr[data-agent='planner'] td.week svg")).to_have_attribute(
+        "aria-label", re.compile(r"^calls, agent planner, used per day: .*: 1$")
+    )
+    page.screenshot(path=shots / "pictures-limits.png", full_page=True)
+
+    page.goto("/ui/jobs")
+    finished = page.locator("#finished-chart svg")
+    expect(finished).to_have_attribute("aria-label", re.compile(r": 3 finished$"))  # all within the last 5 min
+    expect(page.locator("#finished-chart figcaption")).to_contain_text("3 this hour")
+    assert (finished.locator("rect.col").last.bounding_box() or {}).get("height", 0) > 50  # the tallest column
+    expect(page.locator("#depth-chart svg")).to_have_attribute(
+        "aria-label", re.compile(r": 0 jobs waiting or running$")
+    )
+    expect(page.locator("#team-line")).to_have_text("team team-a")  # a key's team: no keyless words
+    page.screenshot(path=shots / "pictures-jobs.png", full_page=True)
+
+    page.goto("/ui/memories")
+    page.fill("#q", "Plover budget")
+    page.click("#apply")
+    first = page.locator("#hits tr.hit").first.locator("td.relevance svg")
+    expect(first).to_have_attribute("aria-label", re.compile(r"^score \d\.\d{4}, 100% of the best hit's$"))
+    assert page.locator("#hits td.relevance svg").count() == page.locator("#hits tr.hit").count() >= 2
+    page.screenshot(path=shots / "pictures-search.png", full_page=True)
+
+    other = open_page(browser, svc, "key-b", shots)  # team B: none of team A's jobs in its pictures
+    other.goto("/ui/jobs")
+    expect(other.locator("#finished-chart figcaption")).to_contain_text("0 this hour")
+    said = other.locator("#finished-chart svg").get_attribute("aria-label") or ""
+    assert said.count(": 0 finished") == 12, said
+    other.goto("/ui/limits")
+    expect(other.locator("#limits svg")).to_have_count(0)
+    other.screenshot(path=shots / "pictures-team-b-limits.png", full_page=True)
+
+
+def test_an_extracting_memory_shows_its_progress_bar(
+    browser: Any, pictures: tuple[InProcessService, FakeLlamaServer], shots: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    svc, fake = pictures
+    fake.set_mode("hang")  # the worker holds the job, extracting, while the model never answers
+    text = " ".join(f"Locker {n} in the Puffin depot holds {n * 7} crates." for n in range(1, 40))
+    with svc.client("key-a") as api:
+        memory_id = api.post("/v1/remember", json={"text": text, "agent_id": "slow"}).json()["id"]
+        wait_status(api, memory_id, statuses=("extracting",), timeout=60)
+    assert svc.services is not None
+    svc.services.journal.save_progress(memory_id, {"chunks": 2, "offset": 700})  # as after two chunks
+    said = f"extraction progress: 700 of {len(text):,} characters ({100 * 700 / len(text):.0f}%), 2 chunk(s) done"
+    page = open_page(browser, svc, "key-a", shots)
+    page.goto(f"/ui/memories/{memory_id}")
+    bar = page.locator("#progress svg")
+    expect(bar).to_have_attribute("aria-label", said)
+    assert float(bar.locator("rect.fill").get_attribute("width") or 0) == round(120 * 700 / len(text), 1)
+    page.screenshot(path=shots / "pictures-progress.png", full_page=True)
+    page.goto("/ui/jobs")
+    expect(page.locator(f"#job-{memory_id} svg")).to_have_attribute("aria-label", said)
+    expect(page.locator("#depth-chart svg")).to_have_attribute(
+        "aria-label", re.compile(r": 1 jobs waiting or running$")
+    )
+    page.screenshot(path=shots / "pictures-jobs-extracting.png", full_page=True)

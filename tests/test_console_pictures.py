@@ -95,7 +95,7 @@ def test_columns_scale_to_the_largest_value_or_the_limit_and_say_every_day() -> 
     assert heights[0] == 1.0  # a zero is a hairline, not nothing
     assert heights[2] == COLUMNS_H - 2 and heights[1] == pytest.approx((COLUMNS_H - 2) * 0.4, abs=0.05)
     assert [r.get("class") for r in rects] == ["col", "col", "col over"]  # 10 of a limit of 5
-    assert picture.find("{*}line").find("{*}title").text == "limit 5"
+    assert picture.find("{*}line[@class='limit']").find("{*}title").text == "limit 5"
     assert picture.find("{*}g").find("{*}title").text == "2026-12-03: not measured"  # a gap, no column
     assert picture.get("aria-label") == (
         "calls, used per day: 2026-12-01: 0; 2026-12-02: 4; 2026-12-03: not measured; 2026-12-04: 10"

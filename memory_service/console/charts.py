@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from markupsafe import Markup
 
-BAR_W, BAR_H = 160, 10
+BAR_W, BAR_H = 120, 10
 # control characters and bidi overrides in a name would garble or reorder the words read out around it
 HIDDEN = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 COLUMNS_W, COLUMNS_H = 168, 28
@@ -75,6 +75,7 @@ def columns(
     ceiling: float | None = None,
     unit: str = "",
     width: int = COLUMNS_W,
+    height: int = COLUMNS_H,
 ) -> Markup:
     """One column per (name, value), scaled to the largest value or to `ceiling` (a limit, drawn as a line);
     a value of None is a gap (nothing was measured then), a zero a hairline on the baseline."""
@@ -83,7 +84,7 @@ def columns(
         return Markup(
             '<svg class="chart columns" role="img" aria-label="{0}: no data" width="{1}" height="{2}">'
             "<title>{0}: no data</title></svg>"
-        ).format(label, width, COLUMNS_H)
+        ).format(label, width, height)
     top = max([ceiling or 0.0, 1.0, *(v for _, v in points if v is not None)])
     step = width / len(points)
     parts, said = [], []
@@ -93,15 +94,16 @@ def columns(
         if value is None:
             parts.append(Markup('<g class="gap"><title>{0}</title></g>').format(words))
             continue
-        height = max(1.0, round(fraction(value, top) * (COLUMNS_H - 2), 1))
+        tall = max(1.0, round(fraction(value, top) * (height - 2), 1))
         over = " over" if ceiling is not None and value > ceiling else ""
         parts.append(
             Markup('<rect class="col{0}" x="{1}" y="{2}" width="{3}" height="{4}"><title>{5}</title></rect>').format(
-                over, round(i * step + 1, 1), round(COLUMNS_H - height, 1), round(max(1.0, step - 2), 1), height, words
+                over, round(i * step + 1, 1), round(height - tall, 1), round(max(1.0, step - 2), 1), tall, words
             )
         )
+    parts.append(Markup('<line class="axis" x1="0" x2="{0}" y1="{1}" y2="{1}"/>').format(width, height))
     if ceiling is not None and ceiling > 0:
-        y = round(COLUMNS_H - fraction(ceiling, top) * (COLUMNS_H - 2), 1)
+        y = round(height - fraction(ceiling, top) * (height - 2), 1)
         parts.append(
             Markup('<line class="limit" x1="0" x2="{0}" y1="{1}" y2="{1}"><title>limit {2}</title></line>').format(
                 width, y, number(ceiling)
@@ -111,4 +113,4 @@ def columns(
     return Markup(
         '<svg class="chart columns" role="img" aria-label="{0}" width="{1}" height="{2}" viewBox="0 0 {1} {2}">'
         "<title>{0}</title>{3}</svg>"
-    ).format(summary, width, COLUMNS_H, Markup("").join(parts))
+    ).format(summary, width, height, Markup("").join(parts))
