@@ -16,7 +16,7 @@ from .. import console
 from ..config import ConfigError, Settings, is_loopback
 from ..services import KEYS_FILE, Services
 from ..storage.keys import KeyStore
-from . import errors
+from . import docs_pages, errors
 from .host_guard import HostGuard
 from .request_id import RequestId
 from .routes import health as routes_health
@@ -180,8 +180,11 @@ def create_app(
         version=package_version(),
         description="Durable memory for agent teams: remember, recall, daily limits. Local llama.cpp extraction.",
         lifespan=_lifespan(settings, speed_prior, services, run_workers),
+        docs_url=None,  # FastAPI's pages load their assets from a CDN: docs_pages serves them from here
+        redoc_url=None,
         **telemetry_off(),
     )
+    docs_pages.install(app)
     app.state.version, app.state.started = package_version(), time.monotonic()  # /health and /ready show them
     if services is not None:
         app.state.services = services
