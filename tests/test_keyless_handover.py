@@ -120,3 +120,19 @@ def test_the_mcp_server_says_why_it_has_no_tools_and_an_empty_team_is_no_reason(
         assert listed == [] and f"{nobody} is unreachable" in said and "memory-service serve" in said, said
     finally:
         server.stop()
+
+
+@pytest.mark.process  # `memory-service serve`, stopped once it has said how it authenticates
+def test_serve_names_keyless_mode_and_its_team(tmp_path: Path) -> None:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "MEMORY_DATA_DIR": str(tmp_path / "data")}
+    env["MEMORY_LLM_URL"] = f"http://127.0.0.1:{free_port()}"  # no model needed: the line comes first
+    serve = subprocess.Popen(
+        [str(CLI), "serve", "--port", str(free_port())], stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert serve.stderr is not None
+        line = next((line for line in serve.stderr if "keyless mode" in line or "Uvicorn running" in line), "")
+    finally:
+        serve.terminate()
+        serve.wait(60)
+    assert "keyless mode" in line and "team 'local'" in line and "--team local" in line, line

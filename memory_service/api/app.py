@@ -57,6 +57,11 @@ def _stored_keys(settings: Settings) -> bool:
             database.close()
 
 
+def keyless(settings: Settings) -> bool:
+    """No key anywhere (MEMORY_API_KEYS or an active stored key): every request is admin of team `local`."""
+    return not settings.auth_enabled and not _stored_keys(settings)
+
+
 def check_exposure(settings: Settings) -> None:
     """Without API keys everything belongs to one local team: never expose that beyond loopback.
 

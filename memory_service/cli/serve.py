@@ -46,7 +46,7 @@ def add_serve_parser(subcommands: Subcommands) -> None:
 def run_serve(args: argparse.Namespace) -> int:
     """Check what can be checked first (exposure, workers, the shared stores), then start llama-server and the API;
     llama-server stops when the API does, however it ends."""
-    from ..api.app import check_exposure
+    from ..api.app import check_exposure, keyless
     from ..api.workers import check_workers
     from ..llm.runtime.server import LlamaServerError
     from ..logs import configure as configure_logging
@@ -61,6 +61,14 @@ def run_serve(args: argparse.Namespace) -> int:
     check_exposure(settings)
     check_workers(settings, args.workers)
     configure_logging(settings.log_format, settings.log_level)
+    if keyless(settings):
+        logging.info(
+            "keyless mode (no API key): every request on %s is admin of team '%s', where every save goes; the "
+            "first key (`memory-service keys create`) ends it, `--team %s` keeps those memories in sight",
+            settings.host,
+            Settings.LOCAL_TEAM,
+            Settings.LOCAL_TEAM,
+        )
     if not _shared_stores_answer(settings):
         return 1
     from ..storage.datadir import DataDir, DataDirIncomplete, private_umask
