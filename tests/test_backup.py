@@ -57,7 +57,11 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
         if not k.startswith("MEMORY_") or k in ("MEMORY_CACHE_DIR", "MEMORY_EMBED_THREADS", "MEMORY_EMBEDDER")
     }
     return subprocess.run(
-        [sys.executable, "-m", "memory_service.cli.main", *args], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "memory_service.cli.main", "--json", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 

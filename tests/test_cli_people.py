@@ -34,10 +34,35 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessServi
         svc.stop()
 
 
+# the embedder's cache and choice stay: backup/restore/reindex load it
+KEPT = ("MEMORY_CACHE_DIR", "MEMORY_EMBED_THREADS", "MEMORY_EMBEDDER")
+ENV = {k: v for k, v in os.environ.items() if not k.startswith("MEMORY_") or k in KEPT}
+
+
 def cli(*argv: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     """`memory-service ARGV` as a person types it, with no MEMORY_* variable from this environment."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORY_")}
-    return subprocess.run([SCRIPT, *argv], cwd=ROOT, env=env, input=stdin, capture_output=True, text=True, timeout=120)
+    return subprocess.run([SCRIPT, *argv], cwd=ROOT, env=ENV, input=stdin, capture_output=True, text=True, timeout=300)
+
+
+def on_a_terminal(*argv: str) -> tuple[int, str, str]:
+    """`memory-service ARGV` with stderr on a terminal (a pty), as a person sees it: (exit code, stdout, stderr)."""
+    import pty
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([SCRIPT, *argv], cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=follower)
+    os.close(follower)
+    seen = b""
+    while True:
+        try:
+            piece = os.read(leader, 1 << 16)
+        except OSError:  # EIO: the command closed the terminal
+            break
+        if not piece:
+            break
+        seen += piece
+    os.close(leader)
+    out = proc.stdout.read() if proc.stdout else b""
+    return proc.wait(timeout=300), out.decode(), seen.decode(errors="replace")
 
 
 def on(service: InProcessService, key: str | None = "key-a") -> list[str]:
@@ -108,3 +133,79 @@ def test_version_and_the_exit_code_table() -> None:
     assert "exit codes" in helped and "130" in helped and "limits" in helped
     handled = cli("limits", "handled", "--help").stdout
     assert "with --check" in handled and "never handled" in handled
+
+
+def test_people_get_lines_and_scripts_get_json(service: InProcessService, tmp_path: Path) -> None:
+    """remember --wait prints the facts it waited for; recall prints the context block and scored hits; list
+    and get short lines; export --out says what it wrote. --json (before or after the command) keeps the
+    service's answer for scripts."""
+    text = "The boiler in building 7 was serviced on Monday; its pressure is 1.5 bar."
+    saved = cli("remember", text, "--agent-id", "janitor", "--wait", "60", *on(service))
+    assert saved.returncode == 0, saved.stderr
+    assert "fact" in saved.stdout and "{" not in saved.stdout and "done" in saved.stdout, saved.stdout
+    memory_id = saved.stdout.split()[0]
+
+    human = cli("recall", "boiler pressure", "-k", "3", *on(service))
+    assert human.returncode == 0 and "{" not in human.stdout, human.stdout
+    assert "[" in human.stdout.splitlines()[0] and "janitor]" in human.stdout.splitlines()[0]  # the context block
+    assert "score" in human.stdout and memory_id in human.stdout
+    machine = cli("recall", "boiler pressure", "-k", "3", "--json", *on(service))
+    assert json.loads(machine.stdout)["items"][0]["memory_id"] == memory_id
+    context = cli("recall", "boiler pressure", "--context", *on(service)).stdout
+    assert "score" not in context and "boiler" in context
+
+    listed = cli("list", "--agent-id", "janitor", *on(service)).stdout
+    assert memory_id in listed and "boiler" in listed and "{" not in listed
+    assert (
+        json.loads(cli("--json", "list", "--agent-id", "janitor", *on(service)).stdout)["items"][0]["id"] == memory_id
+    )
+    shown = cli("get", memory_id, *on(service)).stdout
+    assert shown.startswith(memory_id) and "fact" in shown and "{" not in shown
+
+    dump = tmp_path / "team.jsonl"
+    wrote = cli("export", "--out", str(dump), *on(service))
+    count = len(dump.read_text().splitlines())
+    assert wrote.returncode == 0 and f"exported {count} memor" in wrote.stdout and str(dump) in wrote.stdout
+    assert json.loads(cli("export", "--out", str(dump), "--json", *on(service)).stdout)["exported"] == count
+    assert "imported 0, skipped" in cli("import", str(dump), *on(service)).stdout
+
+
+def test_every_argument_has_help() -> None:
+    from memory_service.cli.main import build_parser
+
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    for name in ("remember", "recall", "get", "list", "forget", "export", "import"):
+        for action in commands[name]._actions:
+            assert action.help, f"{name} {action.option_strings or action.dest} has no help"
+
+
+def test_long_commands_show_progress_on_a_terminal_only(service: InProcessService, tmp_path: Path) -> None:
+    """import, export, remember --wait, backup, restore and reindex draw bars with counts on stderr when it is a
+    terminal; in a pipe stderr stays empty (errors only) and stdout holds only the answer."""
+    with service.client("key-a") as client:
+        for n in range(3):
+            client.post("/v1/remember", json={"text": f"Progress note {n}: the fern needs water.", "agent_id": "fern"})
+    dump = tmp_path / "team.jsonl"
+    code, out, err = on_a_terminal("export", "--out", str(dump), *on(service))
+    count = len(dump.read_text().splitlines())
+    assert code == 0 and f"exported {count}" in out and "exporting" in err and f"{count}/{count} memories" in err, err
+    piped = cli("export", "--out", str(dump), *on(service))
+    assert piped.returncode == 0 and piped.stderr == "", piped.stderr
+
+    code, out, err = on_a_terminal("import", str(dump), *on(service))
+    assert code == 0 and "importing" in err and f"{count}/{count} lines" in err, err
+    code, out, err = on_a_terminal(
+        "remember", "The fern got water today.", "--agent-id", "fern", "--wait", "60", *on(service)
+    )
+    assert code == 0 and "extracting facts" in err and "fact" in out, out + err
+
+    backup_dir, restored = tmp_path / "backup", tmp_path / "restored"
+    code, out, err = on_a_terminal("backup", str(backup_dir), "--data-dir", str(service.data_dir))
+    assert code == 0 and "copying" in err and "backup done" in out, out + err
+    code, out, err = on_a_terminal("restore", str(backup_dir), "--data-dir", str(restored))
+    assert code == 0 and "embedding saved texts" in err and "restore done" in out, out + err  # vectors rebuilt
+    code, out, err = on_a_terminal("reindex", "--data-dir", str(restored))
+    assert code == 0 and "embedding facts" in err and "reindex done" in out, out + err
+    quiet = cli("--json", "backup", str(tmp_path / "again"), "--data-dir", str(service.data_dir))
+    assert quiet.returncode == 0 and quiet.stderr == "" and json.loads(quiet.stdout)["memories"] >= 3

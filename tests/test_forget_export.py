@@ -338,7 +338,7 @@ def test_cli_export_import_list_and_forget(service, tmp_path):
 
     def cli(*argv: str, key: str = "key-a") -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "memory_service.cli.main", *argv, "--url", service.url, "--api-key", key],
+            [sys.executable, "-m", "memory_service.cli.main", "--json", *argv, "--url", service.url, "--api-key", key],
             cwd=ROOT,
             capture_output=True,
             text=True,

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from conftest import KEYS, ROOT
 
-from memory_service.cli.memories import run_export
+from memory_service.cli.transfer import run_export
 from memory_service.config import Settings
 from memory_service.embedding.embedder import Embedder, load_embedder
 from memory_service.extraction.grounding import GroundedFact

@@ -84,7 +84,18 @@ def build_data_dir(data: Path) -> dict:
 
 def migrate(data: Path, url: str, *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "memory_service.cli.main", "migrate", "--to", url, "--data-dir", str(data), *extra],
+        [
+            sys.executable,
+            "-m",
+            "memory_service.cli.main",
+            "--json",
+            "migrate",
+            "--to",
+            url,
+            "--data-dir",
+            str(data),
+            *extra,
+        ],
         capture_output=True,
         text=True,
         cwd=ROOT,

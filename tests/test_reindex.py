@@ -60,7 +60,7 @@ def reindex(data: Path, *args: str, env: dict[str, str] | None = None) -> subpro
         if not k.startswith("MEMORY_") or k in ("MEMORY_CACHE_DIR", "MEMORY_EMBED_THREADS", "MEMORY_EMBEDDER")
     }
     return subprocess.run(
-        [sys.executable, "-m", "memory_service.cli.main", "reindex", "--data-dir", str(data), *args],
+        [sys.executable, "-m", "memory_service.cli.main", "--json", "reindex", "--data-dir", str(data), *args],
         env={**base, **(env or {})},
         capture_output=True,
         text=True,

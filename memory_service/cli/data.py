@@ -1,8 +1,8 @@
 """doctor | backup | restore | reindex | migrate: operations on the data dir and the model server.
 
 They work on the files and stores directly, not through a running service; the ones that rewrite
-stores refuse while a service holds the data dir. Each prints a one-line JSON summary on success,
-and `<command> failed: <why>` on stderr with exit code 1 otherwise.
+stores refuse while a service holds the data dir. Each prints a summary on success (aligned lines for a
+person; one line of JSON with `--json`), and `<command> failed: <why>` on stderr with exit code 1 otherwise.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .common import Subcommands, add_data_dir_argument, data_dir_settings
+from .common import Subcommands, add_data_dir_argument, add_json_argument, data_dir_settings, wants_json
+from .progress import Bars
 
 
 def add_doctor_parser(subcommands: Subcommands) -> None:
@@ -24,7 +25,7 @@ def add_doctor_parser(subcommands: Subcommands) -> None:
         help="llama-server(s) to check, comma-separated; default: MEMORY_LLM_URL, else start one like `serve` does",
     )
     parser.add_argument("--model", default=None, help="model for the started server (default | tiny | large | path)")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_json_argument(parser)
     parser.set_defaults(func=run_doctor)
 
 
@@ -48,6 +49,7 @@ def _add_backup(subcommands: Subcommands) -> None:
     )
     parser.add_argument("dir", help="directory to create; must not exist or be empty")
     add_data_dir_argument(parser)
+    add_json_argument(parser)
     parser.set_defaults(func=run_backup)
 
 
@@ -56,7 +58,7 @@ def run_backup(args: argparse.Namespace) -> int:
 
     if not _embedded_only("backup", args):
         return 1
-    return _summarised("backup", lambda: backup(data_dir_settings(args).data_dir, Path(args.dir)))
+    return _summarised("backup", args, lambda bars: backup(data_dir_settings(args).data_dir, Path(args.dir), bars))
 
 
 def _add_restore(subcommands: Subcommands) -> None:
@@ -71,6 +73,7 @@ def _add_restore(subcommands: Subcommands) -> None:
         action="store_true",
         help="embed everything again even when the backup holds a copy of the vectors",
     )
+    add_json_argument(parser)
     parser.set_defaults(func=run_restore)
 
 
@@ -81,7 +84,11 @@ def run_restore(args: argparse.Namespace) -> int:
         return 1
     settings = data_dir_settings(args)
     return _summarised(
-        "restore", lambda: restore(Path(args.dir), settings, force=args.force, rebuild_vectors=args.rebuild_vectors)
+        "restore",
+        args,
+        lambda bars: restore(
+            Path(args.dir), settings, force=args.force, rebuild_vectors=args.rebuild_vectors, progress=bars
+        ),
     )
 
 
@@ -98,17 +105,28 @@ def _embedded_only(what: str, args: argparse.Namespace) -> bool:
     return True
 
 
-def _summarised(what: str, action: Callable[[], dict[str, Any]]) -> int:
-    """Run a backup or restore: its one-line JSON summary, or `<what> failed: <why>` and exit 1."""
+def _summarised(what: str, args: argparse.Namespace, action: Callable[[Bars], dict[str, Any]]) -> int:
+    """Run a backup or restore with progress bars: its summary, or `<what> failed: <why>` and exit 1."""
     from ..ops.backup import BackupError
 
     try:
-        summary = action()
+        with Bars() as bars:
+            summary = action(bars)
     except BackupError as exc:
         print(f"{what} failed: {exc}", file=sys.stderr)
         return 1
-    print(json.dumps(summary))
+    _print_summary(f"{what} done", summary, args)
     return 0
+
+
+def _print_summary(title: str, summary: dict[str, Any], args: argparse.Namespace) -> None:
+    """One line of JSON with `--json` (the shape scripts parse), aligned `key  value` lines otherwise."""
+    if wants_json(args):
+        print(json.dumps(summary))
+    else:
+        from .render import print_summary
+
+        print_summary(title, summary)
 
 
 def _add_reindex(subcommands: Subcommands) -> None:
@@ -120,6 +138,7 @@ def _add_reindex(subcommands: Subcommands) -> None:
         parser,
         help="env MEMORY_DATA_DIR (default ./memory-data); the vectors go to MEMORY_CHROMA_URL when it is set",
     )
+    add_json_argument(parser)
     parser.set_defaults(func=run_reindex)
 
 
@@ -128,11 +147,12 @@ def run_reindex(args: argparse.Namespace) -> int:
     from .reindex import run_reindex as reindex
 
     try:
-        summary = reindex(data_dir_settings(args), args.team)
+        with Bars() as bars:
+            summary = reindex(data_dir_settings(args), args.team, progress=bars)
     except ReindexError as exc:
         print(f"reindex failed: {exc}", file=sys.stderr)
         return 1
-    print(json.dumps(summary))
+    _print_summary("reindex done", summary, args)
     return 0
 
 
@@ -145,6 +165,7 @@ def _add_migrate(subcommands: Subcommands) -> None:
     parser.add_argument(
         "--no-reindex", action="store_true", help="copy only; run `memory-service reindex` later to rebuild the vectors"
     )
+    add_json_argument(parser)
     parser.set_defaults(func=run_migrate)
 
 
@@ -157,6 +178,6 @@ def run_migrate(args: argparse.Namespace) -> int:
     except MigrateError as exc:
         print(f"migrate failed: {exc}", file=sys.stderr)
         return 1
-    print(json.dumps(summary))
+    _print_summary("migrate done", summary, args)
     print(f"done: start the service with MEMORY_DATABASE_URL={args.to.split('://')[0]}://… to use it", file=sys.stderr)
     return 0

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..config import Settings
+from ..ops.progress import Progress, no_progress
 from ..storage.datadir import JOURNAL_FILE, DataDir, DataDirBusy
 
 
@@ -22,7 +23,7 @@ class ReindexError(RuntimeError):
     """A rebuild that cannot go ahead; the message says why and what to do."""
 
 
-def run_reindex(settings: Settings, team: str | None = None) -> dict[str, Any]:
+def run_reindex(settings: Settings, team: str | None = None, progress: Progress = no_progress) -> dict[str, Any]:
     """Drop the vectors of `team` (of every team when None) and embed them again; returns a summary."""
     from ..storage.vectors import ChromaUnreachable
 
@@ -38,14 +39,14 @@ def run_reindex(settings: Settings, team: str | None = None) -> dict[str, Any]:
             f"a memory-service is running on {data.path}: stop it, then reindex (the rebuild drops the vectors first)"
         ) from None
     try:
-        return _rebuild(settings, data, team)
+        return _rebuild(settings, data, team, progress)
     except ChromaUnreachable as exc:
         raise ReindexError(str(exc)) from None
     finally:
         lock.release()
 
 
-def _rebuild(settings: Settings, data: DataDir, team: str | None) -> dict[str, Any]:
+def _rebuild(settings: Settings, data: DataDir, team: str | None, progress: Progress) -> dict[str, Any]:
     from ..embedding.embedder import embedder_for
     from ..embedding.selection import model_for
     from ..ops.reindex import reindex
@@ -63,7 +64,7 @@ def _rebuild(settings: Settings, data: DataDir, team: str | None) -> dict[str, A
             vectors = data.open_vectors(settings.chroma_url)
             dropped = vectors.drop(team)
         try:
-            done = reindex(stores.journal, embedder_for(settings, model), vectors, team=team)
+            done = reindex(stores.journal, embedder_for(settings, model), vectors, team=team, progress=progress)
         finally:
             vectors.close()
     finally:

@@ -24,7 +24,6 @@ Backups and restored data dirs are their owner's only (directories 0700, files 0
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -49,6 +48,8 @@ from ..storage.datadir import (
     restore_staging,
 )
 from ..storage.datalock import DataDirLock
+from .files import COPYING, CopiedBytes, describe, files_under, private_dir, sha256, sync_dir, sync_tree
+from .progress import Progress, no_progress
 
 if TYPE_CHECKING:
     from .reindex import Reindexed
@@ -68,7 +69,7 @@ class BackupError(RuntimeError):
 # ---------------------------------------------------------------- backup
 
 
-def backup(data_dir: Path, dest: Path) -> dict[str, Any]:
+def backup(data_dir: Path, dest: Path, progress: Progress = no_progress) -> dict[str, Any]:
     """Snapshot `data_dir` into the new directory `dest`; returns a summary."""
     data_dir = data_dir.absolute()
     dest = dest.absolute()
@@ -89,15 +90,17 @@ def backup(data_dir: Path, dest: Path) -> dict[str, Any]:
     except DataDirBusy:
         quiescent = False
     try:
-        _private_dir(staging)
-        files = {name: _snapshot(data_dir / name, staging / name) for name in DATABASES if (data_dir / name).is_file()}
+        private_dir(staging)
+        sources = [data_dir / name for name in DATABASES if (data_dir / name).is_file()]
+        copied = CopiedBytes(progress, COPYING, sources + (files_under(data_dir / VECTORS) if quiescent else []))
+        files = {source.name: _snapshot(source, staging / source.name, copied) for source in sources}
         vectors: dict[str, Any] = {"mode": "rebuild"}
         if quiescent and (data_dir / VECTORS).is_dir():
-            shutil.copytree(data_dir / VECTORS, staging / VECTORS)
+            shutil.copytree(data_dir / VECTORS, staging / VECTORS, copy_function=copied.copy)
             vectors = {
                 "mode": "copied",
                 "files": {
-                    f"{VECTORS}/{path.relative_to(staging / VECTORS).as_posix()}": _describe(path)
+                    f"{VECTORS}/{path.relative_to(staging / VECTORS).as_posix()}": describe(path)
                     for path in sorted((staging / VECTORS).rglob("*"))
                     if path.is_file()
                 },
@@ -113,11 +116,11 @@ def backup(data_dir: Path, dest: Path) -> dict[str, Any]:
         }
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         make_private(staging)
-        _sync_tree(staging)
+        sync_tree(staging)
         if dest.exists():
             dest.rmdir()
         staging.rename(dest)
-        _sync_dir(dest.parent)
+        sync_dir(dest.parent)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -135,7 +138,7 @@ def backup(data_dir: Path, dest: Path) -> dict[str, Any]:
     }
 
 
-def _snapshot(source: Path, target: Path) -> dict[str, Any]:
+def _snapshot(source: Path, target: Path, copied: CopiedBytes) -> dict[str, Any]:
     """One consistent copy of a live SQLite database, as a single self-contained file."""
     src = sqlite3.connect(source, timeout=30)
     dst = sqlite3.connect(target)
@@ -149,7 +152,8 @@ def _snapshot(source: Path, target: Path) -> dict[str, Any]:
     finally:
         dst.close()
         src.close()
-    return {**_describe(target), "rows": rows}
+    copied.add(source)
+    return {**describe(target), "rows": rows}
 
 
 def _row_counts(conn: sqlite3.Connection) -> dict[str, int]:
@@ -213,7 +217,7 @@ def _file_problem(root: Path, name: str, info: Any) -> str | None:
     size = path.stat().st_size
     if size != info.get("bytes"):
         return f"{name} has {size} bytes, the manifest says {info.get('bytes')}"
-    if _sha256(path) != info.get("sha256"):
+    if sha256(path) != info.get("sha256"):
         return f"{name} does not match its checksum in the manifest"
     return None
 
@@ -221,7 +225,14 @@ def _file_problem(root: Path, name: str, info: Any) -> str | None:
 # ---------------------------------------------------------------- restore
 
 
-def restore(src: Path, settings: Settings, *, force: bool = False, rebuild_vectors: bool = False) -> dict[str, Any]:
+def restore(
+    src: Path,
+    settings: Settings,
+    *,
+    force: bool = False,
+    rebuild_vectors: bool = False,
+    progress: Progress = no_progress,
+) -> dict[str, Any]:
     """Make `settings.data_dir` the state saved in the backup `src`; returns a summary."""
     src = src.absolute()
     data_dir = settings.data_dir.absolute()
@@ -235,17 +246,19 @@ def restore(src: Path, settings: Settings, *, force: bool = False, rebuild_vecto
     stamp = time.strftime("%Y%m%d-%H%M%S")
     staging = restore_staging(data_dir, stamp)
     try:
-        _private_dir(staging)
-        _stage_databases(src, staging, manifest)
+        private_dir(staging)
         copied = manifest.get("vectors", {}).get("mode") == "copied" and not rebuild_vectors
+        files = [src / name for name in manifest["files"]] + (files_under(src / VECTORS) if copied else [])
+        counter = CopiedBytes(progress, COPYING, files)
+        _stage_databases(src, staging, manifest, counter)
         if copied:
-            shutil.copytree(src / VECTORS, staging / VECTORS)
+            shutil.copytree(src / VECTORS, staging / VECTORS, copy_function=counter.copy)
             embedded = None
         else:
-            embedded = _rebuild_vectors(staging, settings)
+            embedded = _rebuild_vectors(staging, settings, progress)
         (staging / RESTORE_READY).touch()  # complete: a start that finds only this dir tells how to finish
         make_private(staging)
-        _sync_tree(staging)
+        sync_tree(staging)
         previous = _swap_in(staging, data_dir, occupied, stamp)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -288,10 +301,11 @@ def _lock_for_restore(data_dir: Path, force: bool) -> tuple[DataDirLock, bool]:
     return lock, occupied
 
 
-def _stage_databases(src: Path, staging: Path, manifest: dict[str, Any]) -> None:
+def _stage_databases(src: Path, staging: Path, manifest: dict[str, Any], copied: CopiedBytes) -> None:
     """Copy the backup's databases into `staging`, checking each copy (checksum, then SQLite's own check)."""
     for name, info in manifest["files"].items():
         shutil.copyfile(src / name, staging / name)
+        copied.add(src / name)
         problem = _file_problem(staging, name, info)  # the copy, not only the original, is what counts
         if problem:
             raise BackupError(f"copying the backup failed: {problem}; nothing was restored")
@@ -317,21 +331,21 @@ def _swap_in(staging: Path, data_dir: Path, occupied: bool, stamp: str) -> Path 
         else:
             (data_dir / LOCK_NAME).unlink(missing_ok=True)
             data_dir.rmdir()
-        _sync_dir(data_dir.parent)
+        sync_dir(data_dir.parent)
     try:
         staging.rename(data_dir)
     except BaseException:
         if aside is not None:
             aside.rename(data_dir)
-            _sync_dir(data_dir.parent)
+            sync_dir(data_dir.parent)
         raise
-    _sync_dir(data_dir.parent)
+    sync_dir(data_dir.parent)
     (data_dir / RESTORE_READY).unlink()
-    _sync_dir(data_dir)
+    sync_dir(data_dir)
     return aside
 
 
-def _rebuild_vectors(staging: Path, settings: Settings) -> Reindexed:
+def _rebuild_vectors(staging: Path, settings: Settings, progress: Progress) -> Reindexed:
     """Embed the restored journal into a new vector store beside it (the model loads only here)."""
     from ..embedding.embedder import embedder_for
     from ..embedding.selection import model_for
@@ -342,53 +356,11 @@ def _rebuild_vectors(staging: Path, settings: Settings) -> Reindexed:
     journal = data.open_journal()
     try:
         vectors = data.open_vectors()
-        done = reindex(journal, embedder_for(settings, model), vectors)
+        done = reindex(journal, embedder_for(settings, model), vectors, progress=progress)
     finally:
         journal.close()
     data.record_embedder(model)
     return done
-
-
-# ---------------------------------------------------------------- files
-
-
-def _describe(path: Path) -> dict[str, Any]:
-    return {"sha256": _sha256(path), "bytes": path.stat().st_size}
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _private_dir(path: Path) -> None:
-    """A new directory only its owner can enter, whatever the umask (what is written in it stays private)."""
-    path.mkdir(mode=0o700)
-    path.chmod(0o700)
-
-
-def _sync_dir(path: Path) -> None:
-    """A directory's entries (a rename into or out of it) on disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _sync_tree(root: Path) -> None:
-    """Files and directories on disk before the rename that makes them visible."""
-    for path in [*sorted(root.rglob("*")), root]:
-        if path.is_symlink() or not (path.is_dir() or path.is_file()):
-            continue
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def _package_version() -> str:

@@ -21,8 +21,12 @@ from ..pipeline.vector_items import fact_item, item_metadata
 from ..storage.consolidation import store_for
 from ..storage.journal import DELETED, Journal, Memory
 from ..storage.vectors import VectorItem, VectorStore
+from .progress import Progress, Stage, no_progress
 
 BATCH = 64
+
+
+TEXTS, FACTS = Stage("embedding saved texts", "texts"), Stage("embedding facts", "facts")
 
 
 @dataclass
@@ -32,7 +36,13 @@ class Reindexed:
 
 
 def reindex(
-    journal: Journal, embedder: Embedder, vectors: VectorStore, *, team: str | None = None, batch: int = BATCH
+    journal: Journal,
+    embedder: Embedder,
+    vectors: VectorStore,
+    *,
+    team: str | None = None,
+    batch: int = BATCH,
+    progress: Progress = no_progress,
 ) -> Reindexed:
     """Embed every live passage and active fact (of `team`, or of all teams) into `vectors`.
 
@@ -42,7 +52,12 @@ def reindex(
     scope, params = ("AND team = ?", (team,)) if team is not None else ("", ())
     with journal.transaction() as conn:
         conn.execute(f"UPDATE memories SET indexed = 0 WHERE status != ? {scope}", (DELETED, *params))
+    with journal.reading() as conn:
+        total = conn.execute(
+            f"SELECT COUNT(*) AS n FROM memories WHERE indexed = 0 AND status != ? {scope}", (DELETED, *params)
+        ).fetchone()["n"]
     passages = 0
+    progress(TEXTS, 0, total)
     while True:
         with journal.reading() as conn:
             rows = conn.execute(
@@ -55,7 +70,8 @@ def reindex(
         index_passages(todo, embedder, vectors)
         journal.mark_indexed([m.id for m in todo])
         passages += len(todo)
-    facts = _reindex_facts(journal, embedder, vectors, team, batch)
+        progress(TEXTS, passages, max(total, passages))
+    facts = _reindex_facts(journal, embedder, vectors, team, batch, progress)
     _reindex_consolidated(journal, embedder, vectors, team, batch)
     return Reindexed(passages=passages, facts=facts)
 
@@ -72,9 +88,16 @@ def _reindex_consolidated(
         index_items(store, embedder, vectors, todo)
 
 
-def _reindex_facts(journal: Journal, embedder: Embedder, vectors: VectorStore, team: str | None, batch: int) -> int:
+def _reindex_facts(
+    journal: Journal, embedder: Embedder, vectors: VectorStore, team: str | None, batch: int, progress: Progress
+) -> int:
     scope, params = ("AND f.team = ?", (team,)) if team is not None else ("", ())
     done, after = 0, 0
+    with journal.reading() as conn:
+        total = conn.execute(
+            f"SELECT COUNT(*) AS n FROM facts f WHERE f.superseded_by IS NULL {scope}", params
+        ).fetchone()["n"]
+    progress(FACTS, 0, total)
     while True:
         with journal.reading() as conn:
             rows = conn.execute(
@@ -96,3 +119,4 @@ def _reindex_facts(journal: Journal, embedder: Embedder, vectors: VectorStore, t
         for team, items in by_team.items():
             vectors.upsert(team, items)
         done += len(rows)
+        progress(FACTS, done, max(total, done))
