@@ -33,7 +33,7 @@ def print_recall(answer: dict[str, Any], *, context_only: bool) -> None:
             print(answer["context"])
         return
     if not items:
-        print("no memories match")
+        print(answer.get("note") or "no memories match")
         return
     print(answer.get("context", ""))
     print()
@@ -44,6 +44,8 @@ def print_recall(answer: dict[str, Any], *, context_only: bool) -> None:
         print(
             _fit(f"{item['score']:<7.4f} {sim:<10} {item['kind']:<12} {item['memory_id']:<36}  {_flat(item['text'])}")
         )
+    if answer.get("note"):  # the relevance floor's word on the hits it left out
+        print(answer["note"])
 
 
 def print_memories(page: dict[str, Any]) -> None:
