@@ -39,6 +39,13 @@ HOME = [
     "The bakery on the corner sells sourdough only on Fridays.",
     "My running shoes are worn out after the half marathon.",
 ]
+# a long note with an id in passing: the query "QX-5531 owner" is only 0.23 similar to it, but holds its id
+NOTES = (
+    "Weekly notes: the cafeteria menu changes on Monday, the parking garage closes for cleaning on Thursday, "
+    "the summer party is planned for late June with a barbecue and live music, new chairs arrive for the "
+    "third floor, the library gets two more shelves of novels, and ticket QX-5531 was reassigned to Lena. "
+    "Remember to water the plants in the lobby and to bring a dish for the potluck lunch on Friday."
+)
 UNRELATED = "What is the CPU quota of the Kubernetes namespace for the payments service?"
 RELATED = "when does the staging db password rotate?"
 K = 10
@@ -46,14 +53,14 @@ K = 10
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessService]:
-    """Team a's 13 texts, extracted and embedded: more than k, so the old recall answered k of them."""
+    """Team a's 14 texts, extracted and embedded: more than k, so the old recall answered k of them."""
     with FakeLlamaServer("ok", tokens_per_s=20_000) as fake:
         svc = InProcessService(tmp_path_factory.mktemp("floor") / "data", fake.url).start()
         try:
             with svc.client() as client:
                 ids = [
                     client.post("/v1/remember", json={"text": text, "agent_id": "home"}).json()["id"]
-                    for text in [*HOME, PASSWORD]
+                    for text in [*HOME, PASSWORD, NOTES]
                 ]
                 for memory_id in ids:
                     assert wait_status(client, memory_id, timeout=60)["status"] == "done"
@@ -95,6 +102,13 @@ def test_a_related_question_still_gets_its_hit_first_without_the_noise(service):
     assert answer["note"] and "weaker hit(s) below the relevance floor" in answer["note"]
 
 
+def test_a_text_holding_the_querys_id_stays_whatever_its_cosine(service):
+    answer = recall(service, "QX-5531 owner", kinds=["passage"])
+    texts = [i["text"] for i in answer["items"]]
+    assert texts and texts[0] == NOTES and len(texts) < K, texts
+    assert answer["items"][0]["similarity"] < DEFAULT_FLOOR  # by its cosine alone it would have been left out
+
+
 def test_min_score_replaces_the_floor_and_minus_one_cuts_nothing(service):
     everything = recall(service, UNRELATED, min_score=-1)
     assert len(everything["items"]) == K and everything["note"] is None
@@ -120,7 +134,7 @@ def test_the_mcp_recall_tool_says_nothing_in_memory_is_close(service):
 
     text = anyio.run(ask)
     assert "result(s) for" not in text, text  # not k lines of noise
-    assert "Nothing in memory is close to" in text and "13 saved text(s)" in text, text
+    assert "Nothing in memory is close to" in text and "14 saved text(s)" in text, text
 
 
 def test_keyword_only_hits_are_judged_by_the_query_words(inprocess):

@@ -5,9 +5,10 @@ of a good one. Cosine similarity to the query is comparable across questions, an
 query and the item, never on any other team's data (the floor is per team by construction). So the floor
 is an absolute cut on it, applied to every candidate before the top k are picked.
 
-An item the vector leg did not reach has no similarity (a keyword hit below the vector pool, or a text
-saved a moment ago and not embedded yet): it stays when it holds a share of the query's weighted words
-(`KEYWORD_COVERAGE`, the weights `words.term_weights` gives them), as an exact name, id or number does.
+An item the keyword leg found also stays when it holds a share of the query's weighted words
+(`KEYWORD_COVERAGE`, the weights `words.term_weights` gives them), as an exact name, id or number does
+whatever its cosine; that is how an item without a similarity is judged at all (a keyword hit below the
+vector pool, or a text saved a moment ago and not embedded yet).
 
 Chosen on the LoCoMo dev conversations conv-26 and conv-30 (raw turns as passages, no facts; MiniLM; k=10;
 `python -m memory_service.evals.relevance_floor`), reported on conv-41, -42 and -43 (529 questions):
@@ -17,6 +18,8 @@ Chosen on the LoCoMo dev conversations conv-26 and conv-30 (raw turns as passage
   (`evals/out_of_domain`) hold less than that;
 - 0.25 is the highest floor with no recall lost on the choosing conversations (0.30 lost 0.004). On the
   others: recall@10 0.7101 -> 0.7092, items for an out-of-domain question 10 -> 0.84 (83% get none);
+- keeping a keyword hit by its words whether or not it has a similarity measured the same as judging only
+  those without one (both splits, both figures), and keeps an id query whose cosine is low;
 - a cut relative to the best hit (best - 0.2) lost 0.013 recall@10 and left out-of-domain answers as they
   were: not used.
 A caller who wants every hit passes min_score=-1; any other min_score is the caller's own cut instead.
@@ -52,9 +55,10 @@ class Cut:
     def keeps(self, hit: Hit) -> bool:
         if self.off:
             return True
-        if hit.similarity is not None:
-            return hit.similarity >= self.threshold
-        # no similarity: the caller's cut cannot judge it (dropped, as before); the floor asks its words
+        if hit.similarity is not None and hit.similarity >= self.threshold:
+            return True
+        # the caller's cut is on similarity alone (an item without one is dropped, as before); the floor also
+        # keeps what holds the query's words: an id or a name MiniLM hardly embeds
         return self.is_floor and hit.coverage is not None and hit.coverage >= KEYWORD_COVERAGE
 
 
