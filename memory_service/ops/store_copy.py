@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Settings
-from ..storage.database import PostgresDatabase, describe, is_postgres_url
+from ..storage.database import PostgresDatabase, PostgresDriverMissing, describe, is_postgres_url
 from ..storage.datadir import JOURNAL_FILE, KEYS_FILE, LIMITS_FILE, DataDir, DataDirBusy
 
 # (SQLite file, tables in copy order); each table is copied in its rowid order
@@ -47,6 +47,8 @@ def run_migrate(settings: Settings, url: str, *, reindex_vectors: bool = True) -
     try:
         try:
             database = PostgresDatabase(url)
+        except PostgresDriverMissing as exc:
+            raise MigrateError(f"--to {exc}") from None
         except Exception as exc:
             raise MigrateError(
                 f"PostgreSQL at {describe(url)} is unreachable or refused the connection: {exc}"

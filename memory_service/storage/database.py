@@ -31,12 +31,25 @@ Dialect = Literal["sqlite", "postgresql"]
 # The drivers' "operational" errors. SQLite files some of these for a busy database and others for bugs
 # ("no such column"): `storage_unavailable` tells them apart.
 DRIVER_ERRORS: tuple[type[BaseException], ...] = (sqlite3.OperationalError,)
-try:  # the PostgreSQL driver is an optional dependency of the embedded default
+try:  # the PostgreSQL driver is the [postgres] extra: a SQLite-only install has none
     import psycopg
 
     DRIVER_ERRORS += (psycopg.OperationalError,)
-except ImportError:  # pragma: no cover - installed with the package
+except ImportError:
     psycopg = None  # type: ignore[assignment]
+
+POSTGRES_EXTRA = "pip install 'memory-service[postgres]'"
+
+
+class PostgresDriverMissing(ValueError):
+    """A postgresql:// URL on an install without the [postgres] extra; the message says what to install."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(
+            f"{describe(url)} needs the PostgreSQL driver, which the default install leaves out: {POSTGRES_EXTRA} "
+            "(from a clone: ./scripts/bootstrap.sh --postgres), or leave MEMORY_DATABASE_URL unset for the "
+            "embedded SQLite files"
+        )
 
 
 class StorageClosed(RuntimeError):
@@ -277,8 +290,8 @@ class PostgresDatabase(Database):
     # next to the API's requests and the passage indexer: 16 a process, well under PostgreSQL's default 100
     # connections for a few processes
     def __init__(self, url: str, *, max_size: int = 16) -> None:
-        if psycopg is None:  # pragma: no cover
-            raise RuntimeError("MEMORY_DATABASE_URL needs the psycopg package: pip install 'psycopg[binary,pool]'")
+        if psycopg is None:
+            raise PostgresDriverMissing(url)
         from psycopg_pool import ConnectionPool
 
         self.url = url
@@ -345,6 +358,8 @@ def open_database(settings: Any) -> Database | None:
         )
     try:
         return PostgresDatabase(url)
+    except PostgresDriverMissing as exc:
+        raise ValueError(f"MEMORY_DATABASE_URL={exc}") from None
     except Exception as exc:
         reason = " ".join(str(exc).split())
         raise ValueError(
