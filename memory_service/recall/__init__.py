@@ -2,6 +2,7 @@
 
 - `search`: `recall` and `RecallQuery`: the keyword and vector legs, the journal rows they show, fusion;
 - `rank`: reciprocal-rank fusion, keyword weighting and spreading the top k over saved texts;
+- `floor`: the relevance floor, so an unrelated question is not answered with k items of noise;
 - `words`: the query's word stems, which of them a text holds, how rare each is;
 - `query_embeddings`: the cache of query vectors Services owns;
 - `filtered_vectors`: the vector leg's planner (exact, clustered, over-fetch or Chroma's `where`), over

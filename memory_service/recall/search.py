@@ -3,7 +3,8 @@
 Vector search (Chroma, one collection per team) finds paraphrases; keyword
 search (SQLite FTS5) finds exact names, ids and numbers, and covers texts saved
 a moment ago whose passage embedding is not written yet. Reciprocal-rank fusion
-(`rank`) merges both without having to calibrate their scores against each other.
+(`rank`) merges both without having to calibrate their scores against each other. The relevance floor
+(`floor`) then leaves out what does not bear on the question, before the top k are picked.
 """
 
 from __future__ import annotations
