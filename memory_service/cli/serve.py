@@ -61,6 +61,8 @@ def run_serve(args: argparse.Namespace) -> int:
     check_exposure(settings)
     check_workers(settings, args.workers)
     configure_logging(settings.log_format, settings.log_level)
+    if not _shared_stores_answer(settings):  # before `keyless` reads the keys there: one line, not a traceback
+        return 1
     if keyless(settings):
         logging.info(
             "keyless mode (no API key): every request on %s is admin of team '%s', where every save goes; the "
@@ -69,8 +71,6 @@ def run_serve(args: argparse.Namespace) -> int:
             Settings.LOCAL_TEAM,
             Settings.LOCAL_TEAM,
         )
-    if not _shared_stores_answer(settings):
-        return 1
     from ..storage.datadir import DataDir, DataDirIncomplete, private_umask
 
     private_umask()  # before anything is created: the files, the Chroma child's and llama-server's log included
