@@ -59,9 +59,13 @@ def table_rows(text: str) -> dict[str, str]:
     return rows
 
 
-def test_every_setting_config_reads_is_documented() -> None:
-    documented = table_rows(CONFIGURATION.read_text())
+def test_every_setting_config_reads_is_documented_once() -> None:
+    text = CONFIGURATION.read_text()
+    documented = table_rows(text)
     assert sorted(config_variables() - documented.keys()) == []
+    rows = [re.match(r"\| `(MEMORY_[A-Z0-9_]+)`", line) for line in text.splitlines()]
+    names = [m.group(1) for m in rows if m]
+    assert sorted({n for n in names if names.count(n) > 1}) == []
 
 
 def test_every_variable_the_set_up_scripts_read_is_documented() -> None:
