@@ -14,7 +14,10 @@ COPY scripts ./scripts
 # portable build: the image may run on another CPU than the one that built it
 ENV MEMORY_CACHE_DIR=/cache MEMORY_LLAMA_BUILD=portable MEMORY_DATA_DIR=/data MEMORY_HOST=0.0.0.0 \
     HF_HUB_OFFLINE=1 ANONYMIZED_TELEMETRY=False
-RUN bash scripts/bootstrap.sh
+# --build-arg BOOTSTRAP_FLAGS=--postgres for MEMORY_DATABASE_URL (the [postgres] extra; without it the start
+# installs the driver first, or says which pip install to run)
+ARG BOOTSTRAP_FLAGS=""
+RUN bash scripts/bootstrap.sh $BOOTSTRAP_FLAGS
 
 VOLUME ["/data"]
 EXPOSE 8700
