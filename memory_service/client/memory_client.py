@@ -44,6 +44,8 @@ class _Sends:
 
 
 class _AwaitsSends:
+    """The same for `_awaited`: its `_run` is a coroutine."""
+
     _requests = Requests()
 
     async def _run(self, call: Call[T]) -> T:
