@@ -111,6 +111,14 @@ class Settings(BaseSettings):
     # how long a worker holds a job without renewing (it renews every third of this while the job runs): a job
     # held by a process that died goes to another worker after at most this long
     job_lease_s: float = Field(default=60.0, ge=1.0, le=3600)
+    # webhooks (docs/webhooks.md): a subscription's URL may point at a loopback, private, link-local or reserved
+    # address only when this is on; each POST's timeout; the retries' back-off (doubling from base up to max,
+    # with jitter); and the age after which an undelivered event is marked failed
+    webhook_allow_private: bool = False
+    webhook_timeout_s: float = Field(default=5.0, gt=0, le=60)
+    webhook_retry_base_s: float = Field(default=5.0, ge=0.01, le=3600)
+    webhook_retry_max_s: float = Field(default=600.0, ge=0.01, le=86400)
+    webhook_max_age_s: float = Field(default=86400.0, ge=1, le=30 * 86400)
     skip_small_talk: bool = True
     # while no save waits, group each team's recent facts by subject and write one consolidated item per
     # group (recall kind "consolidated"); yields to any save at once
