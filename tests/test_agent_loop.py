@@ -90,6 +90,48 @@ def test_a_call_written_as_text_in_any_shape_runs_with_its_arguments(content: st
     assert _tool_messages(requests[1]) == ["Processed T-1: the customer got an answer."]
 
 
+@pytest.mark.parametrize(
+    "content",
+    [
+        'Process_item({"item_id": "T-1"})',  # seen 47 times in one eval run, mostly capitalised
+        'process_item: {"item_id": "T-1"}\nThat is all.',
+        'PROCESS_ITEM(item_id="T-1")',
+        "I will answer it: `process_item(item_id='T-1', )`",
+        '```python\nprocess_item(item_id = "T-1")\n```',
+        'process_item: {"name": "process_item", "arguments": {"item_id": "T-1"}}',
+    ],
+    ids=["json-in-parentheses", "colon-json", "keywords", "single-quotes-backticks", "python-fence", "name-then-call"],
+)
+def test_a_call_written_as_code_runs_with_its_arguments(content: str) -> None:
+    result, state, requests = _session([{"content": content}, {"content": "Done."}])
+    assert _items(state) == ["T-1"] and result.calls_from_text == 1 and result.calls[0].error is None
+    assert result.calls[0].name == "process_item"
+    assert result.report()["audit"]["replies_with_unread_call_text"] == 0
+    (assistant,) = [m for m in requests[1]["messages"] if m["role"] == "assistant"]
+    assert "process_item" not in assistant["content"].casefold()
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["Next I will call process_item(item_id) for each ticket.", "Then myprocess_item(item_id='T-1') runs.",
+     "helpers.process_item(item_id='T-1')", "Process_item: first I read the ticket."],
+)  # fmt: skip
+def test_prose_that_names_a_tool_is_not_a_call_and_the_audit_flags_a_code_shape(content: str) -> None:
+    result, state, _ = _session([{"content": content}])
+    assert state.effects == [] and result.stopped == "answered"
+    flagged = result.report()["audit"]["replies_with_unread_call_text"]
+    assert flagged == (1 if content.startswith("Next") else 0)
+
+
+def test_an_echoed_tool_definition_is_answered_with_how_to_call_it() -> None:
+    schema = agent_tasks.PROCESS_ITEM.schema()
+    echo = f"<tools>\n{json.dumps(schema)}\n</tools>"
+    result, state, requests = _session([{"content": echo}, {"content": _call("T-1")}, {"content": "Done."}])
+    (answer,) = _tool_messages(requests[1])
+    assert "definition" in answer and '"arguments"' in answer
+    assert _items(state) == ["T-1"] and result.calls[0].error and result.calls[0].recovered is True
+
+
 def test_two_calls_in_one_reply_both_run_in_order() -> None:
     """Seen: two calls in one reply, each with the template's doubled braces; the old reader ran the first."""
     two = "\n".join("{" + _call(item) + "}" for item in ("T-1", "T-2"))
@@ -200,8 +242,11 @@ def test_sampling_is_merged_into_every_request() -> None:
 _JSONISH = st.text(alphabet='{}[]":,\\ ntame\x00\u00e9\U0001f600argumentsprocess_item', max_size=300)
 
 
+_CODEISH = st.text(alphabet="()=:,'\"{}[] \n\\process_itemPROCESS_ITEM_idT-1\x00\u0130", max_size=300)
+
+
 @settings(max_examples=300, deadline=None)
-@given(st.one_of(st.text(max_size=500), _JSONISH, st.lists(_JSONISH, max_size=5).map(_call("T-1").join)))
+@given(st.one_of(st.text(max_size=500), _JSONISH, _CODEISH, st.lists(_JSONISH, max_size=5).map(_call("T-1").join)))
 def test_the_text_reader_never_raises(text: str) -> None:
     calls = read_calls(text, {"process_item"})
     assert all(c.arguments is None or isinstance(c.arguments, dict) for c in calls)
@@ -215,3 +260,14 @@ def test_the_text_reader_bounds_its_work_on_huge_or_deep_text() -> None:
     assert calls_in_content('{"a": ' * 5_000 + "1" + "}" * 5_000, offered) == []  # deeper than json can read
     assert calls_in_content("[" * 10_000 + _call("T-1"), offered)  # after 10,000 brackets: still read
     assert len(calls_in_content(_call("T-1") * 1000, offered)) == 32
+    # calls written as code: a regex with nested quantifiers hung here; the scanner is linear and bounded
+    for hostile in (
+        "process_item(" * 2_000,
+        'Process_item({"' * 1_500,
+        'process_item(item_id="' * 1_200,
+        "process_item(a=" + "1," * 10_000,
+        "PROCESS_ITEM(k='" * 2_000,
+        'process_item: {"' * 1_300,
+    ):
+        assert calls_in_content(hostile, offered) == []
+    assert len(calls_in_content("process_item(item_id='T-1')\n" * 1000, offered)) == 32

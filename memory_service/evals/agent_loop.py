@@ -78,18 +78,19 @@ class SessionResult:
 
     def audit(self) -> dict[str, int]:
         """Calls in the raw replies against calls run. `calls_lost` (present, not run, not explained by a
-        stuck stop or a cut reply) must be 0; `replies_with_unread_call_text`: replies whose text looks like a
-        call (a <tool_call> tag, `<function=`, a "name" key) but gave no call, for a reader to look at."""
+        stuck stop or a cut reply) must be 0; `replies_with_unread_call_text`: replies whose text, once the calls
+        read are taken out, still looks like a call (a <tool_call> tag, `<function=`, a "name" key, a tool's
+        name before `(` or `:`), for a reader to look at."""
         present = run = stuck = cut = unread = 0
         for reply in self.raw:
-            calls, _, _ = _calls_of(reply, self.offered)
+            calls, rest, _ = _calls_of(reply, self.offered)
             present += len(calls)
             run += len(reply.get("ran") or [])
             if reply.get("not_run") == "stuck":
                 stuck += len(calls)
             elif reply.get("not_run") == "cut":
                 cut += len(calls)
-            if not calls and self.offered and looks_like_a_call(reply.get("content")):
+            if self.offered and looks_like_a_call(rest, self.offered):
                 unread += 1
         return {
             "calls_in_replies": present,

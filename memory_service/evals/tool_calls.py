@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
+
+from .code_calls import call_marks, read_code_calls
 
 MAX_TEXT = 20_000  # characters of content looked at (a 384-token reply is ~1,500)
 MAX_OBJECTS = 32  # calls read from one reply at most
@@ -27,7 +29,7 @@ MAX_STARTS = 200  # `{` positions tried that did not give a JSON object
 
 _SIGNIFICANT = re.compile(r'[{}"\\]')
 # what remains of a fence or a <tool_call> block once the call inside it is taken out
-_EMPTY_WRAPPERS = re.compile(r"```(?:json)?\s*```|<tool_call>\s*(?:</tool_call>)?|</tool_call>", re.I)
+_EMPTY_WRAPPERS = re.compile(r"```(?:[a-z]{1,12})?\s*```|`\s*`|<tool_call>\s*(?:</tool_call>)?|</tool_call>", re.I)
 _ONLY_PUNCTUATION = re.compile(r"[\s\[\]{},:]*")  # a list's brackets, a stray brace
 # text that looks like a call: the audit counts replies with such text but no call read (`looks_like_a_call`)
 _CALL_MARK = re.compile(r'<tool_call>|<function=|"name"\s*:\s*"', re.I)
@@ -50,10 +52,24 @@ class TextCall:
 
 
 def read_calls(content: Any, offered: set[str] | frozenset[str]) -> list[TextCall]:
-    """Every call written in `content`, in order. Objects that are not calls (no tool name) are skipped."""
-    if not isinstance(content, str) or "{" not in content:
+    """Every call written in `content`, in order: JSON objects, then calls written as code
+    (`Mark_handled({"key": "T-1"})`, `code_calls.py`) outside them. Objects that are not calls are skipped."""
+    if not isinstance(content, str):
         return []
     text = content[:MAX_TEXT]
+    found = _json_calls(text, offered)
+    taken = [(c.start, c.end) for c in found]
+    for code in read_code_calls(text, offered, _object_at):
+        inside = [n for n, (start, end) in enumerate(taken) if code.start < end and start < code.end]
+        if not inside and len(found) < MAX_OBJECTS:
+            found.append(TextCall(code.name, code.arguments, None, True, code.start, code.end))
+        elif len(inside) == 1 and code.start <= taken[inside[0]][0] and taken[inside[0]][1] <= code.end:
+            # `mark_handled: {"name": "mark_handled", ...}`: the JSON call, its span widened to the name before it
+            found[inside[0]] = replace(found[inside[0]], start=code.start, end=code.end)
+    return sorted(found, key=lambda c: c.start)
+
+
+def _json_calls(text: str, offered: set[str] | frozenset[str]) -> list[TextCall]:
     found: list[TextCall] = []
     at, starts = 0, 0
     while len(found) < MAX_OBJECTS and starts < MAX_STARTS:
@@ -87,9 +103,14 @@ def without_calls(content: str, calls: list[TextCall]) -> str:
     return "" if _ONLY_PUNCTUATION.fullmatch(rest) else rest
 
 
-def looks_like_a_call(content: Any) -> bool:
-    """Text that has the marks of a call (a <tool_call> tag, `<function=`, a `"name": "` key)."""
-    return isinstance(content, str) and bool(_CALL_MARK.search(content[:MAX_TEXT]))
+def looks_like_a_call(content: Any, offered: set[str] | frozenset[str] | tuple[str, ...] = ()) -> bool:
+    """Text that has the marks of a call (a <tool_call> tag, `<function=`, a `"name": "` key, an offered
+    tool's name in any case before `(` or `: {`). Prose that names a tool counts too: the audit over-reports."""
+    if not isinstance(content, str):
+        return False
+    text = content[:MAX_TEXT]
+    names = call_marks(offered)
+    return bool(_CALL_MARK.search(text) or (names is not None and names.search(text)))
 
 
 def _object_at(text: str, begin: int) -> tuple[Any, int]:
@@ -191,8 +212,25 @@ def _calls_in(value: Any, offered: set[str] | frozenset[str], depth: int) -> lis
     has_args = "arguments" in value or "parameters" in value
     if not isinstance(name, str) or not name.strip() or not (has_args or name in offered):
         return []  # a JSON answer with a "name" field (a person, a record) is not a call
+    if "arguments" not in value and _is_schema(value.get("parameters")):
+        return [(name.strip(), None, _DEFINITION.format(name=name.strip()), name.strip() in offered)]
     arguments, problem = _arguments(value.get("arguments", value.get("parameters", {})))
     return [(name.strip(), arguments, problem, name.strip() in offered)]
+
+
+_DEFINITION = (
+    'That is the definition of the tool {name!r}, not a call. To call it, write {{"name": "{name}", '
+    '"arguments": {{...}}}} with the values it needs.'
+)
+
+
+def _is_schema(parameters: Any) -> bool:
+    """A JSON schema (an echoed tool definition's `parameters`), not arguments."""
+    return (
+        isinstance(parameters, dict)
+        and parameters.get("type") == "object"
+        and isinstance(parameters.get("properties"), dict)
+    )
 
 
 def _arguments(raw: Any) -> tuple[dict[str, Any] | None, str | None]:

@@ -1,0 +1,154 @@
+"""Tool calls a small model wrote as code: `Mark_handled({"key": "T-1"})`, `mark_handled: {"key": "T-1"}`,
+`recall(query="wifi password", k=3)`.
+
+Qwen2.5-Coder-1.5B writes about one call in three this way in the agent eval (47 in one run), almost always
+with the tool's name capitalised. A harness that does not read them scores "the model asked for work" as "the
+model is done", the field report's failure #1 again.
+
+Only an offered tool's name starts a call (any case, not inside a longer word), and only when an argument
+list that parses follows it: `(` + a JSON object + `)`, `(` + keyword arguments + `)`, `()`, or `:` + a JSON
+object. Prose that merely names a tool ("then call mark_handled(key) for each") reads as nothing.
+
+Every step is linear in the text: the names are one alternation of literals, keyword arguments are read by a
+hand-written tokenizer (a regex with nested quantifiers hung on a hostile 20k-character reply), and JSON
+values by the standard decoder. Never raises; at most MAX_CALLS calls and MAX_PAIRS arguments per call.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+MAX_CALLS = 32
+MAX_PAIRS = 32  # keyword arguments in one call
+MAX_MISSES = 64  # names followed by `(`/`:` that did not parse (each costs up to one pass over the text)
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+_WORD_CHAR = re.compile(r"[\w.\-]")
+_BARE = {"true": True, "false": False, "null": None, "none": None}
+_DECODER = json.JSONDecoder()
+
+ObjectAt = Callable[[str, int], tuple[Any, int]]  # tool_calls._object_at: a JSON object and where it ends
+
+
+@dataclass(frozen=True)
+class CodeCall:
+    name: str  # the offered tool's own spelling
+    arguments: dict[str, Any]
+    start: int
+    end: int
+
+
+def _names_pattern(offered: Iterable[str]) -> re.Pattern[str] | None:
+    """One pattern for every offered name followed by `(` or `:`, longest name first, any case."""
+    names = sorted({n for n in offered if n}, key=len, reverse=True)
+    if not names:
+        return None
+    return re.compile(r"(" + "|".join(re.escape(n) for n in names) + r")[ \t]{0,8}([(:])", re.I)
+
+
+def call_marks(offered: Iterable[str]) -> re.Pattern[str] | None:
+    """An offered name (not inside a longer word) before `(` or `: {`: what the audit counts as call text."""
+    names = sorted({n for n in offered if n}, key=len, reverse=True)
+    if not names:
+        return None
+    alternatives = "|".join(re.escape(n) for n in names)
+    return re.compile(r"(?<![\w.\-])(?:" + alternatives + r")[ \t]{0,8}(?:\(|:[ \t\r\n]{0,8}\{)", re.I)
+
+
+def read_code_calls(text: str, offered: Iterable[str], object_at: ObjectAt) -> list[CodeCall]:
+    """Every call written as code in `text`, in order."""
+    pattern = _names_pattern(offered)
+    if pattern is None:
+        return []
+    spelling = {n.casefold(): n for n in offered}
+    found: list[CodeCall] = []
+    misses = 0
+    for match in pattern.finditer(text):
+        if len(found) >= MAX_CALLS or misses >= MAX_MISSES:
+            break
+        if found and match.start() < found[-1].end:
+            continue
+        if match.start() > 0 and _WORD_CHAR.match(text, match.start() - 1):
+            continue  # part of a longer word or a dotted name
+        parsed = _arguments_after(text, match.end(), match.group(2), object_at)
+        if parsed is None:
+            misses += 1
+        else:
+            arguments, end = parsed
+            name = spelling.get(match.group(1).casefold(), match.group(1))
+            found.append(CodeCall(name, arguments, match.start(), end))
+    return found
+
+
+def _arguments_after(text: str, at: int, opener: str, object_at: ObjectAt) -> tuple[dict[str, Any], int] | None:
+    at = _skip_space(text, at)
+    if opener == ":":
+        if not text.startswith("{", at):
+            return None
+        value, end = object_at(text, at)
+        return (value, end) if isinstance(value, dict) else None
+    if text.startswith(")", at):
+        return {}, at + 1
+    if text.startswith("{", at):
+        value, end = object_at(text, at)
+        if not isinstance(value, dict):
+            return None
+        end = _skip_space(text, end)
+        return (value, end + 1) if text.startswith(")", end) else None
+    return _keyword_arguments(text, at)
+
+
+def _keyword_arguments(text: str, at: int) -> tuple[dict[str, Any], int] | None:
+    """`key="T-1", k=3)` → ({"key": "T-1", "k": 3}, after the `)`), or None when it is not that shape."""
+    arguments: dict[str, Any] = {}
+    for _ in range(MAX_PAIRS):
+        name = _IDENTIFIER.match(text, at)
+        if name is None:
+            return None
+        at = _skip_space(text, name.end())
+        if not text.startswith(("=", ":"), at):
+            return None
+        parsed = _value_at(text, _skip_space(text, at + 1))
+        if parsed is None:
+            return None
+        arguments[name.group()], at = parsed
+        at = _skip_space(text, at)
+        if text.startswith(")", at):
+            return arguments, at + 1
+        if not text.startswith(",", at):
+            return None
+        at = _skip_space(text, at + 1)
+        if text.startswith(")", at):  # a trailing comma
+            return arguments, at + 1
+    return None
+
+
+def _value_at(text: str, at: int) -> tuple[Any, int] | None:
+    """A JSON value, a single-quoted string or a bare true/false/null/None at `at`, and where it ends."""
+    if text.startswith("'", at):
+        close = _closing_quote(text, at + 1)
+        return None if close < 0 else (text[at + 1 : close].replace("\\'", "'"), close + 1)
+    bare = _IDENTIFIER.match(text, at)
+    if bare is not None and bare.group().casefold() in _BARE:
+        return _BARE[bare.group().casefold()], bare.end()
+    try:
+        return _DECODER.raw_decode(text, at)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _closing_quote(text: str, at: int) -> int:
+    while True:
+        close = text.find("'", at)
+        if close < 0 or text[close - 1] != "\\":
+            return close
+        at = close + 1
+
+
+def _skip_space(text: str, at: int) -> int:
+    while at < len(text) and text[at] in " \t\r\n":
+        at += 1
+    return at
