@@ -28,6 +28,7 @@ from .pipeline.forgetting import Forgetter
 from .pipeline.importing import ImportTally, import_batch
 from .pipeline.passages import PassageIndexer
 from .pipeline.settling import Settling
+from .pipeline.webhooks import Webhooks
 from .pipeline.worker import ExtractionWorker
 from .recall.background import BackgroundWork
 from .recall.filtered_vectors import FilteredVectors
@@ -141,6 +142,7 @@ class Services(LimitsAndKeys):
         self.metrics.watch(self)
         self.models.set_on_timings(self.metrics.llm_timings)  # before start(): every extractor counts its tokens
         self.passages = PassageIndexer(self.journal, self.embedder, self.vectors, self.forgetter.finish_pending)
+        self.webhooks = Webhooks(self.settings, self.journal)  # the routes' and console's subscriptions, and delivery
         self.consolidator: Consolidator | None = None
         if self.settings.consolidate:
             self.consolidator = Consolidator(
@@ -206,6 +208,7 @@ class Services(LimitsAndKeys):
         self._tasks.append(asyncio.create_task(self.models.watch(), name="model-watch"))  # warns while one is down
         self._tasks.append(asyncio.create_task(self.passages.run(), name="passages"))
         self._tasks.append(asyncio.create_task(self.metrics.history.run(self.journal), name="job-history"))
+        self._tasks.append(asyncio.create_task(self.webhooks.run(), name="webhooks"))
         workers = 0
         for extractor in self.extractors:  # one worker per slot per server (one for a server that is down)
             slots = extractor.model.props.slots if extractor.model.props else 1
@@ -230,6 +233,7 @@ class Services(LimitsAndKeys):
         self._tasks.clear()
         self.passages.close()
         await self.models.aclose()
+        await self.webhooks.aclose()
 
     def close(self) -> None:
         """Close the stores; a job cut off mid-extraction is queued again (on a shared database: this
@@ -284,12 +288,9 @@ class Services(LimitsAndKeys):
             self.consolidator.wake.set()  # its own event: a save must stop it even after a worker took the wake-up
 
     def consolidation_status(self, team: str | None = None) -> dict[str, Any]:
-        """What /v1/stats shows of consolidation (blocking: call it in a thread). For one `team`: its items
-        only, and no runs or error, which span every team."""
-        if self.consolidator is None:
-            status: dict[str, Any] = {"enabled": False, "running": False, "runs": []}
-        else:
-            status = self.consolidator.status()
+        """What /v1/stats shows of consolidation (blocking); for one `team`: its items, no runs (they span teams)."""
+        idle: dict[str, Any] = {"enabled": False, "running": False, "runs": []}
+        status = idle if self.consolidator is None else self.consolidator.status()
         if team is None:
             return status | {"items": store_for(self.journal).count()}
         return status | {"items": store_for(self.journal).count(team), "runs": [], "last_error": None}
@@ -322,8 +323,7 @@ class Services(LimitsAndKeys):
         return catalog.status_counts(self.journal, team) | {"deferred": self.journal.waiting_for_speed(team=team)}
 
     def backlog(self, team: str, created_at: float | None = None) -> tuple[int, int]:
-        """The team's (jobs, characters) waiting or running, only those saved by `created_at` when given:
-        a team is never told, nor slowed by counting, another team's backlog."""
+        """The team's (jobs, characters) waiting or running (saved by `created_at`, if given); no other team's."""
         return self.journal.team_backlog(team, created_at)
 
     def retry(self, team: str, memory_id: str) -> bool:
@@ -331,8 +331,7 @@ class Services(LimitsAndKeys):
         return self.journal.retry(team, memory_id, budget_s=self.settings.extract_budget_s)
 
     def export(self, team: str, agent_id: str | None = None) -> Iterator[dict[str, Any]]:
-        """Every memory of the team (of `agent_id`, when given), oldest first, as export records (read lazily,
-        batch by batch)."""
+        """Every memory of the team (of `agent_id`, when given), oldest first, as export records read lazily."""
         return catalog.export_records(self.journal, team, agent_id)
 
     def import_records(self, records: list[dict], team: str, *, re_extract: bool) -> ImportTally:

@@ -271,6 +271,20 @@ def test_team_and_keys_routes(contract: Contract, inprocess, a, anon) -> None:
     c(anon.delete(f"/v1/keys/{made['id']}"), "/v1/keys/{key_id}", 401)
 
 
+def test_webhooks_routes(contract: Contract, a, anon) -> None:
+    c = contract.check  # a public address literal: no look-up; this app runs no delivery loop, so nothing is sent
+    body = {"url": "https://93.184.215.14/hook", "events": ["memory.failed"]}
+    made = c(a.post("/v1/webhooks", json=body), "/v1/webhooks", 201).json()
+    c(a.post("/v1/webhooks", json={**body, "url": "ftp://example.com/"}), "/v1/webhooks", 422)
+    c(a.post("/v1/webhooks", content=b"{", headers={"content-type": "application/json"}), "/v1/webhooks", 400)
+    c(anon.post("/v1/webhooks", json=body), "/v1/webhooks", 401)
+    c(a.get("/v1/webhooks"), "/v1/webhooks", 200)
+    c(anon.get("/v1/webhooks"), "/v1/webhooks", 401)
+    c(a.delete(f"/v1/webhooks/{made['id']}"), "/v1/webhooks/{webhook_id}", 204)
+    c(a.delete(f"/v1/webhooks/{made['id']}"), "/v1/webhooks/{webhook_id}", 404)
+    c(anon.delete(f"/v1/webhooks/{made['id']}"), "/v1/webhooks/{webhook_id}", 401)
+
+
 def test_health_routes(contract: Contract, a) -> None:
     c = contract.check
     c(a.get("/health"), "/health", 200)

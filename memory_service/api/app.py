@@ -27,6 +27,7 @@ from .routes import memories as routes_memories
 from .routes import recall as routes_recall
 from .routes import team as routes_team
 from .routes import transfer as routes_transfer
+from .routes import webhooks as routes_webhooks
 
 BODY_OVERHEAD_BYTES = 64 * 1024
 
@@ -209,6 +210,7 @@ def create_app(
         routes_limits,
         routes_team,
         routes_keys,
+        routes_webhooks,
         routes_health,
         routes_hindsight,  # Hindsight's REST API for its clients; last: it ends in a catch-all
     ):

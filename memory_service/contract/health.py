@@ -63,6 +63,17 @@ class DiskOut(BaseModel):
     )
 
 
+class WebhooksOut(BaseModel):
+    """The webhook outbox as /ready shows it (docs/webhooks.md)."""
+
+    subscriptions: int
+    pending: int = Field(description="Events waiting to be delivered or retried.")
+    delivered: int
+    failed: int = Field(description="Events given up on after MEMORY_WEBHOOK_MAX_AGE_S.")
+    last_delivery_at: float | None = Field(description="Unix time of the last delivery a receiver acknowledged.")
+    last_failure_at: float | None
+
+
 class ReadyOut(BaseModel):
     """`/ready`'s body, the same on 200 and 503: the reason is in it."""
 
@@ -77,6 +88,7 @@ class ReadyOut(BaseModel):
     )
     jobs: JobCounts | None = Field(None, description="Jobs by status, seen as queue_depth is.")
     throughput: ThroughputOut | None = Field(None, description="The measured model speed; absent without a key.")
+    webhooks: WebhooksOut | None = Field(None, description="Webhook deliveries, seen as queue_depth is.")
     extract_budget_s: float
     storage: StorageOut
     version: str = Field(description="The memory-service package version this process runs.")

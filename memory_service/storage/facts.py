@@ -18,6 +18,7 @@ from .jobs import end_attempt, held_by
 from .records import DELETED, DONE, Fact, FactPlan, Memory, tags_of
 from .records import dumps_or_none as _dumps
 from .records import fact_from_row as _fact_from_row
+from .webhooks import notify_extracted
 
 
 class FactStore:
@@ -117,6 +118,7 @@ class FactStore:
                 "raw_reply = ?, timings = ?, report = ?, progress = NULL, lease_owner = NULL WHERE id = ?",
                 (DONE, now, raw_reply, _dumps(timings), _dumps(report), memory.id),
             )
+            notify_extracted(conn, memory, plan, now)  # the webhook notice commits with the facts
         return True
 
     @staticmethod

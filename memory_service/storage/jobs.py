@@ -15,6 +15,7 @@ from .database import Database
 from .fair_queue import next_due, take_turn
 from .records import DELETED, EXTRACTING, FAILED, LOST, QUEUED, Memory
 from .records import dumps_or_none as _dumps
+from .webhooks import enqueue
 
 EXACT_BACKLOG = 200  # jobs ahead counted exactly on every save; past this, see JobQueue.backlog
 LONG_BACKLOG_REFRESH_S = 1.0
@@ -25,6 +26,15 @@ SLOW_WAIT = "waiting for the model to be fast enough: "
 def held_by(owner: str | None) -> tuple[str, tuple[Any, ...]]:
     """The condition that the job is still this worker's (none when no owner is named)."""
     return ("", ()) if owner is None else (" AND status = 'extracting' AND lease_owner = ?", (owner,))
+
+
+def failed_for_good(conn: Any, memory_id: str, now: float) -> None:
+    """The `memory.failed` webhook notice, on the transaction that marked the job failed."""
+    row = conn.execute(
+        "SELECT team, agent_id, attempts, last_error FROM memories WHERE id = ?", (memory_id,)
+    ).fetchone()
+    payload = {"memory_id": memory_id, "agent_id": row[1], "attempts": row[2], "error": (row[3] or "")[:500]}
+    enqueue(conn, row[0], "memory.failed", payload, now)
 
 
 def end_attempt(conn: Any, memory_id: str, owner: str | None, outcome: str, now: float) -> None:
@@ -113,6 +123,7 @@ class JobQueue:
                         row["id"],
                     ),
                 )
+                failed_for_good(conn, row["id"], now)
             conn.execute(
                 "UPDATE memories SET status = ?, started_at = ?, lease_owner = ?, lease_until = ? WHERE id = ?",
                 (EXTRACTING, now, worker, now + lease_s, row["id"]),
@@ -272,6 +283,8 @@ class JobQueue:
                 ),
             ).rowcount
             end_attempt(conn, memory_id, owner, "retry" if retry_at is not None else "failed", now)
+            if updated and retry_at is None:
+                failed_for_good(conn, memory_id, now)
             if not updated and owner is not None:
                 alive = conn.execute(
                     "SELECT 1 FROM memories WHERE id = ? AND status != ?", (memory_id, DELETED)

@@ -9,7 +9,50 @@ save's dedup and supersede inside its agent's facts, and other agents' saves out
 (docs/security.md, "Write scope").
 
 These are the current tables; an older journal is brought to them by `schema_upgrades` first.
+
+`webhook_subscriptions` and `webhook_outbox` (storage/webhooks.py) live here so that an event's outbox rows
+are written in the event's own transaction: a job's end and its notice commit together or not at all.
 """
+
+# `{real}`: REAL on SQLite, DOUBLE PRECISION on PostgreSQL (a REAL there is 4 bytes: no timestamp fits)
+WEBHOOK_TABLES = (
+    """CREATE TABLE IF NOT EXISTS webhook_subscriptions (
+    id TEXT PRIMARY KEY,
+    team TEXT NOT NULL,
+    url TEXT NOT NULL,
+    events TEXT NOT NULL,
+    secret TEXT NOT NULL,
+    created_at {real} NOT NULL,
+    delivered INTEGER NOT NULL DEFAULT 0,
+    failed INTEGER NOT NULL DEFAULT 0,
+    last_delivery_at {real},
+    last_failure_at {real},
+    last_error TEXT
+)""",
+    "CREATE INDEX IF NOT EXISTS webhook_subscriptions_team ON webhook_subscriptions(team)",
+    """CREATE TABLE IF NOT EXISTS webhook_outbox (
+    event_id TEXT NOT NULL,
+    subscription_id TEXT NOT NULL,
+    team TEXT NOT NULL,
+    event TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    created_at {real} NOT NULL,
+    status TEXT NOT NULL DEFAULT 'pending',
+    attempts INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at {real} NOT NULL,
+    last_error TEXT,
+    PRIMARY KEY (event_id, subscription_id)
+)""",
+    "CREATE INDEX IF NOT EXISTS webhook_outbox_due ON webhook_outbox(status, next_attempt_at)",
+    "CREATE INDEX IF NOT EXISTS webhook_outbox_subscription ON webhook_outbox(subscription_id, status)",
+)
+
+
+def webhook_tables(dialect: str) -> str:
+    """The webhook tables as one script in `dialect`'s words."""
+    real = "DOUBLE PRECISION" if dialect == "postgresql" else "REAL"
+    return ";\n".join(sql.format(real=real) for sql in WEBHOOK_TABLES) + ";\n"
+
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS memories (
@@ -121,7 +164,7 @@ CREATE VIRTUAL TABLE IF NOT EXISTS facts_fts USING fts5(text, content='facts', c
 CREATE TRIGGER IF NOT EXISTS facts_ai AFTER INSERT ON facts BEGIN
     INSERT INTO facts_fts(rowid, text) VALUES (new.rowid, new.text);
 END;
-"""
+""" + webhook_tables("sqlite")
 
 POSTGRES_SCHEMA = """
 CREATE TABLE IF NOT EXISTS memories (
@@ -226,5 +269,5 @@ CREATE TABLE IF NOT EXISTS job_attempts (
     outcome TEXT,
     PRIMARY KEY (memory_id, worker, started_at)
 );
-CREATE INDEX IF NOT EXISTS job_attempts_memory ON job_attempts(memory_id)
-"""
+CREATE INDEX IF NOT EXISTS job_attempts_memory ON job_attempts(memory_id);
+""" + webhook_tables("postgresql").rstrip().rstrip(";")

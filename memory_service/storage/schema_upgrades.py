@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .database import Database
-from .schema import POSTGRES_SCHEMA, SCHEMA
+from .schema import POSTGRES_SCHEMA, SCHEMA, webhook_tables
 
 log = logging.getLogger("memory_service")
 
@@ -32,8 +32,12 @@ class Step:
     what: str
     columns: tuple[tuple[str, str, str], ...]  # (table, column, SQLite type and default)
     indexes: tuple[str, ...] = ()
+    tables: bool = False  # the step adds the webhook tables (schema.WEBHOOK_TABLES)
 
     def apply(self, conn: Any, dialect: str) -> None:
+        if self.tables:
+            for statement in filter(str.strip, webhook_tables(dialect).split(";")):
+                conn.execute(statement)
         for table, column, kind in self.columns:
             if dialect == "postgresql":
                 kind = kind.replace("REAL", "DOUBLE PRECISION")
@@ -65,6 +69,7 @@ STEPS = (
         "pinned saves: a write touches only its writer's share",
         (("memories", "pinned", "INTEGER NOT NULL DEFAULT 0"), ("facts", "pinned", "INTEGER NOT NULL DEFAULT 0")),
     ),
+    Step(7, "webhook subscriptions and their outbox", (), tables=True),
 )
 LATEST = STEPS[-1].version
 

@@ -88,6 +88,7 @@ async def ready(request: Request, services: ServicesDep) -> JSONResponse:
             "queue_depth": counts["queued"] + counts["extracting"],
             "jobs": counts,
             "throughput": model.throughput.snapshot(),
+            "webhooks": await asyncio.to_thread(services.webhooks.status, None if team == OPERATOR else team),
         }
     return JSONResponse(body, status_code=200 if ok else 503)
 
