@@ -33,6 +33,7 @@ from ..contract.text import normalize
 from .gate import FILLER
 from .grounding import SENTENCE, SMALL_TALK, GroundedFact, content_words, stem, vague
 from .guard import reads_nothing_on_error
+from .identifiers import capitalised
 
 # "[8 May 2023, 1:56 pm] Caroline: ..." or "Caroline: ..." at the start of a text: a chat line by Caroline.
 _HEADER = re.compile(r"^\s*(?:\[[^\]\n]{1,60}\]\s*)?([A-Z][\w.'’-]*(?: [A-Z][\w.'’-]*)?):[ \t]+")
@@ -227,7 +228,7 @@ def fill_in_gaps(facts: list[GroundedFact], text: str, asked: Asked | None = Non
         if len(words & covered) >= COVERED_SHARE * len(words):
             continue
         statement = in_third_person(sentence, speaker.name) if speaker else sentence
-        statement = statement[0].upper() + statement[1:]
+        statement = capitalised(statement)
         if normalize(statement) in seen:
             continue
         seen.add(normalize(statement))

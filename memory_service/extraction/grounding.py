@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from ..contract.text import STOPWORDS, normalize
 from .guard import reads_nothing_on_error
+from .identifiers import SourceIdentifiers, capitalised
 
 _NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")
 SENTENCE = re.compile(r"[^.!?\n]+[.!?]*", re.UNICODE)  # a sentence and its end marks
@@ -107,7 +108,18 @@ class RejectedFact:
     code: str = "other"
 
 
-REJECT_CODES = ("question", "address", "small_talk", "vague", "numbers", "names", "coverage", "context", "other")
+REJECT_CODES = (
+    "question",
+    "address",
+    "small_talk",
+    "vague",
+    "numbers",
+    "identifiers",
+    "names",
+    "coverage",
+    "context",
+    "other",
+)
 # A fact helped by context must still rest on the text: this many of its key words (or all, if fewer);
 # and, since borrowed names make a made-up claim look grounded, more of its words must be found at all.
 MIN_OWN_WORDS = 2
@@ -130,6 +142,7 @@ class SourceIndex:
         self.words = set(norm.split())
         self.stems = {stem(w) for w in self.words}
         self.numbers = set(numbers(source))
+        self.identifiers = SourceIdentifiers(source)
         # words that stand as words, outside emails and URLs: what a name in a fact must match
         self.name_words = set(normalize(_ADDRESS.sub(" ", source)).split())
         self.name_stems = {stem(w) for w in self.name_words}
@@ -162,6 +175,12 @@ def check_fact(fact: str, index: SourceIndex) -> GroundedFact | RejectedFact:
         return RejectedFact(
             fact, "ends on a bare pronoun (it, that, this, them) and says little else: nothing on its own", "vague"
         )
+    ids = index.identifiers.check(fact)
+    if ids.missing and not all(_is_number(n.split()[0]) for n in ids.missing):
+        return RejectedFact(fact, f"identifiers not in the source as written: {', '.join(ids.missing)}", "identifiers")
+    if ids.missing:
+        return RejectedFact(fact, f"numbers not in the source: {', '.join(ids.missing)}", "numbers")
+    fact = ids.text  # an identifier that differed only in case is spelled as the source spells it
     missing_numbers = [n for n in numbers(fact) if n not in index.numbers]
     if missing_numbers:
         return RejectedFact(fact, f"numbers not in the source: {', '.join(missing_numbers)}", "numbers")
@@ -231,7 +250,7 @@ def clauses(text: str) -> list[str]:
         return [text]
     out = []
     for part in parts:
-        part = part[0].upper() + part[1:]
+        part = capitalised(part)
         out.append(part if part[-1] in ".!?" else part + ".")
     return out
 
@@ -270,7 +289,7 @@ def ground(
         seen.add(norm)
         verdict = check_fact(fact, reach)
         if isinstance(verdict, GroundedFact) and earlier:
-            verdict = _with_context(fact, index, reach, earlier)
+            verdict = _with_context(verdict.text, index, reach, earlier)
         if isinstance(verdict, GroundedFact):
             result.kept.append(verdict)
         else:
