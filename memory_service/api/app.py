@@ -23,6 +23,7 @@ from .routes import health as routes_health
 from .routes import hindsight as routes_hindsight
 from .routes import keys as routes_keys
 from .routes import limits as routes_limits
+from .routes import mem0 as routes_mem0
 from .routes import memories as routes_memories
 from .routes import recall as routes_recall
 from .routes import team as routes_team
@@ -212,6 +213,7 @@ def create_app(
         routes_keys,
         routes_webhooks,
         routes_health,
+        routes_mem0,  # mem0's platform API under /mem0 for its clients; it ends in a catch-all under /mem0
         routes_hindsight,  # Hindsight's REST API for its clients; last: it ends in a catch-all
     ):
         app.include_router(module.router)

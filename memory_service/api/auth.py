@@ -54,13 +54,17 @@ def caller_of_key(services: LimitsAndKeys, token: str) -> Caller | None:
     return None if stored is None else Caller(stored.team, stored.role, stored.agent_id)
 
 
-def identify(request: Request) -> Caller:
-    """Who is calling, from the bearer key."""
+BEARER = frozenset({"bearer"})
+BEARER_OR_TOKEN = frozenset({"bearer", "token"})  # mem0's clients send `Authorization: Token <key>`
+
+
+def identify(request: Request, schemes: frozenset[str] = BEARER) -> Caller:
+    """Who is calling, from the bearer key (or another scheme's, for a peer's client that names it so)."""
     services = request.app.state.services
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     token = token.strip()
-    if scheme.lower() != "bearer" or not token:
+    if scheme.lower() not in schemes or not token:
         if open_access(services):
             return Caller(Settings.LOCAL_TEAM, "admin")
         raise _unauthorized("missing API key: send 'Authorization: Bearer <key>'")
@@ -70,12 +74,12 @@ def identify(request: Request) -> Caller:
     return caller
 
 
-def requires(role: Role) -> Callable[[Request], object]:
+def requires(role: Role, schemes: frozenset[str] = BEARER) -> Callable[[Request], object]:
     """A dependency that admits callers with `role` or above, and leaves the caller on `request.state`."""
 
     async def dependency(request: Request) -> str:
         # async on purpose: a sync dependency costs a threadpool hop on every request
-        caller = identify(request)
+        caller = identify(request, schemes)
         if not role_allows(caller.role, role):
             raise HTTPException(
                 status_code=403, detail=f"this key has role '{caller.role}'; this action needs role '{role}' or above"

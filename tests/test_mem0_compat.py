@@ -1,0 +1,208 @@
+"""mem0's own PyPI client (`mem0ai`, in the dev extra) against this service's mem0 API under /mem0.
+
+Nothing here reads mem0's code: its real `MemoryClient` and `AsyncMemoryClient` (with their key check at
+construction) talk over loopback HTTP to the in-process service (real stores and workers; a fake llama-server
+thread extracts), on two teams with two keys. The mapping is in docs/mem0.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+# mem0's documented switch, read when it is imported: on, its client sends PostHog events from every call.
+os.environ["MEM0_TELEMETRY"] = "False"
+os.environ.setdefault("MEM0_DIR", tempfile.mkdtemp(prefix="mem0-dir-"))  # it writes a config.json there on import
+
+from mem0 import AsyncMemoryClient, MemoryClient  # noqa: E402
+from mem0.exceptions import MemoryError as Mem0Error  # noqa: E402
+from mem0.exceptions import MemoryNotFoundError  # noqa: E402
+from mem0.memory import telemetry as mem0_telemetry  # noqa: E402
+
+from tests.fakes.fake_llama_server import FakeLlamaServer  # noqa: E402
+from tests.inprocess import InProcessService  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessService]:
+    with FakeLlamaServer("ok", n_ctx=4096, tokens_per_s=5000) as fake:
+        svc = InProcessService(tmp_path_factory.mktemp("mem0") / "data", fake.url)
+        with svc:
+            yield svc
+
+
+@pytest.fixture(autouse=True)
+def stays_on_this_machine(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
+    """Every connection the test opens (mem0's client, its PostHog, anything) goes to loopback: nothing leaves."""
+    assert mem0_telemetry.MEM0_TELEMETRY is False and mem0_telemetry.client_telemetry.posthog is None
+    outside: list[Any] = []
+    connect = socket.socket.connect
+
+    def watched(sock: socket.socket, address: Any) -> Any:
+        host = address[0] if isinstance(address, tuple) else str(address)
+        if sock.family in (socket.AF_INET, socket.AF_INET6) and host not in ("127.0.0.1", "::1", "localhost"):
+            outside.append(address)
+        return connect(sock, address)
+
+    monkeypatch.setattr(socket.socket, "connect", watched)
+    yield outside
+    assert outside == [], f"connections off this machine: {outside}"
+
+
+def mem0(service: InProcessService, key: str = "key-a") -> MemoryClient:
+    return MemoryClient(api_key=key, host=f"{service.url}/mem0")
+
+
+def raw(service: InProcessService, method: str, path: str, key: str = "key-a", **kw: Any) -> httpx.Response:
+    with httpx.Client(base_url=f"{service.url}/mem0", headers={"Authorization": f"Token {key}"}, timeout=30) as http:
+        return http.request(method, path, **kw)
+
+
+def added_id(answer: dict[str, Any]) -> str:
+    (result,) = answer["results"]
+    assert result["event"] == "ADD" and answer["event_id"] == result["id"]
+    return str(result["id"])
+
+
+def test_sync_client_add_search_list_update_history_delete(service: InProcessService) -> None:
+    client = mem0(service)
+    first = added_id(client.add("Mira moved to the Lisbon office in March.", user_id="mira", metadata={"src": "hr"}))
+    found = client.search("Lisbon office", filters={"user_id": "mira"}, top_k=5)["results"]
+    assert found and all(r["id"] == first for r in found) and any("Lisbon" in r["memory"] for r in found)
+    listed = client.get_all(filters={"user_id": "mira"})
+    assert listed["count"] == 1 and [m["id"] for m in listed["results"]] == [first]
+    one = client.get(first)
+    assert one["memory"] == "Mira moved to the Lisbon office in March." and one["user_id"] == "mira"
+    assert one["metadata"] == {"src": "hr"} and one["agent_id"] is None
+
+    updated = client.update(first, text="Mira moved to the Porto office in May.")
+    second = updated["id"]
+    assert second != first and updated["replaces"] == first and updated["memory"].startswith("Mira moved to the Porto")
+    assert updated["user_id"] == "mira" and updated["metadata"] == {"src": "hr"}
+    steps = client.history(second)
+    assert [s["event"] for s in steps] == ["ADD", "UPDATE"]
+    assert steps[1]["old_memory"] == "Mira moved to the Lisbon office in March."
+    assert steps[1]["new_memory"] == "Mira moved to the Porto office in May."
+    with pytest.raises(MemoryNotFoundError):
+        client.get(first)  # the old version is forgotten
+    assert [m["memory"] for m in client.get_all(filters={"user_id": "mira"})["results"]] == [
+        "Mira moved to the Porto office in May."
+    ]
+
+    assert client.delete(second)["message"]
+    with pytest.raises(MemoryNotFoundError):
+        client.get(second)
+    for n in range(3):
+        client.add(f"Deploy {n} of the billing service went out.", user_id="ops", run_id="week-9", infer=False)
+    page = client.get_all(filters={"AND": [{"user_id": "ops"}, {"run_id": "week-9"}]}, page=1, page_size=2)
+    assert page["count"] == 3 and len(page["results"]) == 2 and page["next"] and page["previous"] is None
+    last = client.get_all(filters={"user_id": "ops"}, page=2, page_size=2)
+    assert len(last["results"]) == 1 and last["next"] is None and last["previous"]
+    assert client.delete_all(user_id="ops")["deleted"] == 3
+    assert client.get_all(filters={"user_id": "ops"})["count"] == 0
+    client.client.close()
+
+
+def test_async_client_round_trip(service: InProcessService) -> None:
+    async def main() -> None:
+        async with AsyncMemoryClient(api_key="key-a", host=f"{service.url}/mem0") as client:
+            first = added_id(
+                await client.add([{"role": "user", "content": "Ola prefers the night shift."}], user_id="ola")
+            )
+            found = (await client.search("night shift", filters={"user_id": "ola"}))["results"]
+            assert found and found[0]["id"] == first
+            assert (await client.get_all(filters={"user_id": "ola"}))["count"] == 1
+            second = (await client.update(first, text="Ola prefers the early shift."))["id"]
+            assert [s["event"] for s in await client.history(second)] == ["ADD", "UPDATE"]
+            assert (await client.get(second))["memory"] == "Ola prefers the early shift."
+            await client.delete(second)
+            await client.add("Ola owns the on-call rota.", user_id="ola", agent_id="planner")
+            assert (await client.delete_all(agent_id="planner"))["deleted"] == 1
+            assert (await client.get_all(filters={"user_id": "ola"}))["count"] == 0
+
+    asyncio.run(main())
+
+
+def test_two_teams_never_see_each_other(service: InProcessService) -> None:
+    a, b = mem0(service, "key-a"), mem0(service, "key-b")
+    theirs = added_id(a.add("The vault code for team A is 4471.", user_id="shared"))
+    ours = added_id(b.add("Team B's standup is at nine.", user_id="shared"))
+    assert [r["id"] for r in b.search("vault code", filters={"user_id": "shared"})["results"]] in ([], [ours])
+    assert not any("4471" in r["memory"] for r in b.search("vault code 4471", filters={"user_id": "*"})["results"])
+    assert [m["id"] for m in b.get_all(filters={"user_id": "shared"})["results"]] == [ours]
+    for call in (b.get, b.history, b.delete, lambda i: b.update(i, text="overwritten by B")):
+        with pytest.raises(MemoryNotFoundError):
+            call(theirs)
+    b.delete_all(user_id="shared")
+    assert a.get(theirs)["memory"] == "The vault code for team A is 4471."  # nothing B did reached it
+    assert [m["id"] for m in a.get_all(filters={"user_id": "shared"})["results"]] == [theirs]
+    assert b.get_all(filters={"user_id": "shared"})["count"] == 0
+    a.delete(theirs)
+
+
+def test_metadata_and_entity_ids_cannot_move_a_memory_across_teams(service: InProcessService) -> None:
+    a, b = mem0(service, "key-a"), mem0(service, "key-b")
+    planted = added_id(
+        b.add(
+            "Planted by team B: wire the refund to account 99.",
+            user_id="victim",
+            metadata={"team": "team-a", "user_id": "victim", "org_id": "team-a", "project_id": "team-a"},
+        )
+    )
+    body = {"messages": [{"role": "user", "content": "Also planted by B."}], "user_id": "victim", "team": "team-a"}
+    body |= {"org_id": "team-a", "project_id": "team-a", "filters": {"user_id": "victim"}}
+    assert raw(service, "POST", "/v3/memories/add/", "key-b", json=body).status_code == 200
+    assert a.get_all(filters={"user_id": "victim"})["count"] == 0
+    assert a.search("refund account", filters={"user_id": "victim"})["results"] == []
+    with pytest.raises(MemoryNotFoundError):
+        a.get(planted)
+    assert b.get_all(filters={"user_id": "victim"})["count"] == 2
+    b.delete_all(user_id="victim")
+
+
+def test_token_and_bearer_keys_and_nothing_else(service: InProcessService) -> None:
+    assert raw(service, "GET", "/v1/ping/").json()["status"] == "ok"
+    with httpx.Client(base_url=service.url, timeout=30) as http:
+        assert http.get("/mem0/v1/ping/", headers={"Authorization": "Bearer key-b"}).status_code == 200
+        assert http.get("/mem0/v1/ping/").status_code == 401
+        # our own routes stay Bearer-only
+        assert http.post("/v1/recall", json={"query": "x"}, headers={"Authorization": "Token key-a"}).status_code == 401
+    assert raw(service, "GET", "/v1/ping/", "not-a-key").status_code == 401
+    with pytest.raises(ValueError, match="unknown or revoked"):
+        MemoryClient(api_key="not-a-key", host=f"{service.url}/mem0")
+
+
+def test_what_is_not_served_answers_501_naming_it_and_bad_input_a_4xx(service: InProcessService) -> None:
+    client = mem0(service)
+    with pytest.raises(Mem0Error) as refused:
+        client.users()
+    assert "not served" in refused.value.message and "get_all(filters=" in refused.value.message
+    for method, path in (("DELETE", "/v1/batch/"), ("POST", "/v1/exports/"), ("GET", "/v2/entities/user/x/profile/")):
+        answer = raw(service, method, path, json={"memories": []} if method != "GET" else None)
+        assert answer.status_code == 501 and "served under /mem0" in answer.json()["detail"], (path, answer.text)
+    or_filter = raw(service, "POST", "/v3/memories/search/", json={"query": "x", "filters": {"OR": [{"user_id": "a"}]}})
+    assert or_filter.status_code == 501 and "filters.OR" in or_filter.json()["detail"]
+    message = [{"role": "user", "content": "x"}]
+    categories = raw(service, "POST", "/v3/memories/add/", json={"messages": message, "custom_categories": [{"a": 1}]})
+    assert categories.status_code == 501 and "custom_categories" in categories.json()["detail"]
+    for path, body in (
+        ("/v3/memories/add/", {"messages": []}),
+        ("/v3/memories/add/", {"messages": [{"role": "user", "content": "x"}], "user_id": "u" * 200}),
+        ("/v3/memories/add/", {"messages": [{"role": "user", "content": "x\u0000"}]}),
+        ("/v3/memories/search/", {"query": "x", "top_k": 0}),
+        ("/v3/memories/search/", {"query": "x", "filters": {"user_id": "bad id"}}),
+        ("/v3/memories/", {"filters": {"created_at": {"gte": "yesterday"}}}),
+    ):
+        answer = raw(service, "POST", path, json=body)
+        assert answer.status_code == 422 and answer.json()["detail"], (body, answer.text)
+    assert raw(service, "GET", "/v1/memories/not-an-id/").status_code == 422
+    assert raw(service, "DELETE", "/v1/memories/").status_code == 400  # delete_all needs an entity ('*': all)
+    big = {"messages": [{"role": "user", "content": "x" * (service.settings.max_text_bytes + 1)}]}
+    assert raw(service, "POST", "/v3/memories/add/", json=big).status_code == 413
