@@ -20,7 +20,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.store.base import BaseStore, GetOp, PutOp, SearchOp
 
-from memory_service.client import MemoryClient
+from memory_service.client import Forbidden, MemoryClient
 from memory_service.integrations.langgraph import MemoryServiceStore
 from tests.fakes.fake_llama_server import FakeLlamaServer
 
@@ -221,6 +221,35 @@ def test_two_teams_keys_never_see_each_other(service: InProcessService, agent: s
         assert b.get(ns, "secret") is None and _saved_texts(service, agent, "key-b") == []
 
 
+def test_roles_and_pinned_keys(service: InProcessService, agent: str) -> None:
+    """Read gets and searches; write puts new items; replacing or deleting forgets, which is the admin's. A key
+    pinned to the store's agent does all of it; pinned to another agent, nothing (403)."""
+
+    def key(role: str, pinned: str | None = None) -> str:
+        with service.client() as admin:
+            return admin.post("/v1/keys", json={"role": role, "agent_id": pinned}).json()["key"]
+
+    ns = ("roles",)
+    with MemoryServiceStore(service.url, api_key=key("admin", agent), agent_id=agent) as pinned_admin:
+        pinned_admin.put(ns, "k", {"v": 1})
+        pinned_admin.put(ns, "k", {"v": 2})
+        assert pinned_admin.get(ns, "k").value == {"v": 2}
+    with MemoryServiceStore(service.url, api_key=key("read"), agent_id=agent) as reader:
+        assert reader.get(ns, "k").value == {"v": 2} and _keys(reader.search(ns)) == {(ns, "k")}
+        with pytest.raises(Forbidden):
+            reader.put(ns, "new", {"v": 1})
+    with MemoryServiceStore(service.url, api_key=key("write"), agent_id=agent) as writer:
+        writer.put(ns, "new", {"v": 1})
+        with pytest.raises(Forbidden):
+            writer.delete(ns, "new")
+    with MemoryServiceStore(service.url, api_key=key("admin", "someone-else"), agent_id=agent) as stranger:
+        for call in (lambda: stranger.get(ns, "k"), lambda: stranger.search(()), lambda: stranger.put(ns, "k", {})):
+            with pytest.raises(Forbidden):
+                call()
+    with MemoryServiceStore(service.url, api_key="key-a", agent_id=agent) as admin:
+        assert admin.get(ns, "k").value == {"v": 2} and admin.get(ns, "new").value == {"v": 1}
+
+
 def test_bad_namespaces_are_refused_before_anything_is_sent(store: MemoryServiceStore) -> None:
     for namespace in [("a.b",), ("",), tuple(f"l{i}" for i in range(17))]:
         with pytest.raises(ValueError):
@@ -299,6 +328,20 @@ def test_the_same_graph_run_asynchronously(service: InProcessService, agent: str
 
     out = asyncio.run(run())
     assert out["found"] == ["Ann's dog is called Biscuit"] and out["exact"] == {"note": "Ann's dog is called Biscuit"}
+
+
+def test_the_docs_snippet_runs_unchanged(
+    service: InProcessService, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = (ROOT / "docs" / "langgraph.md").read_text()
+    snippet = text.split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.setenv("MEMORY_URL", service.url)
+    monkeypatch.setenv("MEMORY_API_KEY", "key-a")
+    exec(compile(snippet, "docs/langgraph.md", "exec"), {"__name__": "docs_langgraph"})
+    assert capsys.readouterr().out.splitlines() == [
+        "['Alice loves margherita pizza']",
+        "{'note': 'Alice loves margherita pizza'}",
+    ]
 
 
 # -- the extra ---------------------------------------------------------------------------------------------------------
