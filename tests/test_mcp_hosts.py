@@ -5,6 +5,7 @@ The OpenAI Agents SDK (`openai-agents`, `agents.mcp.MCPServerStdio`) and pydanti
 spawn the MCP server as a stdio subprocess, list the core tools and call remember then recall through the host's
 own call API. No LLM: the pydantic-ai agent runs on its `FunctionModel`, a deterministic stand-in for the model.
 The service is the real one in this process (app, workers, stores, embedder) with the fake llama-server.
+docs/mcp-hosts.md's two Python snippets run here as written, in a fresh interpreter each.
 
 Nothing leaves the box: the Agents SDK's tracing (which exports to OpenAI) is switched off by its documented
 variable and call, and pydantic-ai instruments nothing unless logfire is configured (checked below).
@@ -15,8 +16,10 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -80,24 +83,6 @@ def test_openai_agents_sdk_lists_and_calls_the_core_tools(service: InProcessServ
     assert get_trace_provider()._disabled  # the exporter to OpenAI never starts
 
 
-def test_pydantic_ai_lists_and_calls_the_core_tools(service: InProcessService) -> None:
-    from fastmcp.client.transports import StdioTransport
-    from pydantic_ai.mcp import MCPToolset
-
-    async def scenario() -> None:
-        transport = StdioTransport(sys.executable, ARGS, env=server_env(service.url, "pydantic-ai"), cwd=str(ROOT))
-        async with MCPToolset(transport, tool_error_behavior="error", read_timeout=60) as toolset:
-            assert [t.name for t in await toolset.list_tools()] == CORE
-            saved = await toolset.direct_call_tool(
-                "remember", {"text": "pydantic-ai saved that ticket TK-88 is closed."}
-            )
-            assert re.search(r"mem_[0-9a-f]+", str(saved)), saved
-            found = await toolset.direct_call_tool("recall", {"query": "ticket TK-88"})
-            assert "TK-88" in str(found), found
-
-    anyio.run(scenario)
-
-
 def test_a_pydantic_ai_agent_remembers_then_recalls_through_the_tools(service: InProcessService) -> None:
     """The agent loop itself, with a deterministic model: it calls remember, then recall, then answers with
     what recall returned. The tool schemas, the calls and the results all pass through pydantic-ai."""
@@ -123,7 +108,7 @@ def test_a_pydantic_ai_agent_remembers_then_recalls_through_the_tools(service: I
 
     async def scenario() -> str:
         transport = StdioTransport(sys.executable, ARGS, env=server_env(service.url, "pydantic-agent"), cwd=str(ROOT))
-        agent = Agent(FunctionModel(model), toolsets=[MCPToolset(transport, read_timeout=60)])
+        agent = Agent(FunctionModel(model), toolsets=[MCPToolset(transport, init_timeout=60, read_timeout=60)])
         async with agent:
             return str((await agent.run("Note the pump repair, then tell me what you know about hall 7.")).output)
 
@@ -133,3 +118,31 @@ def test_a_pydantic_ai_agent_remembers_then_recalls_through_the_tools(service: I
     # pydantic-ai exports only through logfire or an OpenTelemetry SDK someone configured: neither is here
     assert importlib.util.find_spec("logfire") is None and Agent._instrument_default is False
     assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)  # OpenTelemetry's no-op default
+
+
+DOC = ROOT / "docs" / "mcp-hosts.md"
+
+
+def doc_snippets() -> list[str]:
+    """The page's ```python blocks (the LangGraph one is ```text: not tested, and the page says so)."""
+    return re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
+
+
+def test_the_doc_page_names_what_it_runs() -> None:
+    snippets = doc_snippets()
+    assert len(snippets) == 2 and "agents.mcp" in snippets[0] and "pydantic_ai.mcp" in snippets[1]
+
+
+@pytest.mark.parametrize("index", [0, 1], ids=["agents-sdk", "pydantic-ai"])
+def test_the_doc_snippets_run_as_written(service: InProcessService, index: int, tmp_path: Path) -> None:
+    """In a fresh interpreter, as a user runs them; only the URL and the key are put in, and `memory-service`
+    is the venv's console script, found on PATH."""
+    code = doc_snippets()[index].replace("http://127.0.0.1:8700", service.url).replace('"KEY"', '"key-a"')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORY_")}
+    env["PATH"] = os.pathsep.join((os.path.dirname(sys.executable), env.get("PATH", "")))
+    ran = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert "['remember', 'recall', 'consume_limit', 'mark_handled']" in ran.stdout, ran.stdout
+    assert ("INV-5120" if index == 0 else "TK-88") in ran.stdout.split("\n", 1)[1], ran.stdout
