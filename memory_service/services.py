@@ -142,7 +142,7 @@ class Services(LimitsAndKeys):
         self.metrics.watch(self)
         self.models.set_on_timings(self.metrics.llm_timings)  # before start(): every extractor counts its tokens
         self.passages = PassageIndexer(self.journal, self.embedder, self.vectors, self.forgetter.finish_pending)
-        self.webhooks = Webhooks(self.settings, self.journal)  # the routes' and console's subscriptions, and delivery
+        self.webhooks = Webhooks(self.settings, self.journal, self.limits)  # subscriptions (routes, console), delivery
         self.consolidator: Consolidator | None = None
         if self.settings.consolidate:
             self.consolidator = Consolidator(

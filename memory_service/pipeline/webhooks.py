@@ -27,6 +27,7 @@ import httpx
 
 from ..config import Settings
 from ..storage.journal import Journal
+from ..storage.limits import LimitStore
 from ..storage.webhooks import Delivery, Subscription, WebhookStore
 from .webhook_urls import BadWebhookUrl, resolve
 
@@ -57,8 +58,8 @@ class Webhooks:
     """The team's subscriptions (what the admin routes and the console call) and the delivery loop that
     `Services` starts and stops."""
 
-    def __init__(self, settings: Settings, journal: Journal) -> None:
-        self.settings = settings
+    def __init__(self, settings: Settings, journal: Journal, limits: LimitStore) -> None:
+        self.settings, self.limits = settings, limits
         self.store = journal.attached("webhooks", lambda: WebhookStore(journal.db))
         self._client: httpx.AsyncClient | None = None
         self._pruned_at = 0.0
@@ -82,6 +83,7 @@ class Webhooks:
         lease_s = self.settings.webhook_timeout_s + 30.0
         while True:
             try:
+                await asyncio.to_thread(self._hand_on_limit_events)
                 batch = await asyncio.to_thread(self.store.claim, BATCH, lease_s)
                 if batch:
                     await asyncio.gather(*(self.deliver(d) for d in batch))
@@ -96,6 +98,14 @@ class Webhooks:
             except Exception as exc:  # the journal is busy or gone for now: the rows wait in it
                 log.warning("webhook delivery paused: %s", exc)
                 await asyncio.sleep(IDLE_POLL_S)
+
+    def _hand_on_limit_events(self) -> None:
+        """Move `limit.exhausted` events from the limits store (another SQLite file, where the counter's own
+        transaction wrote them) to the outbox; an event handed on twice keeps its id (at-least-once)."""
+        events = self.limits.limit_events()
+        if events:
+            self.store.hand_on(events, "limit.exhausted")
+            self.limits.drop_limit_events([e[0] for e in events])
 
     async def deliver(self, delivery: Delivery) -> bool:
         """One attempt; the row is marked delivered, due again, or failed for good. True when delivered."""

@@ -29,6 +29,10 @@ CREATE TABLE IF NOT EXISTS handled (
     PRIMARY KEY (team, agent_id, key)
 );
 CREATE INDEX IF NOT EXISTS handled_expires ON handled (expires_us) WHERE expires_us IS NOT NULL;
+-- a counter that reached its limit, written by that consume: the webhook loop moves it to the journal's outbox
+CREATE TABLE IF NOT EXISTS limit_events (
+    event_id TEXT PRIMARY KEY, team TEXT NOT NULL, payload TEXT NOT NULL, created_us INTEGER NOT NULL
+);
 """
 
 # PostgreSQL: the same tables; microsecond clocks need 64-bit integers, and every table has a primary key.

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -231,6 +232,12 @@ class LimitStore(HandledLedger):
                 )
             used = hit[0]
             result = ConsumeResult(True, used, daily_limit, daily_limit - used, resets.isoformat(), retry_after)
+            if used == daily_limit:  # this consume used the last of the day: `limit.exhausted`, in this transaction
+                payload = {"name": name, "per": per, "agent_id": agent_id, "day": day, "limit": daily_limit}
+                db.execute(
+                    "INSERT INTO limit_events (event_id, team, payload, created_us) VALUES (?, ?, ?, ?)",
+                    ("evt_" + uuid.uuid4().hex, team, json.dumps(payload | {"resets_at": resets.isoformat()}), to_us(now)),
+                )
             if idempotency_key is not None:
                 db.execute(
                     "INSERT INTO limit_idempotency (team, name, day, idem_key, agent_id, amount, response,"
@@ -238,6 +245,19 @@ class LimitStore(HandledLedger):
                     (team, name, day, idempotency_key, agent_id, amount, json.dumps(result.body()), to_us(now)),
                 )
             return result
+
+    def limit_events(self, limit: int = 100) -> list[tuple[str, str, dict[str, Any], float]]:
+        """(event id, team, payload, Unix time) of the oldest `limit.exhausted` events not yet handed on."""
+        with self._read() as db:
+            rows = db.execute(
+                "SELECT event_id, team, payload, created_us FROM limit_events ORDER BY created_us LIMIT ?", (limit,)
+            ).fetchall()
+        return [(r[0], r[1], json.loads(r[2]), r[3] / 1e6) for r in rows]
+
+    def drop_limit_events(self, event_ids: list[str]) -> None:
+        """Forget events handed on to the webhook outbox (a crash before this hands them on again: same ids)."""
+        with self._write() as db:
+            db.executemany("DELETE FROM limit_events WHERE event_id = ?", [(e,) for e in event_ids])
 
     # ------------------------------------------------------------ housekeeping
 

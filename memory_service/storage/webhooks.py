@@ -76,13 +76,16 @@ class Delivery:
     secret: str
 
 
-def enqueue(conn: Any, team: str, event: str, payload: dict[str, Any], now: float | None = None) -> str:
-    """One outbox row per subscription of `team` to `event`, on the caller's transaction; the event's id.
+def enqueue(
+    conn: Any, team: str, event: str, payload: dict[str, Any], now: float | None = None, event_id: str | None = None
+) -> str:
+    """One outbox row per subscription of `team` to `event`, on the caller's transaction; the event's id
+    (`event_id` when given: an event handed on again keeps its id, and its rows are not doubled).
 
     With no subscription it writes nothing (one index probe), so an event costs a team without webhooks
     nothing more."""
     now = time.time() if now is None else now
-    event_id = "evt_" + uuid.uuid4().hex
+    event_id = event_id or "evt_" + uuid.uuid4().hex
     conn.execute(
         "INSERT INTO webhook_outbox (event_id, subscription_id, team, event, payload, created_at, next_attempt_at) "
         "SELECT ?, id, team, ?, ?, ?, ? FROM webhook_subscriptions WHERE team = ? AND events LIKE ? "
@@ -146,6 +149,12 @@ class WebhookStore:
             if gone:
                 conn.execute("DELETE FROM webhook_outbox WHERE subscription_id = ?", (sub_id,))
         return bool(gone)
+
+    def hand_on(self, events: list[tuple[str, str, dict[str, Any], float]], event: str) -> None:
+        """Write events recorded elsewhere (the limits store's `limit.exhausted`) to the outbox, in one commit."""
+        with self.db.transaction() as conn:
+            for event_id, team, payload, at in events:
+                enqueue(conn, team, event, payload, at, event_id=event_id)
 
     def claim(self, limit: int, lease_s: float, now: float | None = None) -> list[Delivery]:
         """Up to `limit` due rows, leased for `lease_s`: no other loop takes them until then."""
