@@ -206,3 +206,23 @@ def test_what_is_not_served_answers_501_naming_it_and_bad_input_a_4xx(service: I
     assert raw(service, "DELETE", "/v1/memories/").status_code == 400  # delete_all needs an entity ('*': all)
     big = {"messages": [{"role": "user", "content": "x" * (service.settings.max_text_bytes + 1)}]}
     assert raw(service, "POST", "/v3/memories/add/", json=big).status_code == 413
+
+
+def test_a_key_pinned_to_an_agent_adds_and_sees_only_its_agents(service: InProcessService) -> None:
+    assert service.services is not None
+    pinned = service.services.keys.create("team-a", "admin", agent_id="mailer").key
+    team, mailer = mem0(service, "key-a"), mem0(service, pinned)
+    other = added_id(team.add("The planner books rooms on Mondays.", user_id="desk", agent_id="planner"))
+    own = added_id(mailer.add("The mailer sends the digest at six.", user_id="desk"))  # no agent_id: its pin
+    assert team.get(own)["agent_id"] == "mailer" and team.get_all(filters={"agent_id": "mailer"})["count"] == 1
+    assert [m["id"] for m in mailer.get_all(filters={"user_id": "desk"})["results"]] == [own]
+    assert all(r["id"] == own for r in mailer.search("rooms digest", filters={"user_id": "desk"})["results"])
+    for call in (mailer.get, mailer.delete, mailer.history):
+        with pytest.raises(MemoryNotFoundError):
+            call(other)
+    with pytest.raises(Mem0Error) as refused:
+        mailer.add("Posing as the planner.", agent_id="planner")
+    assert "pinned" in refused.value.message
+    mailer.delete_all(user_id="desk")
+    assert [m["id"] for m in team.get_all(filters={"user_id": "desk"})["results"]] == [other]
+    team.delete(other)

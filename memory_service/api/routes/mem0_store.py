@@ -67,10 +67,10 @@ def shape(memory: Memory) -> dict[str, Any]:
         "id": memory.id,
         "memory": memory.text,
         "user_id": meta.get("user_id"),
-        "agent_id": meta.get("agent_id") if from_mem0 else memory.agent_id,
+        "agent_id": None if from_mem0 and memory.agent_id == DEFAULT_AGENT else memory.agent_id,
         "app_id": meta.get("app_id"),
-        "run_id": meta.get("run_id") if from_mem0 else memory.run_id,
-        "session_id": meta.get("run_id") if from_mem0 else memory.run_id,
+        "run_id": memory.run_id,
+        "session_id": memory.run_id,
         "metadata": meta.get("metadata") if from_mem0 else memory.metadata,
         "categories": [],
         "created_at": iso(min([memory.created_at, *(v.get("at", memory.created_at) for v in previous)])),
@@ -85,7 +85,8 @@ def history(memory: Memory) -> list[dict[str, Any]]:
     meta = meta_of(memory)
     versions = [*(v for v in meta.get("previous", []) if isinstance(v, dict)), {"memory": memory.text}]
     versions[-1]["at"] = memory.created_at
-    entities = {k: meta.get(k) for k in ("user_id", "agent_id", "app_id", "run_id")}
+    now = shape(memory)
+    entities = {k: now[k] for k in ("user_id", "agent_id", "app_id", "run_id")}
     out: list[dict[str, Any]] = []
     for n, version in enumerate(versions):
         out.append(
@@ -99,7 +100,7 @@ def history(memory: Memory) -> list[dict[str, Any]]:
                 **entities,
                 "session_id": entities["run_id"],
                 "categories": [],
-                "metadata": meta.get("metadata"),
+                "metadata": now["metadata"],
                 "created_at": iso(version.get("at")),
                 "updated_at": iso(version.get("at")),
             }
