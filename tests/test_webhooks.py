@@ -5,14 +5,17 @@ real HTTP servers on real loopback ports (docs/webhooks.md)."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 
+import httpx
 import pytest
 from conftest import eventually, wait_status
 from fakes import FakeLlamaServer
 from inprocess import InProcessService
 from webhook_receiver import Receiver, verify
 
+CSRF = re.compile(r'name="csrf" value="([0-9a-f]+)"')
 # receivers on loopback need the operator's allowance; quick retries so a test waits seconds, not minutes
 FAST = {
     "MEMORY_WEBHOOK_ALLOW_PRIVATE": "1",
@@ -166,8 +169,30 @@ def test_a_receiver_answering_errors_gets_the_event_on_a_retry_and_ready_shows_i
                 "the outbox drained", lambda: (r := client.get("/ready").json()["webhooks"])["pending"] == 0 and r
             )
             assert ready["subscriptions"] == 1 and ready["delivered"] >= 1 and ready["last_delivery_at"]
+        # the console's jobs page shows the subscription: delivered, failures, the last error
+        row = _console_jobs(service).split('id="webhooks"')[1].split("</table>")[0]
+        assert receiver.url in row and "HTTP 503" in row and "never" not in row
     finally:
         _unsubscribe_all(service)
+
+
+def _console_jobs(svc: InProcessService, key: str = "key-a") -> str:
+    with httpx.Client(base_url=svc.url, trust_env=False) as browser:
+        token = CSRF.search(browser.get("/ui/login").text).group(1)
+        answer = browser.post("/ui/login", data={"key": key, "csrf": token, "next": "/ui/jobs"})
+        assert answer.status_code == 303, answer.text
+        return browser.get("/ui/jobs").text
+
+
+def test_the_console_shows_no_webhooks_to_a_read_key(service):
+    with service.client() as client:
+        reader = client.post("/v1/keys", json={"role": "read"}).json()
+    try:
+        page = _console_jobs(service, reader["key"])
+        assert 'id="webhooks"' not in page and 'id="jobs-failed"' in page
+    finally:
+        with service.client() as client:
+            client.delete(f"/v1/keys/{reader['id']}")
 
 
 def test_the_subscription_routes_bound_their_input(service):

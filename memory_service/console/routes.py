@@ -256,10 +256,13 @@ async def jobs(request: Request, session: SessionDep) -> Response:
     # the team's own hour (the ring keeps each team apart), its last column today's count
     depth, finished = pages.hour_of_jobs(services.metrics.history.buckets(team, pending))
     speed = pages.speed(model.throughput.snapshot(), services.settings)
+    # the team's webhook deliveries (docs/webhooks.md); the URLs are an admin's business, as in the API
+    webhooks = await asyncio.to_thread(services.webhooks.subscriptions, team) if session.role == "admin" else None
     return render(
         request,
         "jobs.html",
         session,
+        webhooks=webhooks,
         counts=counts,
         backlog=backlog,
         lists=lists,
