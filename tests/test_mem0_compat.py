@@ -196,7 +196,10 @@ def test_what_is_not_served_answers_501_naming_it_and_bad_input_a_4xx(service: I
         ("/v3/memories/add/", {"messages": []}),
         ("/v3/memories/add/", {"messages": [{"role": "user", "content": "x"}], "user_id": "u" * 200}),
         ("/v3/memories/add/", {"messages": [{"role": "user", "content": "x\u0000"}]}),
+        ("/v3/memories/add/", {"messages": [{"role": "user", "content": " \n "}]}),
+        ("/v3/memories/search/", {"query": "   "}),
         ("/v3/memories/search/", {"query": "x", "top_k": 0}),
+        ("/v3/memories/search/", {"query": "x", "filters": {"created_at": {"gte": "0001-01-01T00:00:00-14:00"}}}),
         ("/v3/memories/search/", {"query": "x", "filters": {"user_id": "bad id"}}),
         ("/v3/memories/", {"filters": {"created_at": {"gte": "yesterday"}}}),
     ):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from .boundary import check_json
 from .ids import ID_PATTERN
@@ -36,13 +36,22 @@ EntityId = Annotated[str, Field(min_length=1, max_length=MAX_ENTITY_LEN, pattern
 Filters = Annotated[dict[str, Any], BeforeValidator(lambda v: check_json(v, 8))]
 
 
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("empty or only whitespace; send the text")
+    return value
+
+
+Text = Annotated[FreeText, AfterValidator(_not_blank)]
+
+
 class Lenient(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
 class Message(Lenient):
     role: Annotated[str, Field(min_length=1, max_length=32, pattern=r"^[A-Za-z0-9_-]+$")] = "user"
-    content: FreeText = Field(min_length=1)
+    content: Text = Field(min_length=1)
 
 
 class AddRequest(Lenient):
@@ -64,7 +73,7 @@ class AddRequest(Lenient):
 
 
 class SearchRequest(Lenient):
-    query: FreeText = Field(min_length=1, max_length=4096)
+    query: Text = Field(min_length=1, max_length=4096)
     filters: Filters | None = None
     top_k: JsonInt = Field(default=10, ge=1, le=MAX_TOP_K)
     threshold: JsonFloat | None = Field(default=None, ge=0, le=1)
@@ -79,7 +88,7 @@ class ListRequest(Lenient):
 
 
 class UpdateRequest(Lenient):
-    text: FreeText | None = Field(default=None, min_length=1)
+    text: Text | None = Field(default=None, min_length=1)
     metadata: Metadata | None = None
     timestamp: JsonInt | JsonFloat | str | None = None  # not served
     expiration_date: str | None = None  # not served
