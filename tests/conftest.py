@@ -261,8 +261,10 @@ def service_factory(tmp_path) -> Iterator:
         svc.kill()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def tiny_service(tiny_llama, tmp_path_factory) -> Iterator[ServiceProcess]:
+    """One `serve` on the tiny model for every module that reads or saves through it (teams key-a and key-b;
+    a test that needs an empty team or a store of its own starts its own service)."""
     svc = ServiceProcess(tmp_path_factory.mktemp("svc") / "data", tiny_llama.url).start()
     yield svc
     svc.kill()
