@@ -34,6 +34,7 @@ from .gate import FILLER
 from .grounding import SENTENCE, SMALL_TALK, GroundedFact, content_words, stem, vague
 from .guard import reads_nothing_on_error
 from .identifiers import capitalised
+from .phatic import states_nothing
 
 # "[8 May 2023, 1:56 pm] Caroline: ..." or "Caroline: ..." at the start of a text: a chat line by Caroline.
 _HEADER = re.compile(r"^\s*(?:\[[^\]\n]{1,60}\]\s*)?([A-Z][\w.'’-]*(?: [A-Z][\w.'’-]*)?):[ \t]+")
@@ -220,7 +221,7 @@ def fill_in_gaps(facts: list[GroundedFact], text: str, asked: Asked | None = Non
     for begin, sentence in _sentences(text, speaker.body_start if speaker else 0):
         if added >= MAX_ADDED:
             break
-        if sentence.endswith("?") or len(sentence) > MAX_SENTENCE_CHARS or vague(sentence):
+        if sentence.endswith("?") or len(sentence) > MAX_SENTENCE_CHARS or vague(sentence) or states_nothing(sentence):
             continue
         words = _stems(sentence)
         if len(words) < MIN_SENTENCE_WORDS:

@@ -23,8 +23,9 @@ from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from .grounding import GroundedFact
+from .grounding import SENTENCE, GroundedFact
 from .guard import reads_nothing_on_error
+from .phatic import states_nothing
 
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 NUMBER_WORDS = {
@@ -143,12 +144,16 @@ _RULES: list[Rule] = [
 
 @reads_nothing_on_error(lambda text, today: text)
 def resolve(text: str, today: date) -> str:
-    """`text` with the absolute date appended after each relative date expression it holds."""
+    """`text` with the absolute date appended after each relative date expression it holds, except in a
+    sentence that states nothing ("Talk to you tomorrow!")."""
     found: list[tuple[int, int, str]] = []
+    talk = [(m.start(), m.end()) for m in SENTENCE.finditer(text) if states_nothing(m.group())]
     for pattern, meaning in _RULES:
         for match in pattern.finditer(text):
             if any(start < match.end() and match.start() < end for start, end, _ in found):
                 continue  # already covered by a longer expression ("the day before yesterday")
+            if any(start <= match.start() < end for start, end in talk):
+                continue  # "thanks for your patience today" states nothing: no date makes it a fact
             try:
                 absolute = meaning(match, today)
             except (OverflowError, ValueError):  # "in 999 days" in 9998: off the calendar, no date given

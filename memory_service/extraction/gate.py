@@ -15,6 +15,7 @@ import re
 from ..contract.text import STOPWORDS, normalize
 from .grounding import SMALL_TALK
 from .guard import reads_nothing_on_error
+from .phatic import states_nothing
 
 MAX_CHARS = 160
 MAX_WORDS = 25
@@ -52,7 +53,7 @@ def small_talk_reason(text: str) -> str | None:
         return None
     words = [w for w in normalize(unaddressed).split() if w not in STOPWORDS]
     content = [w for w in words if not _LAUGH.match(w)]
-    if all(w in SMALL_TALK or w in FILLER or len(w) < 3 for w in content):
+    if all(w in SMALL_TALK or w in FILLER or len(w) < 3 for w in content) or states_nothing(unaddressed):
         return "small talk"
     return None
 

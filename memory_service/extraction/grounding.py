@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from ..contract.text import STOPWORDS, normalize
 from .guard import reads_nothing_on_error
 from .identifiers import SourceIdentifiers, capitalised
+from .phatic import states_nothing
 
 _NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")
 SENTENCE = re.compile(r"[^.!?\n]+[.!?]*", re.UNICODE)  # a sentence and its end marks
@@ -169,7 +170,7 @@ def check_fact(fact: str, index: SourceIndex) -> GroundedFact | RejectedFact:
         return RejectedFact(fact, "a question, not a fact", "question")
     if words and not content_words(normalize(_ADDRESS.sub(" ", fact))):
         return RejectedFact(fact, "only an address, not a claim about anything", "address")
-    if not words or all(w in SMALL_TALK for w in words):
+    if not words or all(w in SMALL_TALK for w in words) or states_nothing(fact):
         return RejectedFact(fact, "small talk: nothing durable to remember", "small_talk")
     if vague(fact):
         return RejectedFact(
