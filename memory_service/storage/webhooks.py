@@ -160,6 +160,12 @@ class WebhookStore:
         """Up to `limit` due rows, leased for `lease_s`: no other loop takes them until then."""
         now = time.time() if now is None else now
         lock = " FOR UPDATE OF o SKIP LOCKED" if self.db.dialect == "postgresql" else ""
+        with self.db.reading() as conn:  # the idle loop asks every second: no write lock while nothing is due
+            due = conn.execute(
+                "SELECT 1 FROM webhook_outbox WHERE status = ? AND next_attempt_at <= ? LIMIT 1", (PENDING, now)
+            ).fetchone()
+        if due is None:
+            return []
         with self.db.transaction() as conn:
             rows = conn.execute(
                 "SELECT o.*, s.url, s.secret FROM webhook_outbox o JOIN webhook_subscriptions s "
