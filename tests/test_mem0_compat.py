@@ -8,6 +8,7 @@ thread extracts), on two teams with two keys. The mapping is in docs/mem0.md.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import tempfile
@@ -196,6 +197,8 @@ def test_what_is_not_served_answers_501_naming_it_and_bad_input_a_4xx(service: I
         ("/v3/memories/add/", {"messages": []}),
         ("/v3/memories/add/", {"messages": [{"role": "user", "content": "x"}], "user_id": "u" * 200}),
         ("/v3/memories/add/", {"messages": [{"role": "user", "content": "x\u0000"}]}),
+        ("/v3/memories/add/", {"messages": [{"role": "user", "content": "x\udc80"}]}),  # a lone surrogate
+        ("/v3/memories/add/", {"messages": [{"content": "x"}], "metadata": {"k": ["v\udc80"]}}),
         ("/v3/memories/add/", {"messages": [{"role": "user", "content": " \n "}]}),
         ("/v3/memories/search/", {"query": "   "}),
         ("/v3/memories/search/", {"query": "x", "top_k": 0}),
@@ -203,7 +206,8 @@ def test_what_is_not_served_answers_501_naming_it_and_bad_input_a_4xx(service: I
         ("/v3/memories/search/", {"query": "x", "filters": {"user_id": "bad id"}}),
         ("/v3/memories/", {"filters": {"created_at": {"gte": "yesterday"}}}),
     ):
-        answer = raw(service, "POST", path, json=body)
+        sent = json.dumps(body)  # ASCII escapes: a lone surrogate travels as `\udc80`, as a JSON client may send it
+        answer = raw(service, "POST", path, content=sent, headers={"Content-Type": "application/json"})
         assert answer.status_code == 422 and answer.json()["detail"], (body, answer.text)
     assert raw(service, "GET", "/v1/memories/not-an-id/").status_code == 422
     assert raw(service, "DELETE", "/v1/memories/").status_code == 400  # delete_all needs an entity ('*': all)
@@ -229,3 +233,23 @@ def test_a_key_pinned_to_an_agent_adds_and_sees_only_its_agents(service: InProce
     mailer.delete_all(user_id="desk")
     assert [m["id"] for m in team.get_all(filters={"user_id": "desk"})["results"]] == [other]
     team.delete(other)
+
+
+def test_a_memory_saved_through_v1_reads_and_updates_through_mem0(service: InProcessService) -> None:
+    body = {"text": "Invoice 12 was paid.", "agent_id": "billing", "run_id": "r-7", "tags": ["finance"]}
+    with service.client("key-a") as http:
+        saved = http.post("/v1/remember", json=body | {"metadata": {"source": "erp"}}).json()["id"]
+    client = mem0(service)
+    one = client.get(saved)
+    assert (one["agent_id"], one["run_id"], one["metadata"], one["user_id"]) == (
+        "billing",
+        "r-7",
+        {"source": "erp"},
+        None,
+    )
+    assert saved in [m["id"] for m in client.get_all(filters={"agent_id": "billing", "run_id": "r-7"})["results"]]
+    new = client.update(saved, text="Invoice 12 was paid twice.")
+    assert (new["agent_id"], new["run_id"], new["metadata"]) == ("billing", "r-7", {"source": "erp"})
+    with service.client("key-a") as http:
+        assert http.get(f"/v1/memories/{new['id']}").json()["tags"] == ["finance"]
+    client.delete(new["id"])

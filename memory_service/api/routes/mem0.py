@@ -256,7 +256,8 @@ async def update(
     old = await _visible(request, services, team, memory_id)
     text = body.text if body.text is not None else old.text
     meta = store.meta_of(old)
-    metadata = body.metadata if body.metadata is not None else meta.get("metadata")
+    kept = meta.get("metadata") if meta else old.metadata  # a memory saved by /v1/remember keeps its own
+    metadata = body.metadata if body.metadata is not None else kept
     _check_sizes(text, metadata, services.settings.max_text_bytes)
     scope = Scope(**{k: meta.get(k) for k in ("user_id", "agent_id", "app_id", "run_id")})
     new, _, _ = await asyncio.to_thread(
