@@ -34,6 +34,9 @@ MATRIX: list[tuple[str, str, dict[str, Any] | None, str]] = [
     ("POST", "/v1/keys", {"role": "read"}, "admin"),
     ("GET", "/v1/keys", None, "admin"),
     ("DELETE", "/v1/keys/{key}", None, "admin"),
+    ("GET", "/v1/webhooks", None, "admin"),  # a public address literal: this app runs no delivery loop
+    ("POST", "/v1/webhooks", {"url": "https://93.184.215.14/", "events": ["memory.failed"]}, "admin"),
+    ("DELETE", "/v1/webhooks/wh_x", None, "admin"),
 ]
 
 

@@ -120,6 +120,10 @@ ROWS: list[Row] = [
     ("POST", "/v1/keys", {"role": "read", "agent_id": "mailer"}, 403, 201, None),
     ("DELETE", "/v1/keys/{ceo_key}", None, 403, 404, None),
     ("DELETE", "/v1/keys/{team_key}", None, 403, 404, None),
+    # webhooks are the team's: no pinned key sees or changes them (a public address literal: nothing is sent)
+    ("GET", "/v1/webhooks", None, 403, 403, None),
+    ("POST", "/v1/webhooks", {"url": "https://93.184.215.14/", "events": ["memory.extracted"]}, 403, 403, None),
+    ("DELETE", "/v1/webhooks/wh_x", None, 403, 403, None),
     ("DELETE", "/v1/memories?run_id=shared-run&confirm=true", None, 403, 200, lambda r: r.json()["deleted"] == 1),
     ("DELETE", "/v1/memories/{my_memory}", None, 403, 404, None),  # forgotten by the row above: gone
 ]
