@@ -31,10 +31,11 @@ from dataclasses import dataclass, replace
 
 from ..contract.text import normalize
 from .gate import FILLER
-from .grounding import SENTENCE, SMALL_TALK, GroundedFact, content_words, stem, vague
+from .grounding import SMALL_TALK, GroundedFact, content_words, stem, vague
 from .guard import reads_nothing_on_error
 from .identifiers import capitalised
 from .phatic import states_nothing
+from .sentences import sentence_spans
 
 # "[8 May 2023, 1:56 pm] Caroline: ..." or "Caroline: ..." at the start of a text: a chat line by Caroline.
 _HEADER = re.compile(r"^\s*(?:\[[^\]\n]{1,60}\]\s*)?([A-Z][\w.'’-]*(?: [A-Z][\w.'’-]*)?):[ \t]+")
@@ -89,10 +90,8 @@ def speaker_of(text: str) -> Speaker | None:
 
 def _sentences(text: str, start: int = 0) -> Iterator[tuple[int, str]]:
     """(where it starts, the sentence) for each non-blank sentence of `text` from `start`, spaces trimmed."""
-    for match in SENTENCE.finditer(text, start):
-        sentence = match.group().strip()
-        if sentence:
-            yield match.start() + len(match.group()) - len(match.group().lstrip()), sentence
+    for begin, end in sentence_spans(text[start:]):
+        yield start + begin, text[start + begin : start + end]
 
 
 def in_third_person(sentence: str, speaker: str) -> str:

@@ -23,9 +23,10 @@ from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from .grounding import SENTENCE, GroundedFact
+from .grounding import GroundedFact
 from .guard import reads_nothing_on_error
 from .phatic import states_nothing
+from .sentences import sentence_spans
 
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 NUMBER_WORDS = {
@@ -147,7 +148,7 @@ def resolve(text: str, today: date) -> str:
     """`text` with the absolute date appended after each relative date expression it holds, except in a
     sentence that states nothing ("Talk to you tomorrow!")."""
     found: list[tuple[int, int, str]] = []
-    talk = [(m.start(), m.end()) for m in SENTENCE.finditer(text) if states_nothing(m.group())]
+    talk = [(start, end) for start, end in sentence_spans(text) if states_nothing(text[start:end])]
     for pattern, meaning in _RULES:
         for match in pattern.finditer(text):
             if any(start < match.end() and match.start() < end for start, end, _ in found):

@@ -16,6 +16,7 @@ from ..contract.text import STOPWORDS, normalize
 from .grounding import SMALL_TALK
 from .guard import reads_nothing_on_error
 from .phatic import states_nothing
+from .sentences import sentences
 
 MAX_CHARS = 160
 MAX_WORDS = 25
@@ -61,7 +62,7 @@ def small_talk_reason(text: str) -> str | None:
 def _inner_names(text: str) -> list[str]:
     """Capitalised words that do not start a sentence."""
     names = []
-    for sentence in re.split(r"(?<=[.!?])\s+", text):
+    for sentence in sentences(text):
         tokens = sentence.split()
         for token in tokens[1:]:
             word = token.strip("\"'()[],;:!?.")

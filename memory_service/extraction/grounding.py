@@ -16,9 +16,9 @@ from ..contract.text import STOPWORDS, normalize
 from .guard import reads_nothing_on_error
 from .identifiers import SourceIdentifiers, capitalised
 from .phatic import states_nothing
+from .sentences import sentence_spans
 
 _NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")
-SENTENCE = re.compile(r"[^.!?\n]+[.!?]*", re.UNICODE)  # a sentence and its end marks
 _NAME = re.compile(r"\b[A-Z][\w'’-]+")
 # Emails, URLs and @handles: a name inside one is not a name in the text ("alice@example.com" is not Alice).
 _ADDRESS = re.compile(r"\S+@\S+|https?://\S+|www\.\S+|@\w+")
@@ -148,12 +148,8 @@ class SourceIndex:
         self.name_words = set(normalize(_ADDRESS.sub(" ", source)).split())
         self.name_stems = {stem(w) for w in self.name_words}
         self.sentences: list[tuple[int, int, set[str]]] = []
-        for match in SENTENCE.finditer(source):
-            sentence = match.group()
-            if sentence.strip():
-                words = {stem(w) for w in normalize(sentence).split()}
-                start = match.start() + len(sentence) - len(sentence.lstrip())  # spans start at the sentence
-                self.sentences.append((start, match.end(), words))
+        for start, end in sentence_spans(source):  # emails, URLs, decimals and versions stay whole
+            self.sentences.append((start, end, {stem(w) for w in normalize(source[start:end]).split()}))
 
     def has(self, word: str) -> bool:
         return word in self.words or stem(word) in self.stems
