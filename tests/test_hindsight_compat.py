@@ -270,3 +270,40 @@ def test_roles_and_pinned_keys_hold(service: InProcessService) -> None:
     assert {b.bank_id for b in run(mine.banks.list_banks()).banks} == {"own-bank"}
     for c in (read_only, hs, mine):
         c.close()
+
+
+def test_version_tells_the_api_served_and_its_features(service: InProcessService) -> None:
+    """What integrations probe before they send newer fields (Hermes Agent: update_mode 'append' from 0.5.0)."""
+    hs = client(service)
+    answer = hs.get_version()
+    assert answer.api_version == "1.1.0" and answer.features.worker and not answer.features.mcp
+    assert raw(service, "GET", "/version", key="no-such-key").status_code == 401
+    hs.close()
+
+
+def test_append_adds_each_new_part_to_the_document_once(service: InProcessService) -> None:
+    """update_mode 'append': how Hermes Agent's Hindsight plugin saves each chat turn into its session's document.
+    A new part is stored; the same part retried is not stored twice."""
+    hs = client(service)
+    bank = "append-agent"
+    for part in ("Turn one: Mira adopted a cat called Miso.", "Turn two: Mira moved to Lisbon in March."):
+        hs.retain(bank, part, document_id="session-1", update_mode="append")
+    hs.retain(bank, "Turn two: Mira moved to Lisbon in March.", document_id="session-1", update_mode="append")
+    doc = run(hs.documents.get_document(bank, "session-1"))
+    assert doc.original_text == "Turn one: Mira adopted a cat called Miso.\n\nTurn two: Mira moved to Lisbon in March."
+    assert any("Lisbon" in r.text for r in hs.recall(bank, "Mira moved to Lisbon").results)
+    hs.close()
+
+
+def test_observations_are_the_facts_when_nothing_consolidates(service: InProcessService) -> None:
+    """Hermes Agent's plugin recalls `observation` only by default; without MEMORY_CONSOLIDATE those are the
+    facts (deduplicated at extraction), not an empty answer."""
+    hs = client(service)
+    hs.retain("observer", "The west gate code changed to 5521 on Tuesday.", retain_async=False)
+    deadline = time.monotonic() + 60
+    found = hs.recall("observer", "west gate code", types=["observation"]).results
+    while not found and time.monotonic() < deadline:  # facts are extracted in the background
+        time.sleep(0.2)
+        found = hs.recall("observer", "west gate code", types=["observation"]).results
+    assert found and all(r.type == "world" for r in found) and any("5521" in r.text for r in found)
+    hs.close()

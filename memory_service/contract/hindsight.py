@@ -35,11 +35,12 @@ TagsMatch = Literal["any", "all", "any_strict", "all_strict", "exact"]
 # be one key whatever `:` the ids hold (`hindsight:{bank}:{doc}:{i}` made bank `support` + document `bot:t1`
 # the key of bank `support:bot` + document `t1`). `hindsight:` is reserved: no client key can take one.
 DERIVED_KEY_PREFIX = "hindsight:v2:"
-KeyKind = Literal["document", "operation"]
+KeyKind = Literal["document", "operation", "append"]
 
 
-def derived_key(bank: str, kind: KeyKind, ident: str, index: int) -> str:
-    """Item `index` of document (or operation) `ident` in `bank`: the key a retried retain finds again."""
+def derived_key(bank: str, kind: KeyKind, ident: str, index: int | str) -> str:
+    """Item `index` of document (or operation) `ident` in `bank`: the key a retried retain finds again. An
+    appended item's `index` is the SHA-256 of its text: the document's next part, whatever came before."""
     payload = json.dumps([kind, bank, ident, index], ensure_ascii=True, separators=(",", ":"))
     return DERIVED_KEY_PREFIX + hashlib.sha256(payload.encode()).hexdigest()
 
@@ -97,6 +98,32 @@ class HsRetainResponse(BaseModel):
     is_async: bool = Field(serialization_alias="async")
     operation_id: str | None = None
     operation_ids: list[str] | None = None
+
+
+# The Hindsight API whose paths and shapes /v1/default serves (tested with hindsight-client 1.1.0), as GET
+# /version tells it: integrations gate behaviour on it (Hermes Agent sends update_mode "append" from 0.5.0 on).
+HINDSIGHT_API_VERSION = "1.1.0"
+
+
+class HsFeatures(BaseModel):
+    """Hindsight's feature flags, all of which its client requires: only what this service does is true."""
+
+    observations: bool  # consolidated items (MEMORY_CONSOLIDATE)
+    worker: bool = True
+    store_document_text: bool = True
+    mcp: bool = False  # `memory-service mcp` is a process of its own, not a route of the API
+    bank_config_api: bool = False
+    bank_llm_health: bool = False
+    file_upload_api: bool = False
+    document_export_api: bool = False
+    document_import_api: bool = False
+    audit_log: bool = False
+    llm_trace: bool = False
+
+
+class HsVersion(BaseModel):
+    api_version: str = HINDSIGHT_API_VERSION
+    features: HsFeatures
 
 
 class HsRecallRequest(Lenient):

@@ -6,6 +6,7 @@ metadata kept in the memory's metadata, tags tags. Anything else under /v1/defau
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import re
 import time
@@ -18,6 +19,7 @@ from fastapi import APIRouter, HTTPException, Request
 from ...contract.hindsight import (
     SEGMENT_PATTERN,
     SEGMENT_RULE,
+    HsFeatures,
     HsItem,
     HsOperationStatus,
     HsRecallRequest,
@@ -26,6 +28,7 @@ from ...contract.hindsight import (
     HsRetainRequest,
     HsRetainResponse,
     HsType,
+    HsVersion,
     derived_key,
     legacy_document_key,
 )
@@ -83,8 +86,6 @@ def _fields(
     operation_id: str | None,
     per_document: dict[str, int],
 ) -> Prepared:
-    if item.update_mode == "append":
-        raise _not_served("update_mode 'append'")
     try:
         text = item.text()
     except ValueError as exc:
@@ -98,7 +99,11 @@ def _fields(
     if len(tags) > MAX_TAGS:
         raise HTTPException(422, f"items.{n}: {len(tags)} tags with document_tags; at most {MAX_TAGS}")
     key = legacy = None
-    if item.document_id is not None:
+    if item.document_id is not None and item.update_mode == "append":
+        # one more part of the document (Hermes Agent sends each new chat turn so): keyed by its text, so a
+        # retried append stores nothing twice and a new part is never taken for an earlier one
+        key = derived_key(bank, "append", item.document_id, hashlib.sha256(text.encode()).hexdigest())
+    elif item.document_id is not None:
         index = per_document.get(item.document_id, 0)
         per_document[item.document_id] = index + 1
         key = derived_key(bank, "document", item.document_id, index)
@@ -203,7 +208,10 @@ async def recall(
     agent_scope(request, bank_id)
     if body.tag_groups:
         raise _not_served("tag_groups (use tags with tags_match)")
-    kinds = tuple(dict.fromkeys(KINDS[t] for t in body.types)) if body.types else ("fact", "passage")
+    types = body.types or ["world", "experience"]
+    if not services.settings.consolidate:  # no consolidated items: observations are the facts, deduplicated
+        types = ["world" if t == "observation" else t for t in types]  # at extraction (Hermes asks for them)
+    kinds = tuple(dict.fromkeys(KINDS[t] for t in types))
     k = K_OF_BUDGET[body.budget or "mid"]
     wanted = body.tags or []
     exact_pushdown = body.tags_match in ("all_strict", "exact")
@@ -249,6 +257,12 @@ async def operation_status(
         completed_at=store.iso_of(done_at) if done_at else None,
         error_message=failed,
     )
+
+
+@router.get("/version", response_model=HsVersion)
+async def version(team: Team, services: ServicesDep) -> HsVersion:
+    """Hindsight's capability probe: the API version served and which of its features are on."""
+    return HsVersion(features=HsFeatures(observations=services.settings.consolidate))
 
 
 router.include_router(hindsight_docs.router)
