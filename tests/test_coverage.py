@@ -101,11 +101,11 @@ def test_a_fact_that_does_not_name_its_speaker_is_stored_as_the_line_shows_it() 
     result = fill_in_gaps(kept, text)
     # the model's fact in its own words, the sentences no fact covered: each names who said it
     assert [f.text for f in result.facts] == [
-        "Melanie: We explored nature and went on a hike.",
+        "Melanie explored nature and went on a hike.",  # "we" is the speaker's side (issue 44)
         "Melanie: The 2 younger kids love nature.",
         "Melanie: (shared a photo: a painting of a sunset over a lake)",
     ]
-    assert result.attributed == 3 and result.facts[0].spans == kept[0].spans
+    assert result.attributed == 2 and result.facts[0].spans == kept[0].spans
     # a fact that names the speaker, in any case or by part of the name, keeps its words
     named = fill_in_gaps([GroundedFact("jon smith moved to Oslo.", [(12, 28)])], "Jon Smith: I moved to Oslo.")
     assert [f.text for f in named.facts] == ["jon smith moved to Oslo."] and named.attributed == 0

@@ -36,6 +36,7 @@ from .guard import reads_nothing_on_error
 from .identifiers import capitalised
 from .phatic import states_nothing
 from .sentences import sentence_spans
+from .speakers import Line, line_at, lines_of, without_speaker_prefix
 
 # "[8 May 2023, 1:56 pm] Caroline: ..." or "Caroline: ..." at the start of a text: a chat line by Caroline.
 _HEADER = re.compile(r"^\s*(?:\[[^\]\n]{1,60}\]\s*)?([A-Z][\w.'’-]*(?: [A-Z][\w.'’-]*)?):[ \t]+")
@@ -58,6 +59,12 @@ _FIRST_PERSON = [
     (re.compile(r"\b[Mm]y\b"), "{}'s"),
     (re.compile(r"\b[Mm]ine\b"), "{}'s"),
     (re.compile(r"\bme\b"), "{}"),
+    # "we" is the speaker's side: the speaker is who can be asked about it
+    (re.compile(r"\b[Ww]e[’']re\b|\b[Ww]e are\b"), "{} is"),
+    (re.compile(r"\b[Ww]e[’']ve\b"), "{} has"),
+    (re.compile(r"\b[Ww]e were\b"), "{} was"),
+    (re.compile(r"\b[Ww]e\b"), "{}"),
+    (re.compile(r"\b[Oo]ur\b"), "{}'s"),
 ]
 MIN_SENTENCE_WORDS = 3  # content words a sentence needs to count as a statement
 COVERED_SHARE = 0.5  # a sentence whose content words are at least this much in the kept facts is covered
@@ -206,10 +213,14 @@ def fill_in_gaps(facts: list[GroundedFact], text: str, asked: Asked | None = Non
     """The model's grounded facts in the speaker's third person, plus the text's uncovered statements, and,
     when the save before it ended on a question (`asked`), the answer with its question."""
     speaker = speaker_of(text)
+    lines = lines_of(text)
+    names = {line.speaker for line in lines if line.speaker}
     out: list[GroundedFact] = []
     rewritten = 0
     for fact in facts:
-        changed = in_third_person(fact.text, speaker.name) if speaker else fact.text
+        who = _speaker_of_fact(text, lines, fact)
+        body = without_speaker_prefix(fact.text, names)  # a header the model copied, maybe another line's
+        changed = in_third_person(body, who) if who else body
         rewritten += changed != fact.text
         out.append(replace(fact, text=changed) if changed != fact.text else fact)
     covered: set[str] = set()
@@ -217,7 +228,7 @@ def fill_in_gaps(facts: list[GroundedFact], text: str, asked: Asked | None = Non
         covered |= _stems(fact.text)
     seen = {normalize(f.text) for f in out}
     added = 0
-    for begin, sentence in _sentences(text, speaker.body_start if speaker else 0):
+    for begin, sentence, who in _line_sentences(text, lines):
         if added >= MAX_ADDED:
             break
         if sentence.endswith("?") or len(sentence) > MAX_SENTENCE_CHARS or vague(sentence) or states_nothing(sentence):
@@ -227,8 +238,7 @@ def fill_in_gaps(facts: list[GroundedFact], text: str, asked: Asked | None = Non
             continue
         if len(words & covered) >= COVERED_SHARE * len(words):
             continue
-        statement = in_third_person(sentence, speaker.name) if speaker else sentence
-        statement = capitalised(statement)
+        statement = in_third_person(capitalised(sentence), who) if who else capitalised(sentence)
         if normalize(statement) in seen:
             continue
         seen.add(normalize(statement))
@@ -236,16 +246,35 @@ def fill_in_gaps(facts: list[GroundedFact], text: str, asked: Asked | None = Non
         covered |= words
         added += 1
     attributed = 0
-    if speaker is not None:
-        for index, fact in enumerate(out):
-            if not mentions(fact.text, speaker.name):
-                out[index] = replace(fact, text=f"{speaker.name}: {fact.text}")
-                attributed += 1
+    for index, fact in enumerate(out):
+        who = _speaker_of_fact(text, lines, fact)
+        if who is not None and not mentions(fact.text, who):
+            out[index] = replace(fact, text=f"{who}: {fact.text}")
+            attributed += 1
     pair = answer_to(asked, text) if asked is not None else None
     if pair is not None and normalize(pair.text) not in seen:
         out.append(pair)  # it names the speaker: "Melanie, asked ... said: ..."
     answered_id = asked.memory_id if pair is not None and asked is not None else None
     return GapsFilled(out, speaker.name if speaker else None, rewritten, added, attributed, answered_id)
+
+
+def _speaker_of_fact(text: str, lines: list[Line], fact: GroundedFact) -> str | None:
+    """The speaker of the line a fact rests on most (its first when tied): a fact that also names another
+    speaker ("Priya: Tomás moved ...") rests on that speaker's line too, but less."""
+    if not fact.spans:
+        return None
+    words = _stems(fact.text)
+    best = max(fact.spans, key=lambda span: (len(words & _stems(text[span[0] : span[1]])), -span[0]))
+    line = line_at(lines, best[0])
+    return line.speaker if line is not None else None
+
+
+def _line_sentences(text: str, lines: list[Line]) -> Iterator[tuple[int, str, str | None]]:
+    """(where it starts, the sentence, its line's speaker) for each sentence after each line's header."""
+    for line in lines:
+        stop = line.end if line.body_end < 0 else line.body_end
+        for begin, end in sentence_spans(text[line.body_start : stop]):
+            yield line.body_start + begin, text[line.body_start + begin : line.body_start + end], line.speaker
 
 
 def mentions(text: str, name: str) -> bool:
