@@ -149,7 +149,8 @@ class SourceIndex:
         self.name_stems = {stem(w) for w in self.name_words}
         self.sentences: list[tuple[int, int, set[str]]] = []
         for start, end in sentence_spans(source):  # emails, URLs, decimals and versions stay whole
-            self.sentences.append((start, end, {stem(w) for w in normalize(source[start:end]).split()}))
+            sentence = source[start:end]  # its numbers too: a fact's "10:30" rests on the line that says it
+            self.sentences.append((start, end, {stem(w) for w in normalize(sentence).split()} | set(numbers(sentence))))
 
     def has(self, word: str) -> bool:
         return word in self.words or stem(word) in self.stems

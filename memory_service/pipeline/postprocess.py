@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
+from ..extraction.conflicts import resolve_conflicts
 from ..extraction.coverage import Asked, GapsFilled, fill_in_gaps
 from ..extraction.dates import occurred, resolve_facts
 from ..extraction.extractor import ExtractionResult
@@ -57,7 +58,10 @@ def postprocess(result: ExtractionResult, job: Memory, *, fill: bool, asked: Ask
     if fill:
         filled = fill_in_gaps(facts, job.text, asked)
         facts = filled.facts
-    facts = resolve_facts(facts, day_of(job, zone))
+    conflicts = resolve_conflicts(facts)  # two values of one attribute in one save: the later line wins
+    facts = resolve_facts(conflicts.facts, day_of(job, zone))
+    if conflicts.pairs:
+        report["conflicts"] = conflicts.pairs
     if filled is not None:
         report["completed"] = _filled_report(filled, facts, len(result.facts))
     report.update(_deferrals_report(job))
