@@ -18,17 +18,29 @@ from typing import Any
 import httpx
 import pytest
 
-# mem0's documented switch, read when it is imported: on, its client sends PostHog events from every call.
-os.environ["MEM0_TELEMETRY"] = "False"
-os.environ.setdefault("MEM0_DIR", tempfile.mkdtemp(prefix="mem0-dir-"))  # it writes a config.json there on import
+from tests.fakes.fake_llama_server import FakeLlamaServer
+from tests.inprocess import InProcessService
 
-from mem0 import AsyncMemoryClient, MemoryClient  # noqa: E402
-from mem0.exceptions import MemoryError as Mem0Error  # noqa: E402
-from mem0.exceptions import MemoryNotFoundError  # noqa: E402
-from mem0.memory import telemetry as mem0_telemetry  # noqa: E402
+# mem0's names, imported by the fixture below when these tests run
+MemoryClient: Any = None
+AsyncMemoryClient: Any = None
+Mem0Error: Any = None
+MemoryNotFoundError: Any = None
+mem0_telemetry: Any = None
 
-from tests.fakes.fake_llama_server import FakeLlamaServer  # noqa: E402
-from tests.inprocess import InProcessService  # noqa: E402
+
+@pytest.fixture(scope="module", autouse=True)
+def mem0_package() -> None:
+    """Imported when these tests run, not when tests/ is collected: `import mem0` took 25-60 s here (it loads
+    qdrant_client and openai), which every run of any tier would pay otherwise."""
+    global MemoryClient, AsyncMemoryClient, Mem0Error, MemoryNotFoundError, mem0_telemetry
+    # mem0's documented switch, read when it is imported: on, its client sends PostHog events from every call
+    os.environ["MEM0_TELEMETRY"] = "False"
+    os.environ.setdefault("MEM0_DIR", tempfile.mkdtemp(prefix="mem0-dir-"))  # its config.json, written on import
+    from mem0 import AsyncMemoryClient, MemoryClient
+    from mem0.exceptions import MemoryError as Mem0Error
+    from mem0.exceptions import MemoryNotFoundError
+    from mem0.memory import telemetry as mem0_telemetry
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +69,7 @@ def stays_on_this_machine(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]
     assert outside == [], f"connections off this machine: {outside}"
 
 
-def mem0(service: InProcessService, key: str = "key-a") -> MemoryClient:
+def mem0(service: InProcessService, key: str = "key-a") -> Any:
     return MemoryClient(api_key=key, host=f"{service.url}/mem0")
 
 
