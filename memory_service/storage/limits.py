@@ -236,7 +236,12 @@ class LimitStore(HandledLedger):
                 payload = {"name": name, "per": per, "agent_id": agent_id, "day": day, "limit": daily_limit}
                 db.execute(
                     "INSERT INTO limit_events (event_id, team, payload, created_us) VALUES (?, ?, ?, ?)",
-                    ("evt_" + uuid.uuid4().hex, team, json.dumps(payload | {"resets_at": resets.isoformat()}), to_us(now)),
+                    (
+                        "evt_" + uuid.uuid4().hex,
+                        team,
+                        json.dumps(payload | {"resets_at": resets.isoformat()}),
+                        to_us(now),
+                    ),
                 )
             if idempotency_key is not None:
                 db.execute(
