@@ -99,8 +99,17 @@ def test_a_call_written_as_text_in_any_shape_runs_with_its_arguments(content: st
         "I will answer it: `process_item(item_id='T-1', )`",
         '```python\nprocess_item(item_id = "T-1")\n```',
         'process_item: {"name": "process_item", "arguments": {"item_id": "T-1"}}',
+        '<tools>\n  <function name="Process_item" arguments={"item_id": "T-1"}>\n</tools>',  # seen in the eval
     ],
-    ids=["json-in-parentheses", "colon-json", "keywords", "single-quotes-backticks", "python-fence", "name-then-call"],
+    ids=[
+        "json-in-parentheses",
+        "colon-json",
+        "keywords",
+        "single-quotes-backticks",
+        "python-fence",
+        "name-then-call",
+        "function-tag",
+    ],
 )
 def test_a_call_written_as_code_runs_with_its_arguments(content: str) -> None:
     result, state, requests = _session([{"content": content}, {"content": "Done."}])
@@ -190,6 +199,8 @@ def test_a_reply_cut_at_the_token_cap_ends_the_session_as_cut_not_as_an_answer()
     result, state, requests = _session([cut, {"content": "Done."}])
     assert result.stopped == "cut" and result.final_answer == "" and result.turns == 1
     assert state.effects == [] and len(requests) == 1
+    # its half-written call is counted by calls_cut's reason (the cap), not as call text the reader missed
+    assert result.report()["audit"]["replies_with_unread_call_text"] == 0
     # a whole call in a cut reply is not run either (the reply may have been cut inside its arguments)
     whole = {"content": f"{_call('T-1')} and then {_call('T-2')}", "finish_reason": "length"}
     result, state, _ = _session([whole])

@@ -80,7 +80,8 @@ class SessionResult:
         """Calls in the raw replies against calls run. `calls_lost` (present, not run, not explained by a
         stuck stop or a cut reply) must be 0; `replies_with_unread_call_text`: replies whose text, once the calls
         read are taken out, still looks like a call (a <tool_call> tag, `<function=`, a "name" key, a tool's
-        name before `(` or `:`), for a reader to look at."""
+        name before `(` or `:`), for a reader to look at; a reply cut at the token cap is counted by `calls_cut`
+        instead (its last call is cut off)."""
         present = run = stuck = cut = unread = 0
         for reply in self.raw:
             calls, rest, _ = _calls_of(reply, self.offered)
@@ -90,7 +91,7 @@ class SessionResult:
                 stuck += len(calls)
             elif reply.get("not_run") == "cut":
                 cut += len(calls)
-            if self.offered and looks_like_a_call(rest, self.offered):
+            if self.offered and reply.get("not_run") != "cut" and looks_like_a_call(rest, self.offered):
                 unread += 1
         return {
             "calls_in_replies": present,
