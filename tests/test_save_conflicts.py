@@ -53,6 +53,8 @@ def test_facts_that_may_all_be_true_are_not_conflicts() -> None:
         GroundedFact("Dana is happy.", [(6, 10)]),
         GroundedFact("Dana likes tea.", [(11, 15)]),
         GroundedFact("Dana likes coffee.", [(16, 20)]),
+        GroundedFact("Crate 1 of the shipment sits on shelf 3.", [(21, 25)]),
+        GroundedFact("Crate 2 of the shipment sits on shelf 6.", [(26, 30)]),
     ]
     assert resolve_conflicts(facts).pairs == []
 

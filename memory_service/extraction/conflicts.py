@@ -5,8 +5,9 @@ truths; storing both leaves recall to pick one at random. Across saves, dedup al
 a newer one of the same shape (pipeline/dedup.py); within one save there is no "newer" but the source's
 order, so the fact whose span comes later wins and the earlier is not stored, and the job's report lists
 each pair (`extraction.conflicts`). Two facts conflict when
-- they have the same shape with different value numbers (grounding.shape; numbers that name things, such
-  as "ticket 12", make them facts about different things, not a conflict); or
+- they have the same shape and differ in their last value number only (grounding.shape; numbers that name
+  things, such as "ticket 12", or an earlier number, "Crate 1 ... shelf 3" / "Crate 2 ... shelf 6", make
+  them facts about different things, not a conflict); or
 - they say "<subject and attribute> is/was/are/were <value>" with the same words up to the verb (at least
   two words before it: "Dana's role is", not "Dana is", which may hold many things) and a different short
   value ("Dana's role is lead." / "Dana's role is manager.").
@@ -35,7 +36,10 @@ def _key(fact: GroundedFact) -> tuple[str, str] | None:
     """(what the fact is about, its value), or None when it states no single value."""
     norm = normalize(fact.text)
     if numbers(fact.text) and shape(norm) != norm:
-        return "shape:" + shape(norm) + "|" + " ".join(identifiers(norm)), norm
+        # the value is the last number; the ones before it say which thing ("Crate 1 ... shelf 3" and
+        # "Crate 2 ... shelf 6" are two crates, "Crate 1 ... shelf 4" moves the first)
+        values = [t for t, masked in zip(norm.split(), shape(norm).split()) if masked == "#"]
+        return "shape:" + shape(norm) + "|" + " ".join(identifiers(norm) + values[:-1]), norm
     match = _COPULA.match(norm)
     if match and len(match.group("value").split()) <= MAX_VALUE_WORDS:
         return "copula:" + match.group("key"), match.group("value")

@@ -177,7 +177,8 @@ def check_fact(fact: str, index: SourceIndex) -> GroundedFact | RejectedFact:
     if ids.missing and not all(_is_number(n.split()[0]) for n in ids.missing):
         return RejectedFact(fact, f"identifiers not in the source as written: {', '.join(ids.missing)}", "identifiers")
     if ids.missing:
-        return RejectedFact(fact, f"numbers not in the source: {', '.join(ids.missing)}", "numbers")
+        missing = ", ".join(n.replace(",", "") for n in ids.missing)  # 9,999 and 9999 are one number
+        return RejectedFact(fact, f"numbers not in the source: {missing}", "numbers")
     fact = ids.text  # an identifier that differed only in case is spelled as the source spells it
     missing_numbers = [n for n in numbers(fact) if n not in index.numbers]
     if missing_numbers:
