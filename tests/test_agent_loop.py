@@ -120,6 +120,15 @@ def test_a_call_written_as_code_runs_with_its_arguments(content: str) -> None:
     assert "process_item" not in assistant["content"].casefold()
 
 
+def test_the_same_call_written_twice_in_a_row_runs_once_and_a_later_repeat_runs_again() -> None:
+    """Seen in agent-eval43: each call written as code, then again as JSON, so every ticket was answered twice."""
+    twice = 'Process_item(item_id="T-1")\n' + _call("T-1") + "\n" + _call("T-2") + "\n" + _call("T-1")
+    result, state, _ = _session([{"content": twice}, {"content": "Done."}])
+    assert _items(state) == ["T-1", "T-2", "T-1"]
+    audit = result.report()["audit"]
+    assert audit["calls_repeated_in_a_row"] == 1 and audit["calls_in_replies"] == 3 == audit["calls_run"]
+
+
 @pytest.mark.parametrize(
     "content",
     ["Next I will call process_item(item_id) for each ticket.", "Then myprocess_item(item_id='T-1') runs.",
@@ -230,6 +239,7 @@ def test_every_raw_reply_is_in_the_report() -> None:
         "calls_not_run_stuck": 0,
         "calls_cut": 0,
         "replies_with_unread_call_text": 0,
+        "calls_repeated_in_a_row": 0,
     }
 
 

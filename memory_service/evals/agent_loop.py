@@ -81,11 +81,13 @@ class SessionResult:
         stuck stop or a cut reply) must be 0; `replies_with_unread_call_text`: replies whose text, once the calls
         read are taken out, still looks like a call (a <tool_call> tag, `<function=`, a "name" key, a tool's
         name before `(` or `:`), for a reader to look at; a reply cut at the token cap is counted by `calls_cut`
-        instead (its last call is cut off)."""
-        present = run = stuck = cut = unread = 0
+        instead (its last call is cut off). `calls_repeated_in_a_row`: a text call that was the one before it again
+        (a model writing each call twice, as code and as JSON), run once."""
+        present = run = stuck = cut = unread = repeated = 0
         for reply in self.raw:
-            calls, rest, _ = _calls_of(reply, self.offered)
+            calls, rest, text = _calls_of(reply, self.offered)
             present += len(calls)
+            repeated += len(text) - sum(1 for c in calls if c.from_text)
             run += len(reply.get("ran") or [])
             if reply.get("not_run") == "stuck":
                 stuck += len(calls)
@@ -100,6 +102,7 @@ class SessionResult:
             "calls_not_run_stuck": stuck,
             "calls_cut": cut,
             "replies_with_unread_call_text": unread,
+            "calls_repeated_in_a_row": repeated,
         }
 
     def report(self) -> dict[str, Any]:
@@ -159,7 +162,8 @@ def _canonical(call_id: str, name: str, arguments: Any) -> dict[str, Any]:
 
 def _calls_of(reply: Mapping[str, Any], offered: tuple[str, ...]) -> tuple[list[_Call], str, list[TextCall]]:
     """The calls of one reply (its tool_calls, then those written in its text that are not the same call
-    again), the content the history keeps (without the calls' text), and the text calls read."""
+    again: not one of the tool_calls, not the text call just before it), the content the history keeps (without
+    the calls' text), and every text call read."""
     content: str = reply["content"] if isinstance(reply.get("content"), str) else ""
     calls: list[_Call] = []
     for n, raw in enumerate(reply.get("tool_calls") or []):
@@ -171,8 +175,12 @@ def _calls_of(reply: Mapping[str, Any], offered: tuple[str, ...]) -> tuple[list[
         return calls, content, []
     native = {(c.name, _normal(c.arguments)) for c in calls}
     text_calls = [c for c in read_calls(content, set(offered)) if (c.name, _normal(c.arguments)) not in native]
+    previous: tuple[str, str] | None = None
     for n, found in enumerate(text_calls):
-        calls.append(_Call(f"call_text_{n}", found.name, found.arguments or {}, True, found.problem))
+        same = (found.name, _normal(found.arguments))
+        if same != previous:  # the same call twice in a row (seen: as code, then as JSON) runs once
+            calls.append(_Call(f"call_text_{n}", found.name, found.arguments or {}, True, found.problem))
+        previous = same
     return calls, without_calls(content, text_calls) if text_calls else content, text_calls
 
 
