@@ -17,8 +17,7 @@ from conftest import wait_status
 
 from tests.fakes.fake_llama_server import FakeLlamaServer
 
-# The service in this process where no signal is needed; `serve` subprocesses where one starts its own
-# llama-server or is killed mid-text (those tests are `process` through service_factory).
+pytestmark = pytest.mark.process  # serve subprocesses on a slow model, one killed mid-text
 
 SCALE = float(os.environ.get("MEMORY_TEST_SPEED_SCALE", "10"))
 PROMPT_TPS, GEN_TPS, BUDGET_S = 40 * SCALE, 12 * SCALE, 20 / SCALE
@@ -38,10 +37,10 @@ def slow_fake():
 
 
 def test_a_long_text_on_a_slow_model_is_split_by_time_and_done_without_spending_attempts(
-    slow_fake, inprocess_service
+    slow_fake, service_factory
 ) -> None:
     assert 2800 <= len(LONG_TEXT) <= 3500
-    svc = inprocess_service(slow_fake.url, env={"MEMORY_EXTRACT_BUDGET_S": f"{BUDGET_S:g}", "MEMORY_MAX_ATTEMPTS": "2"})
+    svc = service_factory(slow_fake.url, env={"MEMORY_EXTRACT_BUDGET_S": f"{BUDGET_S:g}", "MEMORY_MAX_ATTEMPTS": "2"})
     with svc.client("key-a", timeout=60) as client:
         saved = client.post("/v1/remember", json={"text": LONG_TEXT, "agent_id": "slow"}).json()
         # nothing measured yet, and the service did not start this model: it says so instead of guessing
@@ -76,8 +75,8 @@ def test_a_long_text_on_a_slow_model_is_split_by_time_and_done_without_spending_
     assert all("error" not in c for c in second["extraction"]["calls"])
 
 
-def test_a_bulk_import_waits_its_turn_without_churn(slow_fake, inprocess_service) -> None:
-    svc = inprocess_service(slow_fake.url, env={"MEMORY_EXTRACT_BUDGET_S": f"{BUDGET_S:g}"})
+def test_a_bulk_import_waits_its_turn_without_churn(slow_fake, service_factory) -> None:
+    svc = service_factory(slow_fake.url, env={"MEMORY_EXTRACT_BUDGET_S": f"{BUDGET_S:g}"})
     texts = [f"Batch note {n}: the Tern shipment {n} left dock {n + 10} on time." for n in range(12)]
     with svc.client("key-a", timeout=60) as client:
         ids = [client.post("/v1/remember", json={"text": t, "agent_id": "bulk"}).json()["id"] for t in texts]
