@@ -100,6 +100,9 @@ def test_a_call_written_as_text_in_any_shape_runs_with_its_arguments(content: st
         '```python\nprocess_item(item_id = "T-1")\n```',
         'process_item: {"name": "process_item", "arguments": {"item_id": "T-1"}}',
         '<tools>\n  <function name="Process_item" arguments={"item_id": "T-1"}>\n</tools>',  # seen in the eval
+        'Process item {"item_id": "T-1"}',  # the next three seen in agent-eval43
+        'Process_item, {"item_id": "T-1"}',
+        'Process_item {"item_id": "T-1"}',
     ],
     ids=[
         "json-in-parentheses",
@@ -109,6 +112,9 @@ def test_a_call_written_as_text_in_any_shape_runs_with_its_arguments(content: st
         "python-fence",
         "name-then-call",
         "function-tag",
+        "space-for-underscore",
+        "comma-json",
+        "space-json",
     ],
 )
 def test_a_call_written_as_code_runs_with_its_arguments(content: str) -> None:

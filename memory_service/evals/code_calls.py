@@ -1,13 +1,14 @@
 """Tool calls a small model wrote as code: `Mark_handled({"key": "T-1"})`, `mark_handled: {"key": "T-1"}`,
-`recall(query="wifi password", k=3)`, `<function name="recall" arguments={"query": "wifi"}>`.
+`recall(query="wifi password", k=3)`, `Mark handled {"key": "T-1"}`,
+`<function name="recall" arguments={"query": "wifi"}>`.
 
 Qwen2.5-Coder-1.5B writes about one call in three this way in the agent eval (47 in one run), almost always
 with the tool's name capitalised. A harness that does not read them scores "the model asked for work" as "the
 model is done", the field report's failure #1 again.
 
 Only an offered tool's name starts a call (any case, not inside a longer word), and only when an argument
-list that parses follows it: `(` + a JSON object + `)`, `(` + keyword arguments + `)`, `()`, `:` + a JSON
-object, or `<function name=… arguments=` + a JSON object. Prose that merely names a tool ("then call mark_handled(key) for each") reads as nothing.
+list that parses follows it: `(` + a JSON object + `)`, `(` + keyword arguments + `)`, `()`, a JSON object
+after `:`, `,` or nothing, or `<function name=… arguments=` + a JSON object. `_` in a name may be a space. Prose that merely names a tool ("then call mark_handled(key) for each") reads as nothing.
 
 Every step is linear in the text: the names are one alternation of literals, keyword arguments are read by a
 hand-written tokenizer (a regex with nested quantifiers hung on a hostile 20k-character reply), and JSON
@@ -46,11 +47,11 @@ def _names_pattern(offered: Iterable[str]) -> re.Pattern[str] | None:
     names = sorted({n for n in offered if n}, key=len, reverse=True)
     if not names:
         return None
-    alternatives = "|".join(re.escape(n) for n in names)
-    # `name(`, `name:`, or the XML-ish `<function name="name" arguments=` (then a JSON object, read as after `:`)
+    alternatives = _alternatives(names)
+    # `name(`, `name:`, `name,` or `name` before `{`, or the XML-ish `<function name="name" arguments=` (then a JSON object, read as after `:`)
     return re.compile(
         r"(?:<function[ \t]+name=[\"']?(" + alternatives + r")[\"']?[ \t]+(?:arguments|parameters)(=)"
-        r"|(" + alternatives + r")[ \t]{0,8}([(:]))",
+        r"|(" + alternatives + r")[ \t]{0,8}([(:,]|(?=\{)))",
         re.I,
     )
 
@@ -60,8 +61,13 @@ def call_marks(offered: Iterable[str]) -> re.Pattern[str] | None:
     names = sorted({n for n in offered if n}, key=len, reverse=True)
     if not names:
         return None
-    alternatives = "|".join(re.escape(n) for n in names)
-    return re.compile(r"(?<![\w.\-])(?:" + alternatives + r")[ \t]{0,8}(?:\(|:[ \t\r\n]{0,8}\{)", re.I)
+    alternatives = _alternatives(names)
+    return re.compile(r"(?<![\w.\-])(?:" + alternatives + r")[ \t]{0,8}(?:\(|[:,]?[ \t\r\n]{0,8}\{)", re.I)
+
+
+def _alternatives(names: list[str]) -> str:
+    """The names as one alternation; `_` may be written as a space (`Mark handled {"key": …}`, seen)."""
+    return "|".join(re.escape(n).replace("_", "[ _]") for n in names)
 
 
 def read_code_calls(text: str, offered: Iterable[str], object_at: ObjectAt) -> list[CodeCall]:
@@ -79,13 +85,14 @@ def read_code_calls(text: str, offered: Iterable[str], object_at: ObjectAt) -> l
             continue
         if match.start() > 0 and _WORD_CHAR.match(text, match.start() - 1):
             continue  # part of a longer word or a dotted name
-        name, opener = (match.group(1), ":") if match.group(1) else (match.group(3), match.group(4))
+        name, opener = (match.group(1), ":") if match.group(1) else (match.group(3), match.group(4) or ":")
         parsed = _arguments_after(text, match.end(), opener, object_at)
         if parsed is None:
             misses += 1
         else:
             arguments, end = parsed
-            found.append(CodeCall(spelling.get(name.casefold(), name), arguments, match.start(), _tag_end(text, end)))
+            known = spelling.get(name.casefold().replace(" ", "_"), name)
+            found.append(CodeCall(known, arguments, match.start(), _tag_end(text, end)))
     return found
 
 
@@ -99,7 +106,7 @@ def _tag_end(text: str, at: int) -> int:
 
 def _arguments_after(text: str, at: int, opener: str, object_at: ObjectAt) -> tuple[dict[str, Any], int] | None:
     at = _skip_space(text, at)
-    if opener == ":":
+    if opener in ":,":
         if not text.startswith("{", at):
             return None
         value, end = object_at(text, at)
