@@ -34,6 +34,7 @@ MATRIX: list[tuple[str, str, dict[str, Any] | None, str]] = [
     ("POST", "/v1/keys", {"role": "read"}, "admin"),
     ("GET", "/v1/keys", None, "admin"),
     ("DELETE", "/v1/keys/{key}", None, "admin"),
+    ("GET", "/v1/stats", None, "read"),
     ("GET", "/v1/webhooks", None, "admin"),  # a public address literal: this app runs no delivery loop
     ("POST", "/v1/webhooks", {"url": "https://93.184.215.14/", "events": ["memory.failed"]}, "admin"),
     ("DELETE", "/v1/webhooks/wh_x", None, "admin"),
@@ -74,13 +75,12 @@ def _seed(app: InProcessApp, admin: str) -> dict[str, str]:
 
 
 def test_the_matrix_covers_every_route(app: InProcessApp) -> None:
+    # from the OpenAPI document: FastAPI 0.165's `app.routes` holds included routers as opaque entries, and a
+    # walk over it found no /v1/ route at all (the check passed on an empty set)
     routes = {
-        (m, r.path)
-        for r in app.app.routes
-        if getattr(r, "path", "").startswith("/v1/")
-        for m in getattr(r, "methods", ())
-        if m != "HEAD"
+        (m.upper(), path) for path, ops in app.app.openapi()["paths"].items() if path.startswith("/v1/") for m in ops
     }
+    assert len(routes) >= 20
     covered = {
         (
             m,
@@ -90,7 +90,8 @@ def test_the_matrix_covers_every_route(app: InProcessApp) -> None:
             .replace("/emails/consume", "/{name}/consume")
             .replace("/limits/emails", "/limits/{name}")
             .replace("/limits/posts", "/limits/{name}")
-            .replace("/handled/seen-1", "/handled/{key}"),
+            .replace("/handled/seen-1", "/handled/{key}")
+            .replace("/webhooks/wh_x", "/webhooks/{webhook_id}"),
         )
         for m, p, _, _ in MATRIX
     }

@@ -19,6 +19,7 @@ from ...metrics import CONTENT_TYPE
 from ...storage.database import describe
 from ..auth import caller_of_key, identify, open_access
 from ..deps import ServicesDep
+from ..errors import error_responses
 
 router = APIRouter(tags=["health"])
 
@@ -138,11 +139,21 @@ def _operator(request: Request) -> bool:
 
 
 async def stats_reader(request: Request) -> str | None:
-    """None for the operator (every team's numbers), else the key's team (401 without a known key)."""
-    return None if _operator(request) else identify(request).team
+    """None for the operator (every team's numbers), else the key's team (401 without a known key). A key
+    pinned to an agent gets a 403: the counts are the team's, and it sees only its own agent's activity."""
+    if _operator(request):
+        return None
+    caller = identify(request)
+    if caller.agent_id is not None:
+        raise HTTPException(
+            status_code=403,
+            detail=f"this key is pinned to agent_id '{caller.agent_id}'; /v1/stats counts the whole team's jobs "
+            "and needs a key not pinned to an agent (GET /v1/team shows this agent's own)",
+        )
+    return caller.team
 
 
-@router.get("/v1/stats", response_model=StatsOut)
+@router.get("/v1/stats", response_model=StatsOut, responses=error_responses(401, 403))
 async def stats(services: ServicesDep, team: Annotated[str | None, Depends(stats_reader)]) -> dict:
     """Jobs by status, the measured model speed and readiness, as JSON (for people and scripts). With keys,
     a key sees its team's jobs and consolidated items only (one team does not see another's activity); the
