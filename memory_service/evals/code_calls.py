@@ -43,12 +43,13 @@ class CodeCall:
 
 
 def _names_pattern(offered: Iterable[str]) -> re.Pattern[str] | None:
-    """One pattern for every offered name followed by `(` or `:`, longest name first, any case."""
+    """One pattern for every offered name followed by `(`, `:`, `,` or `{`, longest name first, any case."""
     names = sorted({n for n in offered if n}, key=len, reverse=True)
     if not names:
         return None
     alternatives = _alternatives(names)
-    # `name(`, `name:`, `name,` or `name` before `{`, or the XML-ish `<function name="name" arguments=` (then a JSON object, read as after `:`)
+    # `name(`, `name:`, `name,` or `name` before `{`, or the XML-ish `<function name="name" arguments=`
+    # (then a JSON object, read as after `:`)
     return re.compile(
         r"(?:<function[ \t]+name=[\"']?(" + alternatives + r")[\"']?[ \t]+(?:arguments|parameters)(=)"
         r"|(" + alternatives + r")[ \t]{0,8}([(:,]|(?=\{)))",
@@ -92,7 +93,8 @@ def read_code_calls(text: str, offered: Iterable[str], object_at: ObjectAt) -> l
         else:
             arguments, end = parsed
             known = spelling.get(name.casefold().replace(" ", "_"), name)
-            found.append(CodeCall(known, arguments, match.start(), _tag_end(text, end)))
+            end = _tag_end(text, end) if match.group(1) else end
+            found.append(CodeCall(known, arguments, match.start(), end))
     return found
 
 
