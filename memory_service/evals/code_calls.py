@@ -44,10 +44,9 @@ class CodeCall:
 
 def _names_pattern(offered: Iterable[str]) -> re.Pattern[str] | None:
     """One pattern for every offered name followed by `(`, `:`, `,` or `{`, longest name first, any case."""
-    names = sorted({n for n in offered if n}, key=len, reverse=True)
-    if not names:
+    alternatives = _alternatives(offered)
+    if alternatives is None:
         return None
-    alternatives = _alternatives(names)
     # `name(`, `name:`, `name,` or `name` before `{`, or the XML-ish `<function name="name" arguments=`
     # (then a JSON object, read as after `:`)
     return re.compile(
@@ -59,16 +58,16 @@ def _names_pattern(offered: Iterable[str]) -> re.Pattern[str] | None:
 
 def call_marks(offered: Iterable[str]) -> re.Pattern[str] | None:
     """An offered name (not inside a longer word) before `(` or `: {`: what the audit counts as call text."""
-    names = sorted({n for n in offered if n}, key=len, reverse=True)
-    if not names:
+    alternatives = _alternatives(offered)
+    if alternatives is None:
         return None
-    alternatives = _alternatives(names)
     return re.compile(r"(?<![\w.\-])(?:" + alternatives + r")[ \t]{0,8}(?:\(|[:,]?[ \t\r\n]{0,8}\{)", re.I)
 
 
-def _alternatives(names: list[str]) -> str:
-    """The names as one alternation; `_` may be written as a space (`Mark handled {"key": …}`, seen)."""
-    return "|".join(re.escape(n).replace("_", "[ _]") for n in names)
+def _alternatives(offered: Iterable[str]) -> str | None:
+    """The names as one alternation, longest first; `_` may be written as a space (`Mark handled {…}`, seen)."""
+    names = sorted({n for n in offered if n}, key=len, reverse=True)
+    return "|".join(re.escape(n).replace("_", "[ _]") for n in names) if names else None
 
 
 def read_code_calls(text: str, offered: Iterable[str], object_at: ObjectAt) -> list[CodeCall]:
