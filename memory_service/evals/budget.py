@@ -1,12 +1,12 @@
 """Evidence recall within a context budget: how much of the evidence fits in what an agent can spare.
 
 An agent on a 4B model in an 8-16k context pastes a few hundred tokens of memory, so recall@k alone says
-little: ten long turns may not fit where ten short facts do. For each question the eval asks /v1/recall
-once more with k = BUDGET_K and reads the `context` it answers (one dated, attributed line per item, a
-source said once: recall/context.py), so each item is measured as the agent receives it. Lines are taken
-in rank order until the next would pass B tokens (each line's own count, plus one per separating newline),
-counted by the default model's tokenizer (llama-server's /tokenize); the turns those lines stand for are
-scored against the question's evidence. The raw-turn baseline's turns are rendered the same way.
+little: ten long turns may not fit where ten short facts do. For each question and budget B the eval asks
+/v1/recall once more with k = BUDGET_K and `max_tokens` = B, so the context is the one the service
+assembles within B (recall/context.py) and is measured as an agent receives it: the turns its items stand
+for are scored against the question's evidence. The raw-turn baseline's turns are rendered as passage
+lines and cut by the same rule (in rank order, a line that would pass B skipped), counted by the default
+model's tokenizer (llama-server's /tokenize), as the service counts.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from .locomo_metrics import ranked_dia_ids
 
 BUDGETS = (256, 512, 1024)
 BUDGET_K = 100  # items asked for the budgeted context: more than 1,024 tokens of the shortest facts
+ALL_TOKENS = 32768  # recall's largest max_tokens: every one of the BUDGET_K items' lines is counted
 
 
 Answers = Callable[[dict[str, list[dict[str, Any]]], list[Conversation]], dict[str, Any]]
@@ -56,59 +57,63 @@ class TokenCounter:
         self._client.close()
 
 
-def item_lines(items: list[dict[str, Any]], context: str) -> list[tuple[dict[str, Any], str]]:
-    """Each item that has a line in `context`, with that line, in rank order. The service leaves out an item
-    whose source an earlier line already says, so an item owns the next line exactly when the line ends with
-    its (whitespace-collapsed) text; a line owned by no item means the layouts disagree, and is refused."""
-    lines = context.split("\n") if context else []
-    out: list[tuple[dict[str, Any], str]] = []
-    for item in items:
-        if len(out) < len(lines) and lines[len(out)].endswith("] " + " ".join(str(item["text"]).split())):
-            out.append((item, lines[len(out)]))
-    if len(out) != len(lines):
-        raise ValueError(f"recall's context has {len(lines)} lines but only {len(out)} match its items in order")
-    return out
-
-
-def fits(costs: list[int], budget: int) -> int:
-    """How many lines, in rank order, fit in `budget` tokens with a newline between each two: the first
-    that would pass it ends the context (the issue's rule: items in rank order until B is reached)."""
+def fits(costs: list[int], budget: int) -> list[int]:
+    """The lines, by index in rank order, that fit in `budget` tokens with a newline between each two: one
+    that would pass it is skipped and the shorter ones after it are still tried, as recall's own context
+    does (recall/context.py), so the raw-turn baseline is cut by the service's rule."""
+    chosen: list[int] = []
     total = 0
     for n, cost in enumerate(costs):
-        total += cost + (1 if n else 0)
-        if total > budget:
-            return n
-    return len(costs)
+        if total + cost + (1 if chosen else 0) <= budget:
+            total += cost + (1 if chosen else 0)
+            chosen.append(n)
+    return chosen
 
 
-def budget_scores(
+def _recall_of(covered: set[str], gold: list[str]) -> float:
+    wanted = set(gold)
+    return len(covered & wanted) / len(wanted) if wanted else 0.0
+
+
+def line_scores(
     lines: list[tuple[list[str], str]], gold: list[str], counter: TokenCounter, reader_budget: int | None = None
 ) -> tuple[dict[str, float], str]:
-    """Budgeted evidence recall at each of BUDGETS, over all lines (`recall@all`), items that fit and mean
-    tokens per item; and the context an agent (the reader) would get within `reader_budget`."""
+    """Budgeted evidence recall of ranked lines cut by `fits` (the raw-turn baseline): at each of BUDGETS,
+    over all lines (`recall@all`), lines that fit and mean tokens per line; and the reader's context."""
     costs = [counter.count(line) for _, line in lines]
-    wanted = set(gold)
-
-    def recall_of(n: int) -> float:
-        covered = {dia for dias, _ in lines[:n] for dia in dias}
-        return len(covered & wanted) / len(wanted) if wanted else 0.0
-
     scores: dict[str, float] = {}
     for budget in BUDGETS:
-        n = fits(costs, budget)
-        scores[f"recall@{budget}tok"] = recall_of(n)
-        scores[f"items@{budget}tok"] = float(n)
-    scores["recall@all"] = recall_of(len(lines))
+        chosen = fits(costs, budget)
+        scores[f"recall@{budget}tok"] = _recall_of({d for i in chosen for d in lines[i][0]}, gold)
+        scores[f"items@{budget}tok"] = float(len(chosen))
+    scores["recall@all"] = _recall_of({d for dias, _ in lines for d in dias}, gold)
     scores["tokens_per_item"] = statistics.fmean(costs) if costs else 0.0
-    shown = fits(costs, reader_budget) if reader_budget else 0
-    return scores, "\n".join(line for _, line in lines[:shown])
+    shown = fits(costs, reader_budget) if reader_budget else []
+    return scores, "\n".join(lines[i][1] for i in shown)
 
 
-def service_lines(answer: dict[str, Any], memory_to_dia: dict[str, str]) -> list[tuple[list[str], str]]:
-    """A /v1/recall answer's context lines, each with the turns its item stands for (facts by provenance)."""
-    return [
-        (ranked_dia_ids([item], memory_to_dia), line) for item, line in item_lines(answer["items"], answer["context"])
-    ]
+def service_scores(
+    ask: Callable[[int], dict[str, Any]],
+    memory_to_dia: dict[str, str],
+    gold: list[str],
+    reader_budget: int | None = None,
+) -> tuple[dict[str, float], str]:
+    """Budgeted evidence recall as an agent gets it: recall asked with `max_tokens` = B (`ask(B)`), its
+    context assembled by the service within B, and the turns of the items that context holds (facts by
+    provenance) scored; the API's largest budget (every item of k) gives recall@all and tokens per item."""
+    scores: dict[str, float] = {}
+    estimated = 0
+    for budget in BUDGETS:
+        answer = ask(budget)
+        scores[f"recall@{budget}tok"] = _recall_of(set(ranked_dia_ids(answer["items"], memory_to_dia)), gold)
+        scores[f"items@{budget}tok"] = float(len(answer["items"]))
+        estimated += answer.get("token_counter") == "estimate"
+    scores["counted_by_estimate"] = estimated / len(BUDGETS)  # the service's tokenizer was late: fewer fit
+    everything = ask(ALL_TOKENS)
+    scores["recall@all"] = _recall_of(set(ranked_dia_ids(everything["items"], memory_to_dia)), gold)
+    items = len(everything["items"])
+    scores["tokens_per_item"] = (everything["tokens"] or 0) / items if items else 0.0
+    return scores, (ask(reader_budget)["context"] if reader_budget else "")
 
 
 def turn_line(conv: Conversation, turn: Turn) -> str:
@@ -126,7 +131,7 @@ def baseline_budget(
     lines = {(c.sample_id, t.dia_id): turn_line(c, t) for c in conversations for t in c.turns}
     for row in rows:
         ranked = row.pop("ranked")
-        extra, context = budget_scores(
+        extra, context = line_scores(
             [([dia], lines[(row["sample_id"], dia)]) for dia in ranked], row["evidence"], counter, reader_budget
         )
         row["scores"].update(extra)
@@ -159,8 +164,8 @@ class BudgetRun:
             "k": BUDGET_K,
             "tokenizer": f"{self.counter.url}/tokenize" if self.counter else None,
             "note": self.note,
-            "rule": "recall's context lines in rank order until the next would pass B tokens (each line's "
-            "count plus 1 per separating newline); the raw-turn baseline's turns rendered as passage lines",
+            "rule": "recall asked with max_tokens=B: the context the service assembles within B; the raw-turn "
+            "baseline's turns rendered as passage lines, in rank order, a line that would pass B skipped",
             "reader_budget_tokens": self.reader_budget,
             **self.about,
         }

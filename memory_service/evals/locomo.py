@@ -29,9 +29,10 @@ import httpx
 
 from ..bench.stats import latency_summary
 from ..client.service import service_client
-from .budget import BUDGET_K, BudgetRun, baseline_budget, budget_scores, service_lines
+from .budget import BUDGET_K, BudgetRun, baseline_budget, service_scores
 from .locomo_baseline import PUBLISHED_BASELINE, embedding_baseline
 from .locomo_data import SKIP_CATEGORIES, Conversation, agent_id_for, session_time, turn_text
+from .locomo_facts import match as match_observations
 from .locomo_metrics import K, aggregate, ranked_dia_ids, score_question, top_diagnostics
 from .locomo_report import goals, plot
 
@@ -88,8 +89,13 @@ def ingest(client: httpx.Client, conv: Conversation, isolation: str) -> dict[str
     return memory_to_dia
 
 
-def extraction_stats(client: httpx.Client, memory_ids: list[str]) -> dict[str, Any]:
-    """Per-job outcome from GET /v1/memories: status, facts, tokens, cache share."""
+def extraction_stats(
+    client: httpx.Client, memory_to_dia: dict[str, str], observations: list[tuple[str, str]] | None = None
+) -> dict[str, Any]:
+    """Per-job outcome from GET /v1/memories: status, facts, tokens, cache share; and the facts' precision
+    and recall against LoCoMo's observations of the same turns (locomo_facts)."""
+    memory_ids = list(memory_to_dia)
+    drawn: list[tuple[str, str]] = []  # (fact text, dia_id of the turn it was drawn from)
     statuses: dict[str, int] = {}
     facts, predicted, proposed, stored, cache, model_s = [], [], 0, 0, [], []
     skipped = deferrals = attempts = calls = 0
@@ -97,6 +103,7 @@ def extraction_stats(client: httpx.Client, memory_ids: list[str]) -> dict[str, A
         body = client.get(f"/v1/memories/{memory_id}").json()
         statuses[body.get("status", "?")] = statuses.get(body.get("status", "?"), 0) + 1
         facts.append(len(body.get("facts") or []))
+        drawn += [(str(f.get("text", "")), memory_to_dia[memory_id]) for f in body.get("facts") or []]
         timings = body.get("timings") or {}
         if timings.get("predicted_n") is not None:
             predicted.append(float(timings["predicted_n"]))
@@ -126,6 +133,7 @@ def extraction_stats(client: httpx.Client, memory_ids: list[str]) -> dict[str, A
         "skipped_small_talk": skipped,
         "deferrals": deferrals,
         "attempts": attempts,
+        "vs_observations": match_observations(drawn, observations) if observations else None,
     }
 
 
@@ -166,10 +174,13 @@ def ask(
                 "scores": score_question(ranked, question.evidence),
                 "diag": top_diagnostics(items, memory_to_dia),
             }
-            if budget is not None and budget.counter is not None:  # once more, deeper: the context as pasted
-                deep = service_lines(_post(client, "/v1/recall", {**body, "k": BUDGET_K}), memory_to_dia)
-                extra, row["reader_context"] = budget_scores(
-                    deep, question.evidence, budget.counter, budget.reader_budget
+            if budget is not None and budget.counter is not None:  # once more per budget: the context as pasted
+                deep = {**body, "k": BUDGET_K}
+                extra, row["reader_context"] = service_scores(
+                    lambda tokens: _post(client, "/v1/recall", {**deep, "max_tokens": tokens}),  # noqa: B023
+                    memory_to_dia,
+                    question.evidence,
+                    budget.reader_budget,
                 )
                 row["scores"].update(extra)
             rows[name].append(row)
@@ -327,7 +338,7 @@ def ask_all(
     asked = Asked({name: [] for name in configs}, {name: [] for name in configs})
     for conv in conversations:
         client = clients[conv.sample_id]
-        stats = extraction_stats(client, list(maps[conv.sample_id]))
+        stats = extraction_stats(client, maps[conv.sample_id], conv.observations)
         rows, latencies = ask(client, conv, maps[conv.sample_id], isolation, configs, budget)
         for name in configs:
             asked.rows[name] += rows[name]

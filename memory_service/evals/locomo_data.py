@@ -45,6 +45,8 @@ class Conversation:
     turns: list[Turn]
     questions: list[Question]
     skipped: dict[str, int] = field(default_factory=dict)
+    # LoCoMo's own observations: (statement, dia_id of the turn it cites), the silver facts of each turn
+    observations: list[tuple[str, str]] = field(default_factory=list)
 
 
 def normalize_evidence(raw: Iterable[str], valid: set[str] | None = None) -> list[str]:
@@ -123,7 +125,21 @@ def parse_conversation(sample: dict[str, Any]) -> Conversation:
             continue
         answer = str(qa.get("answer", ""))
         questions.append(Question(index, str(qa["question"]), category, evidence, raw_evidence, answer))
-    return Conversation(str(sample["sample_id"]), turns, questions, skipped)
+    return Conversation(str(sample["sample_id"]), turns, questions, skipped, _observations(sample, valid))
+
+
+def _observations(sample: dict[str, Any], valid: set[str]) -> list[tuple[str, str]]:
+    """`observation: {session_N_observation: {speaker: [[statement, dia_id], ...]}}`, each statement with
+    the turn it cites; a malformed entry or one citing no turn of the conversation is left out."""
+    out: list[tuple[str, str]] = []
+    sessions = sample.get("observation")
+    for per_speaker in sessions.values() if isinstance(sessions, dict) else []:
+        for entries in per_speaker.values() if isinstance(per_speaker, dict) else []:
+            for entry in entries if isinstance(entries, list) else []:
+                if isinstance(entry, list) and len(entry) >= 2 and isinstance(entry[0], str):
+                    cited = normalize_evidence([str(entry[1])], valid)
+                    out.extend((entry[0], dia_id) for dia_id in cited[:1])
+    return out
 
 
 def load(path: Path, limit: int | None = None) -> list[Conversation]:

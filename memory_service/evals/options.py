@@ -12,6 +12,17 @@ import argparse
 from ..config import ClientEnv
 
 
+def _recall_budget(value: str) -> int:
+    """The reader's context is recall's own, asked with this `max_tokens`: recall's bounds apply."""
+    try:
+        tokens = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of tokens") from None
+    if not 32 <= tokens <= 32768:
+        raise argparse.ArgumentTypeError(f"{tokens} is outside recall's max_tokens bounds, 32 to 32768")
+    return tokens
+
+
 def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument(
         "--data", action="append", default=[], help="a LoCoMo .json or PersonaExt .jsonl file (all but --agent)"
@@ -58,7 +69,9 @@ def add_answer_arguments(parser: argparse.ArgumentParser) -> None:
         help="without --reader-url: its own llama-server's model (default large); with it: the `model` field sent",
     )
     group.add_argument("--reader-threads", type=int, default=None, help="threads of the reader's own llama-server")
-    group.add_argument("--reader-budget", type=int, default=512, help="tokens of context the reader gets")
+    group.add_argument(
+        "--reader-budget", type=_recall_budget, default=512, help="tokens of context the reader gets (32-32768)"
+    )
     group.add_argument("--reader-limit", type=int, default=None, help="the reader answers only the first N questions")
     group.add_argument("--judge-url", default=None, help="an OpenAI-compatible LLM judge of the answers (J)")
     group.add_argument("--judge-model", default=None, help="the `model` field sent to --judge-url, if it needs one")
