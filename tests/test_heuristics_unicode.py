@@ -41,7 +41,8 @@ from memory_service.extraction.grounding import (
 )
 from memory_service.extraction.guard import reads_nothing_on_error
 from memory_service.extraction.parsing import strip_thinking
-from memory_service.recall.context import estimate_tokens
+from memory_service.recall.context import estimate_tokens, pieces_of
+from memory_service.recall.rank import Hit
 from memory_service.recall.when import TimeQuestion, boost, item_dates
 from memory_service.recall.words import QueryWords, query_stems, stems
 from tests.fakes.fake_llama_server import FakeLlamaServer
@@ -220,6 +221,26 @@ def test_the_highlight_and_earlier_turns_never_raise(text: str, spans: list[list
     marked = highlight(text, spans)
     assert "".join(s.text for s in marked.segments) == text
     earlier_context([("m-1", text, None), ("m-2", text, '{"facts": []}')], 10)
+
+
+@CHECK
+@given(st.lists(TEXTS, min_size=1, max_size=4), TEXTS)
+def test_the_context_assembly_never_raises_and_says_each_piece_once(texts: list[str], query: str) -> None:
+    hits = [
+        Hit(
+            f"k{i}",
+            ("passage", "fact")[i % 2],
+            text,
+            f"m{i // 2}",
+            f"f{i}",
+            "a",
+            1.7e9,
+            source_memory_ids=[f"m{i // 2}"],
+        )
+        for i, text in enumerate(texts)
+    ]
+    pieces = pieces_of(hits, {}, query)
+    assert len({p.rank for p in pieces}) == len(pieces) <= len(hits)
 
 
 @CHECK

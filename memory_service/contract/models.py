@@ -212,9 +212,10 @@ class RecallResponse(BaseModel):
     items: list[RecallItem]
     context: str = Field(
         default="",
-        description="Ready to paste into a prompt: one line per item, `[YYYY-MM-DD agent] text` (the date the "
-        "text tells it happened, `occurred_at`, else its save date, UTC), repeats of an earlier line's source "
-        "left out (see docs/recall.md). Within `max_tokens` when given.",
+        description="Ready to paste into a prompt: one line per saved text, `[YYYY-MM-DD agent] text` (the date "
+        "the text tells it happened, `occurred_at`, else its save date, UTC; its facts joined on one line), a "
+        "source said once and a passage left out for its facts when they hold every query word it holds (see "
+        "docs/recall.md). Within `max_tokens` when given; then `items` follow the context's order.",
     )
     tokens: int | None = Field(default=None, description="Tokens of `context` by `token_counter`; with max_tokens.")
     token_counter: Literal["model", "estimate"] | None = Field(

@@ -161,7 +161,7 @@ class Toolbox:
         tags: FilterTags = None,
         max_tokens: RecallTokens = RECALL_TOKENS,
     ) -> str:
-        """The service's `context` (one dated, attributed line per item, within `max_tokens`), pasted as is;
+        """The service's `context` (dated, attributed lines, one per saved text, within `max_tokens`), pasted as is;
         with memory ids only when a listed tool takes one. A filter the team never used is dropped, and the
         answer's first line says so."""
         tags = tags or None
@@ -177,11 +177,11 @@ class Toolbox:
             return f"{note}\n{empty}" if note else empty
         lines = found.context.split("\n")
         if self.visible & {"get_memory", "forget"}:
-            ids = [item.memory_id for item in found.items]
+            ids = list(dict.fromkeys(item.memory_id for item in found.items))  # a line says one saved text's facts
             lines = (
                 [f"{line} (memory_id {i})" for line, i in zip(lines, ids, strict=True)]
                 if len(ids) == len(lines)
-                else [*lines, "memory_ids: " + ", ".join(dict.fromkeys(ids))]
+                else [*lines, "memory_ids: " + ", ".join(ids)]
             )
         head = f"{len(lines)} result(s) for {query!r}, best first:"
         return "\n".join([note, head, *lines] if note else [head, *lines])

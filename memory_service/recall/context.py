@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from ..contract.text import normalize
 from .rank import Hit
+from .words import stem, stems
 
 TOKENIZE_TIMEOUT_S = 0.2  # both /tokenize calls of one recall together; then the estimate (the setting's default)
 LETTERS_PER_TOKEN = 3  # a run of ASCII letters: at most this many per token in the estimate
@@ -58,9 +60,26 @@ def estimate_tokens(text: str) -> int:
 @dataclass
 class Context:
     text: str
-    kept: list[int]  # ranks (indexes into the hits) of the items whose line is in `text`
+    kept: list[int]  # ranks (indexes into the hits) of the items said in `text`, in the order it says them
     tokens: int | None = None
     counter: str | None = None  # "model" or "estimate"; None without a budget
+
+
+@dataclass
+class Piece:
+    """One hit's share of the context: a new line (`[YYYY-MM-DD agent] text`), or a fact added to the line
+    of an earlier fact from the same saved text (`; text`), said under that line's attribution once."""
+
+    rank: int  # the hit's index in the ranked hits
+    line: int  # the line it is on: the index of that line's first piece
+    text: str  # as it appears in the context, without the newline before a line
+
+    @property
+    def starts_line(self) -> bool:
+        return self.line == self.rank
+
+
+JOIN = "; "  # between two facts of one saved text on one line, unless the first ends a sentence
 
 
 def _collapse(text: str) -> str:
@@ -68,92 +87,174 @@ def _collapse(text: str) -> str:
     return " ".join(text.split())
 
 
-def lines_of(hits: Sequence[Hit], occurred: dict[str, float]) -> list[tuple[int, str]]:
-    """Each hit's line, `[YYYY-MM-DD agent] text`, in rank order, repeats left out (rank, line).
+def _says(text: str) -> frozenset[str]:
+    """What a text says, for near-duplicates: its content words' stems, and each word with a digit whole and
+    counted ("8#2": its second "8"), so "depot 7" and "depot 8" differ, and so does "8 May ... 8 friends"
+    from "8 May ... 2 friends"."""
+    out: set[str] = set()
+    seen: dict[str, int] = {}
+    for word in normalize(text).split():
+        if any(c.isdigit() for c in word):
+            seen[word] = seen.get(word, 0) + 1
+            out.add(f"{word}#{seen[word]}")
+        elif (root := stem(word)) is not None:
+            out.add(root)
+    return frozenset(out)
 
-    Dated by when the text tells it happened (`occurred` of its memory), else when it was saved; UTC. A hit
-    is left out when (1) its text, case and whitespace aside, equals or is part of an earlier line's text;
-    (2) it is a passage of a saved text that an earlier fact line was drawn from; or (3) it is a fact drawn
-    from a saved text whose passage is already a line. A fact is the distilled form of its source, so one of
-    the two says it; the higher ranked is kept.
+
+def pieces_of(hits: Sequence[Hit], occurred: dict[str, float], query: str = "") -> list[Piece]:
+    """The hits as context, each source said once and as cheaply as it says what was asked.
+
+    In rank order, a hit is left out when (1) its text, case and whitespace aside, equals or is part of an
+    earlier piece's, or every word it says is in one earlier piece (a near-duplicate); (2) it is a passage
+    whose facts are among the hits and hold every word of the query the passage holds (the date of the
+    line counts as held): the facts say what was asked in fewer tokens, and take the passage's place;
+    (3) it is a fact drawn from a saved text whose passage is said (the passage holds it). A passage
+    holding a query word its facts lack (a detail they dropped) is said. Facts of one saved text share
+    one line and its attribution. Dated by when the text tells it happened (`occurred` of its memory),
+    else when it was saved; UTC.
     """
-    shown: list[str] = []
-    passages: set[str] = set()  # memories whose passage is a line
-    drawn_from: set[str] = set()  # memories that a fact line was drawn from
-    out: list[tuple[int, str]] = []
+    asked = stems(query)
+    facts_from: dict[str, list[int]] = {}  # memory -> ranks of the fact hits drawn from it
     for rank, hit in enumerate(hits):
+        if hit.kind == "fact":
+            for memory in dict.fromkeys(hit.source_memory_ids or [hit.memory_id]):
+                facts_from.setdefault(memory, []).append(rank)
+    stood_for = {
+        rank
+        for rank, hit in enumerate(hits)
+        if hit.kind == "passage"
+        and _facts_say_it(hit, [hits[i].text for i in facts_from.get(hit.memory_id, [])], asked, _when(hit, occurred))
+    }
+    said: list[tuple[str, frozenset[str]]] = []  # each piece's folded text and words
+    passages: set[str] = set()  # memories whose passage is said
+    fact_lines: dict[str, int] = {}  # memory -> the line its facts are on
+    ends: dict[int, str] = {}  # a fact line -> its last fact so far
+    out: list[Piece] = []
+    for rank in _in_place(hits, facts_from, stood_for):
+        hit = hits[rank]
         body = _collapse(hit.text)
         folded = body.casefold()
-        sources = hit.source_memory_ids or [hit.memory_id]
-        if not folded or any(folded in earlier for earlier in shown):
+        words = _says(body)
+        if rank in stood_for or not folded or any(folded in text or (words and words <= w) for text, w in said):
             continue
-        if hit.kind == "passage" and hit.memory_id in drawn_from:
+        if hit.kind == "fact" and any(m in passages for m in hit.source_memory_ids or [hit.memory_id]):
             continue
-        if hit.kind == "fact" and any(m in passages for m in sources):
-            continue
-        shown.append(folded)
+        said.append((folded, words))
         if hit.kind == "passage":
             passages.add(hit.memory_id)
+        elif hit.kind == "fact" and hit.memory_id in fact_lines:
+            line = fact_lines[hit.memory_id]
+            joint = " " if ends[line][-1:] in ".!?" else JOIN  # a sentence ends itself
+            out.append(Piece(rank, line, joint + body))
+            ends[line] = body
+            continue
         elif hit.kind == "fact":
-            drawn_from.update(sources)
-        when = occurred.get(hit.memory_id, hit.created_at)
-        day = datetime.fromtimestamp(when, tz=UTC).strftime("%Y-%m-%d")
-        out.append((rank, f"[{day} {hit.agent_id}] {body}"))
+            fact_lines[hit.memory_id], ends[rank] = rank, body
+        out.append(Piece(rank, rank, f"[{_when(hit, occurred):%Y-%m-%d} {hit.agent_id}] {body}"))
     return out
 
 
-def unbudgeted(lines: list[tuple[int, str]]) -> Context:
-    return Context(SEPARATOR.join(line for _, line in lines), [rank for rank, _ in lines])
+def _when(hit: Hit, occurred: dict[str, float]) -> datetime:
+    return datetime.fromtimestamp(occurred.get(hit.memory_id, hit.created_at), tz=UTC)
+
+
+def _facts_say_it(passage: Hit, facts: list[str], asked: frozenset[str], when: datetime) -> bool:
+    """Whether these facts of the passage's text hold every query word the passage holds; the line's date
+    ("July", "2023") is said by the line, so it counts as held."""
+    if not facts:
+        return False
+    held = frozenset().union(*map(stems, facts)) | stems(when.strftime("%B %d %Y %A"))
+    return not (stems(passage.text) & asked) - held
+
+
+def _in_place(hits: Sequence[Hit], facts_from: dict[str, list[int]], stood_for: set[int]) -> list[int]:
+    """Rank order, except that the facts standing for a left-out passage take its place (in their order)."""
+    out: list[int] = []
+    placed: set[int] = set()
+    for rank, hit in enumerate(hits):
+        for i in facts_from.get(hit.memory_id, []) if rank in stood_for else []:
+            if i not in placed:
+                placed.add(i)
+                out.append(i)
+        if rank not in placed:
+            placed.add(rank)
+            out.append(rank)
+    return out
+
+
+def _render(pieces: Sequence[Piece]) -> tuple[str, list[int]]:
+    """The context's text, line by line (a line's pieces in rank order), and the ranks in that order."""
+    lines: dict[int, list[Piece]] = {}
+    for piece in pieces:
+        lines.setdefault(piece.line, []).append(piece)
+    text = SEPARATOR.join("".join(p.text for p in parts) for parts in lines.values())
+    return text, [p.rank for parts in lines.values() for p in parts]
+
+
+def unbudgeted(pieces: list[Piece]) -> Context:
+    return Context(*_render(pieces))
 
 
 async def budgeted(
-    lines: list[tuple[int, str]], budget: int, tokenize: Tokenizer, timeout_s: float = TOKENIZE_TIMEOUT_S
+    pieces: list[Piece], budget: int, tokenize: Tokenizer, timeout_s: float = TOKENIZE_TIMEOUT_S
 ) -> Context:
-    """The lines, in rank order, that fit in `budget` tokens together with their separators; a line that does
-    not fit is skipped and the shorter ones after it are still tried. By the model's tokenizer when it answers
-    within `timeout_s` (MEMORY_RECALL_TOKENIZE_TIMEOUT_S), else by `estimate_tokens`."""
-    if not lines:
+    """The pieces, in rank order, that fit in `budget` tokens together with their line separators; a piece
+    that does not fit is skipped and the shorter ones after it are still tried (a fact whose line was
+    skipped is skipped with it). By the model's tokenizer when it answers within `timeout_s`
+    (MEMORY_RECALL_TOKENIZE_TIMEOUT_S), else by `estimate_tokens`."""
+    if not pieces:
         return Context("", [], 0, "estimate")  # nothing to count: the model is not asked
     try:
         async with asyncio.timeout(timeout_s):
-            fitted = await _by_model(lines, budget, tokenize)
+            fitted = await _by_model(pieces, budget, tokenize)
         if fitted is not None:
             return fitted
     except Exception:  # down, slow or odd: the estimate answers instead; recall never fails on it
         pass
-    costs = [estimate_tokens(line) + 1 for _, line in lines]  # each with its separator
-    chosen = _greedy(costs, budget + 1)  # the last line has no separator
-    text = SEPARATOR.join(lines[i][1] for i in chosen)
-    return Context(text, [lines[i][0] for i in chosen], estimate_tokens(text), "estimate")
+    costs = [estimate_tokens(p.text) + (1 if p.starts_line else 0) for p in pieces]  # a line with its separator
+    chosen = _greedy(pieces, costs, budget + 1)  # the last line has no separator
+    text, kept = _render([pieces[i] for i in chosen])
+    return Context(text, kept, estimate_tokens(text), "estimate")
 
 
-def _greedy(costs: list[int], budget: int) -> list[int]:
-    chosen, total = [], 0
-    for i, cost in enumerate(costs):
+def _greedy(
+    pieces: list[Piece], costs: list[int], budget: int, left_out: set[int] | frozenset[int] = frozenset()
+) -> list[int]:
+    chosen: list[int] = []
+    lines: set[int] = set()
+    total = 0
+    for i, (piece, cost) in enumerate(zip(pieces, costs, strict=True)):
+        if i in left_out or not (piece.starts_line or piece.line in lines):
+            continue
         if total + cost <= budget:
             chosen.append(i)
+            lines.add(piece.line)
             total += cost
     return chosen
 
 
-async def _by_model(lines: list[tuple[int, str]], budget: int, tokenize: Tokenizer) -> Context | None:
-    """Count every line in one /tokenize call (each token belongs to the line its piece starts in), choose,
-    then count the chosen text itself and drop its last lines while a merge across a line end makes it exceed."""
-    texts = [line for _, line in lines]
+async def _by_model(pieces: list[Piece], budget: int, tokenize: Tokenizer) -> Context | None:
+    """Count every piece in one /tokenize call (each token belongs to the piece its text starts in), choose,
+    then count the chosen text itself; while a merge across a boundary makes it exceed, leave out the last
+    piece chosen and choose again (the pieces after it are tried again)."""
+    texts = [p.text for p in pieces]
     joined = SEPARATOR.join(texts) + SEPARATOR
-    pieces = await tokenize(joined)
-    if pieces is None:
+    counted_pieces = await tokenize(joined)
+    if counted_pieces is None:
         return None
-    costs = _costs_per_line(joined, pieces, texts)
-    chosen = _greedy(costs, budget + 1)  # each cost counts its separator; the last line has none
+    costs = _costs_per_line(joined, counted_pieces, texts)
+    # a continuation is counted here with a separator it will not have: it never under-counts
+    left_out: set[int] = set()
     while True:
-        text = SEPARATOR.join(texts[i] for i in chosen)
+        chosen = _greedy(pieces, costs, budget + 1, left_out)  # each cost counts its separator; the last has none
+        text, kept = _render([pieces[i] for i in chosen])
         counted = await tokenize(text) if text else []
         if counted is None:
             return None
         if len(counted) <= budget:
-            return Context(text, [lines[i][0] for i in chosen], len(counted), "model")
-        chosen.pop()
+            return Context(text, kept, len(counted), "model")
+        left_out.add(chosen[-1])
 
 
 def _costs_per_line(joined: str, pieces: list[Any], texts: list[str]) -> list[int]:

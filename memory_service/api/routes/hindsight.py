@@ -34,7 +34,7 @@ from ...contract.hindsight import (
 )
 from ...contract.types import MAX_TAGS
 from ...extraction.dates import occurred
-from ...recall.context import budgeted, lines_of
+from ...recall.context import budgeted, pieces_of
 from ...recall.rank import Hit
 from ...recall.search import RecallQuery
 from ...storage.journal import DONE, FAILED
@@ -169,13 +169,13 @@ async def retain(
     )
 
 
-async def _within(services: ServicesDep, team: str, hits: list[Hit], max_tokens: int) -> list[Hit]:
+async def _within(services: ServicesDep, team: str, hits: list[Hit], max_tokens: int, query: str) -> list[Hit]:
     """The best hits that fit `max_tokens`, counted as /v1/recall counts its context (recall/context.py: the
     model's /tokenize, else its over-counting estimate) on each hit's dated line, so the texts fit too;
     repeats (a passage and the fact drawn from it) are said once."""
     occurred = await asyncio.to_thread(services.occurred, team, [h.memory_id for h in hits])
     timeout_s = services.settings.recall_tokenize_timeout_s
-    context = await budgeted(lines_of(hits, occurred), max_tokens, services.token_pieces, timeout_s)
+    context = await budgeted(pieces_of(hits, occurred, query), max_tokens, services.token_pieces, timeout_s)
     return [hits[rank] for rank in context.kept]
 
 
@@ -227,7 +227,7 @@ async def recall(
     hits = [h for h in hits if hindsight_docs._tags_match(h.tags, wanted, body.tags_match)] if wanted else hits
     if body.tags_match == "exact" and not wanted:
         hits = [h for h in hits if not h.tags]
-    hits = await _within(services, team, hits[:k], body.max_tokens)
+    hits = await _within(services, team, hits[:k], body.max_tokens, body.query)
     ids = list(dict.fromkeys(h.memory_id for h in hits))
     memories = await asyncio.to_thread(lambda: {i: services.memory(team, i) for i in ids})
     return HsRecallResponse(results=_results(hits, memories))
