@@ -79,6 +79,7 @@ class Piece:
         return self.line == self.rank
 
 
+SAID_APART = "\x00"  # between two pieces' texts in the one string searched for repeats (a NUL in a text: a space)
 JOIN = "; "  # between two facts of one saved text on one line, unless the first ends a sentence
 
 
@@ -87,18 +88,19 @@ def _collapse(text: str) -> str:
     return " ".join(text.split())
 
 
+_DIGIT_WORD = re.compile(r"[0-9a-z']*[0-9][0-9a-z']*")
+
+
 def _says(text: str) -> frozenset[str]:
     """What a text says, for near-duplicates: its content words' stems, and each word with a digit whole and
     counted ("8#2": its second "8"), so "depot 7" and "depot 8" differ, and so does "8 May ... 8 friends"
     from "8 May ... 2 friends"."""
-    out: set[str] = set()
+    words = normalize(text)
+    out = {root for root in map(stem, words.split()) if root is not None}
     seen: dict[str, int] = {}
-    for word in normalize(text).split():
-        if any(c.isdigit() for c in word):
-            seen[word] = seen.get(word, 0) + 1
-            out.add(f"{word}#{seen[word]}")
-        elif (root := stem(word)) is not None:
-            out.add(root)
+    for word in _DIGIT_WORD.findall(words):
+        seen[word] = seen.get(word, 0) + 1
+        out.add(f"{word}#{seen[word]}")
     return frozenset(out)
 
 
@@ -126,7 +128,9 @@ def pieces_of(hits: Sequence[Hit], occurred: dict[str, float], query: str = "") 
         if hit.kind == "passage"
         and _facts_say_it(hit, [hits[i].text for i in facts_from.get(hit.memory_id, [])], asked, _when(hit, occurred))
     }
-    said: list[tuple[str, frozenset[str]]] = []  # each piece's folded text and words
+    said = ""  # every piece's folded text, each after SAID_APART
+    said_words: list[frozenset[str]] = []  # what each piece says (`_says`)
+    holding: dict[str, list[int]] = {}  # a word -> the pieces (indexes into `said_words`) that say it
     passages: set[str] = set()  # memories whose passage is said
     fact_lines: dict[str, int] = {}  # memory -> the line its facts are on
     ends: dict[int, str] = {}  # a fact line -> its last fact so far
@@ -134,13 +138,20 @@ def pieces_of(hits: Sequence[Hit], occurred: dict[str, float], query: str = "") 
     for rank in _in_place(hits, facts_from, stood_for):
         hit = hits[rank]
         body = _collapse(hit.text)
-        folded = body.casefold()
-        words = _says(body)
-        if rank in stood_for or not folded or any(folded in text or (words and words <= w) for text, w in said):
+        folded = body.casefold().replace(SAID_APART, " ")
+        if rank in stood_for or not folded or folded in said:  # said: one search, not one per piece
             continue
+        words = _says(body)
+        if words and any(
+            words <= said_words[i] for i in holding.get(min(words, key=lambda w: len(holding.get(w, ()))), ())
+        ):
+            continue  # a near-duplicate: an earlier piece holding its rarest word says all it says
         if hit.kind == "fact" and any(m in passages for m in hit.source_memory_ids or [hit.memory_id]):
             continue
-        said.append((folded, words))
+        for word in words:
+            holding.setdefault(word, []).append(len(said_words))
+        said += SAID_APART + folded
+        said_words.append(words)
         if hit.kind == "passage":
             passages.add(hit.memory_id)
         elif hit.kind == "fact" and hit.memory_id in fact_lines:
