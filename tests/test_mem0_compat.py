@@ -143,6 +143,48 @@ def test_async_client_round_trip(service: InProcessService) -> None:
     asyncio.run(main())
 
 
+def test_async_clients_of_two_teams_never_see_each_other(service: InProcessService) -> None:
+    async def main() -> None:
+        host = f"{service.url}/mem0"
+        async with (
+            AsyncMemoryClient(api_key="key-a", host=host) as a,
+            AsyncMemoryClient(api_key="key-b", host=host) as b,
+        ):
+            theirs = added_id(await a.add("Team A's alarm code is 5820.", user_id="both"))
+            ours = added_id(await b.add("Team B restocks the kitchen on Fridays.", user_id="both"))
+            found = (await b.search("alarm code 5820", filters={"user_id": "*"}))["results"]
+            assert not any("5820" in r["memory"] for r in found)
+            assert [m["id"] for m in (await b.get_all(filters={"user_id": "both"}))["results"]] == [ours]
+            for call in (b.get, b.history, b.delete):
+                with pytest.raises(MemoryNotFoundError):
+                    await call(theirs)
+            with pytest.raises(MemoryNotFoundError):
+                await b.update(theirs, text="overwritten by B")
+            await b.delete_all(user_id="both")
+            assert (await a.get(theirs))["memory"] == "Team A's alarm code is 5820."  # nothing B did reached it
+            assert (await b.get_all(filters={"user_id": "both"}))["count"] == 0
+            await a.delete(theirs)
+
+    asyncio.run(main())
+
+
+def test_search_threshold_is_the_least_similarity_returned(service: InProcessService) -> None:
+    client = mem0(service)
+    near = added_id(client.add("The staging database restarts every Sunday night.", user_id="thr"))
+    added_id(client.add("Kofi brings pastries to the Monday retro.", user_id="thr"))
+    query, scope = "when does the staging database restart", {"user_id": "thr"}
+    everything = client.search(query, filters=scope, threshold=0.0)["results"]
+    assert {r["id"] for r in everything} >= {near}
+    best = max(r["score"] for r in everything if r["id"] == near)
+    for threshold in (0.0, round(best / 2, 3), round(best - 0.001, 3)):  # scores are rounded to 6 places
+        kept = client.search(query, filters=scope, threshold=threshold)["results"]
+        assert kept and all(r["score"] >= threshold for r in kept), (threshold, kept)
+        assert near in {r["id"] for r in kept}
+    assert client.search(query, filters=scope, threshold=min(1.0, best + 0.05))["results"] == []
+    client.delete_all(user_id="thr")
+    client.client.close()
+
+
 def test_two_teams_never_see_each_other(service: InProcessService) -> None:
     a, b = mem0(service, "key-a"), mem0(service, "key-b")
     theirs = added_id(a.add("The vault code for team A is 4471.", user_id="shared"))
