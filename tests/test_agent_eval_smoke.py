@@ -326,6 +326,11 @@ def test_runs_over_seeds_aggregate_to_k_of_n_and_the_audit_sums_lost_calls() -> 
     table = markdown({"runs": runs, "agent_model": "m"})
     assert "Harness audit: 0 calls lost" in table and "| m | core | feed_dedupe | 1/2 | 10%–90% |" in table
     assert "Control task (tools, no memory): 1/1" in table
+    assert "looks like a call" not in table
+    flagged = run("stale_id", 2, False)
+    flagged["sessions"][0]["audit"]["replies_with_unread_call_text"] = 1
+    unread = markdown({"runs": [*runs, flagged], "agent_model": "m"})
+    assert "looks like a call in 1 session(s)" in unread and "core/stale_id/seed 2/session 1" in unread
     lost = markdown({"runs": [*runs, run("stale_id", 1, False, lost=1)], "agent_model": "m"})
     assert "HARNESS AUDIT FAILED: 1 call(s) lost" in lost and "core/stale_id/seed 1/session 1: 1" in lost
 

@@ -78,9 +78,14 @@ def _tool_messages(request: dict[str, Any]) -> list[str]:
         _call("T-1", "parameters"),
         # a <tool_call> block
         f"<tool_call>\n{_call('T-1')}\n</tool_call>",
+        # the name under "function" (seen in the 2026-12-06 run, alone and as a list in a ```json fence)
+        json.dumps({"function": "process_item", "arguments": {"item_id": "T-1"}}),
+        "Here are the processed tickets:\n```json\n"
+        + json.dumps([{"function": "process_item", "arguments": {"item_id": "T-1"}}], indent=2) + "\n```",
+        json.dumps({"tool": "process_item", "args": {"item_id": "T-1"}}),
     ],
     ids=["doubled-brace-prose", "unbalanced-braces", "preamble", "string-arguments", "openai-wrapper",
-         "parameters", "tool-call-tag"],
+         "parameters", "tool-call-tag", "function-key", "function-key-list", "tool-args-keys"],
 )  # fmt: skip
 def test_a_call_written_as_text_in_any_shape_runs_with_its_arguments(content: str) -> None:
     result, state, requests = _session([{"content": content}, {"content": "Done."}])
@@ -103,6 +108,9 @@ def test_a_call_written_as_text_in_any_shape_runs_with_its_arguments(content: st
         'Process item {"item_id": "T-1"}',  # the next three seen in agent-eval43
         'Process_item, {"item_id": "T-1"}',
         'Process_item {"item_id": "T-1"}',
+        'Process_item("T-1")',  # the next two seen in the 2026-12-06 run: one value for the one parameter
+        'Process_item\n{"item_id": "T-1"}',
+        "process_item( 'T-1' )",
     ],
     ids=[
         "json-in-parentheses",
@@ -115,6 +123,9 @@ def test_a_call_written_as_text_in_any_shape_runs_with_its_arguments(content: st
         "space-for-underscore",
         "comma-json",
         "space-json",
+        "positional",
+        "name-line-json",
+        "positional-single-quotes",
     ],
 )
 def test_a_call_written_as_code_runs_with_its_arguments(content: str) -> None:
@@ -145,6 +156,30 @@ def test_prose_that_names_a_tool_is_not_a_call_and_the_audit_flags_a_code_shape(
     assert state.effects == [] and result.stopped == "answered"
     flagged = result.report()["audit"]["replies_with_unread_call_text"]
     assert flagged == (1 if content.startswith("Next") else 0)
+
+
+def test_one_unnamed_value_for_a_tool_of_several_parameters_is_answered_with_how_to_name_it() -> None:
+    """`name("value")` goes to the tool's one parameter; with two it could be either, so it is not guessed:
+    the model is told how to name it, and the call counts as read (not lost, not unread text)."""
+    two = agent_tasks.LocalTool(
+        "process_item",
+        "Answer one ticket.",
+        {"type": "object", "properties": {"item_id": {"type": "string"}, "note": {"type": "string"}}},
+        agent_tasks.PROCESS_ITEM.run,
+    )
+    result, state, requests = _session([{"content": 'Process_item("T-1")'}, {"content": "Done."}], tools=(two,))
+    assert state.effects == [] and result.calls[0].error is not None
+    (answer,) = _tool_messages(requests[1])
+    assert "by name" in answer and '"arguments"' in answer
+    audit = result.report()["audit"]
+    assert audit["calls_in_replies"] == 1 == audit["calls_run"] and audit["replies_with_unread_call_text"] == 0
+
+
+def test_an_unread_call_under_another_key_is_flagged_for_a_reader() -> None:
+    """A JSON call whose arguments are not an object the reader knows still shows in the audit."""
+    result, state, _ = _session([{"content": '{"function": "process_item"'}])
+    assert state.effects == []
+    assert result.report()["audit"]["replies_with_unread_call_text"] == 1
 
 
 def test_an_echoed_tool_definition_is_answered_with_how_to_call_it() -> None:
@@ -295,6 +330,9 @@ def test_the_text_reader_bounds_its_work_on_huge_or_deep_text() -> None:
         "process_item(a=" + "1," * 10_000,
         "PROCESS_ITEM(k='" * 2_000,
         'process_item: {"' * 1_300,
+        'process_item("' * 1_500,
+        "process_item('" * 1_500,
+        "process_item\n" * 3_000,
     ):
         assert calls_in_content(hostile, offered) == []
     assert len(calls_in_content("process_item(item_id='T-1')\n" * 1000, offered)) == 32

@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 
 from .agent_tasks import LocalTool, RunState
+from .code_calls import positional_parameters
 from .tool_calls import TextCall, looks_like_a_call, read_calls, without_calls
 
 SYSTEM = (
@@ -75,6 +76,7 @@ class SessionResult:
     wall_s: float = 0.0
     raw: list[dict[str, Any]] = field(default_factory=list)
     offered: tuple[str, ...] = ()  # the tools the model was given (the audit reads calls as the loop did)
+    positional: dict[str, str] = field(default_factory=dict)  # tool → the parameter of `name("value")`
 
     def audit(self) -> dict[str, int]:
         """Calls in the raw replies against calls run. `calls_lost` (present, not run, not explained by a
@@ -85,7 +87,7 @@ class SessionResult:
         (a model writing each call twice, as code and as JSON), run once."""
         present = run = stuck = cut = unread = repeated = 0
         for reply in self.raw:
-            calls, rest, text = _calls_of(reply, self.offered)
+            calls, rest, text = _calls_of(reply, self.offered, self.positional)
             present += len(calls)
             repeated += len(text) - sum(1 for c in calls if c.from_text)
             run += len(reply.get("ran") or [])
@@ -160,7 +162,9 @@ def _canonical(call_id: str, name: str, arguments: Any) -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": text}}
 
 
-def _calls_of(reply: Mapping[str, Any], offered: tuple[str, ...]) -> tuple[list[_Call], str, list[TextCall]]:
+def _calls_of(
+    reply: Mapping[str, Any], offered: tuple[str, ...], positional: Mapping[str, str] | None = None
+) -> tuple[list[_Call], str, list[TextCall]]:
     """The calls of one reply (its tool_calls, then those written in its text that are not the same call
     again: not one of the tool_calls, not the text call just before it), the content the history keeps (without
     the calls' text), and every text call read."""
@@ -174,7 +178,9 @@ def _calls_of(reply: Mapping[str, Any], offered: tuple[str, ...]) -> tuple[list[
     if not offered:
         return calls, content, []
     native = {(c.name, _normal(c.arguments)) for c in calls}
-    text_calls = [c for c in read_calls(content, set(offered)) if (c.name, _normal(c.arguments)) not in native]
+    text_calls = [
+        c for c in read_calls(content, set(offered), positional) if (c.name, _normal(c.arguments)) not in native
+    ]
     previous: tuple[str, str] | None = None
     for n, found in enumerate(text_calls):
         same = (found.name, _normal(found.arguments))
@@ -273,7 +279,7 @@ async def run_session(
     None."""
     started = time.monotonic()
     tools = [t.schema() for t in local_tools] + (mcp.schemas if mcp is not None else [])
-    out = SessionResult(offered=tuple(t["function"]["name"] for t in tools))
+    out = SessionResult(offered=tuple(t["function"]["name"] for t in tools), positional=positional_parameters(tools))
     local = {t.name: t for t in local_tools}
     system = SYSTEM + (f"\n\n{mcp.instructions}" if mcp is not None and mcp.instructions else "")
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}, {"role": "user", "content": prompt}]
@@ -289,7 +295,7 @@ async def run_session(
                 break
             reply = await _chat(http, agent_url, model, messages, tools, sampling)
             message, record = _record(reply, out)
-            calls, content, text_calls = _calls_of(message, out.offered)
+            calls, content, text_calls = _calls_of(message, out.offered, out.positional)
             record["calls_in_text"] = len(text_calls)
             if record["finish_reason"] == "length":  # cut at the token cap: neither an answer nor a sure call
                 out.stopped, record["not_run"] = "cut", "cut"

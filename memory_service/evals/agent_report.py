@@ -124,7 +124,14 @@ def audit(runs: list[dict[str, Any]]) -> dict[str, Any]:
         if s.get("calls_lost")
     ]
     sessions = [s for r in runs for s in r["sessions"]]
+    unread = [
+        f"{r['profile']}/{r['task']}/seed {r.get('seed', 1)}/session {s['session']}"
+        for r in runs
+        for s in r["sessions"]
+        if (s.get("audit") or {}).get("replies_with_unread_call_text")
+    ]
     return {
+        "unread": unread,  # sessions with a reply whose text still looks like a call: for a reader to look at
         "calls_lost": sum(s.get("calls_lost", 0) for s in sessions),
         "where": where,
         "sessions": len(sessions),
@@ -158,9 +165,17 @@ def audit_line(result: dict[str, Any]) -> str:
         )
     unaudited = found["sessions"] - found["sessions_audited"]
     extra = f" ({unaudited} session(s) without raw replies, not audited)" if unaudited else ""
+    unread = found["unread"]
+    look = (
+        f" Text that still looks like a call in {len(unread)} session(s), read it with --transcript: "
+        + "; ".join(unread[:10])
+        + "."
+        if unread
+        else ""
+    )
     return (
         f"**Harness audit: 0 calls lost** of {found['calls_in_replies']} in the model's raw replies, "
-        f"{found['sessions']} sessions{extra}.\n"
+        f"{found['sessions']} sessions{extra}.{look}\n"
     )
 
 

@@ -1,5 +1,6 @@
 """Tool calls a small model wrote as code: `Mark_handled({"key": "T-1"})`, `mark_handled: {"key": "T-1"}`,
-`recall(query="wifi password", k=3)`, `Mark handled {"key": "T-1"}`,
+`recall(query="wifi password", k=3)`, `Mark handled {"key": "T-1"}`, `Mark_handled("T-1")` (one value, for the
+tool's one parameter), `Mark_handled` + a line break + `{"key": "T-1"}`,
 `<function name="recall" arguments={"query": "wifi"}>`.
 
 Qwen2.5-Coder-1.5B writes about one call in three this way in the agent eval (47 in one run), almost always
@@ -7,8 +8,10 @@ with the tool's name capitalised. A harness that does not read them scores "the 
 model is done", the field report's failure #1 again.
 
 Only an offered tool's name starts a call (any case, not inside a longer word), and only when an argument
-list that parses follows it: `(` + a JSON object + `)`, `(` + keyword arguments + `)`, `()`, a JSON object
-after `:`, `,` or nothing, or `<function name=… arguments=` + a JSON object. `_` in a name may be a space. Prose that merely names a tool ("then call mark_handled(key) for each") reads as nothing.
+list that parses follows it: `(` + a JSON object + `)`, `(` + keyword arguments + `)`, `(` + one quoted string
+or number + `)`, `()`, a JSON object after `:`, `,`, a space or a line break, or `<function name=… arguments=` +
+a JSON object. One positional value is the tool's argument only when the tool has one parameter to give it
+to (`positional`); otherwise the call is answered with how to name it. `_` in a name may be a space. Prose that merely names a tool ("then call mark_handled(key) for each") reads as nothing.
 
 Every step is linear in the text: the names are one alternation of literals, keyword arguments are read by a
 hand-written tokenizer (a regex with nested quantifiers hung on a hostile 20k-character reply), and JSON
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +31,7 @@ MAX_PAIRS = 32  # keyword arguments in one call
 MAX_MISSES = 64  # names followed by `(`/`:` that did not parse (each costs up to one pass over the text)
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 _WORD_CHAR = re.compile(r"[\w.\-]")
+_NUMBER_START = re.compile(r"-?[0-9]")
 _BARE = {"true": True, "false": False, "null": None, "none": None}
 _DECODER = json.JSONDecoder()
 
@@ -37,9 +41,43 @@ ObjectAt = Callable[[str, int], tuple[Any, int]]  # tool_calls._object_at: a JSO
 @dataclass(frozen=True)
 class CodeCall:
     name: str  # the offered tool's own spelling
-    arguments: dict[str, Any]
+    arguments: dict[str, Any] | None  # None when `problem` says why they cannot be used
     start: int
     end: int
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
+class _Positional:
+    """`name("T-1")`: one value given without its parameter's name."""
+
+    value: Any
+
+
+_UNNAMED = (
+    '{name} takes its arguments by name. Write {{"name": "{name}", "arguments": {{...}}}} with each '
+    "value under its parameter's name."
+)
+
+
+def positional_parameters(tools: Iterable[dict[str, Any]]) -> dict[str, str]:
+    """Tool name → the parameter one unnamed value goes to: its only required parameter, else its only one.
+    Tools in the OpenAI function form; a tool with no such parameter is left out."""
+    out: dict[str, str] = {}
+    for tool in tools:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            continue
+        schema = function.get("parameters")
+        schema = schema if isinstance(schema, dict) else {}
+        properties = schema.get("properties")
+        properties = properties if isinstance(properties, dict) else {}
+        listed = schema.get("required")
+        required = [r for r in listed if isinstance(r, str) and r in properties] if isinstance(listed, list) else []
+        names = required if len(required) == 1 else list(properties) if len(properties) == 1 else []
+        if len(names) == 1:
+            out[function["name"]] = names[0]
+    return out
 
 
 def _names_pattern(offered: Iterable[str]) -> re.Pattern[str] | None:
@@ -47,11 +85,11 @@ def _names_pattern(offered: Iterable[str]) -> re.Pattern[str] | None:
     alternatives = _alternatives(offered)
     if alternatives is None:
         return None
-    # `name(`, `name:`, `name,` or `name` before `{`, or the XML-ish `<function name="name" arguments=`
-    # (then a JSON object, read as after `:`)
+    # `name(`, `name:`, `name,` or `name` before `{` (on the same line or the next), or the XML-ish
+    # `<function name="name" arguments=` (then a JSON object, read as after `:`)
     return re.compile(
         r"(?:<function[ \t]+name=[\"']?(" + alternatives + r")[\"']?[ \t]+(?:arguments|parameters)(=)"
-        r"|(" + alternatives + r")[ \t]{0,8}([(:,]|(?=\{)))",
+        r"|(" + alternatives + r")[ \t]{0,8}(?:\r?\n[ \t]{0,8})?([(:,]|(?=\{)))",
         re.I,
     )
 
@@ -70,8 +108,11 @@ def _alternatives(offered: Iterable[str]) -> str | None:
     return "|".join(re.escape(n).replace("_", "[ _]") for n in names) if names else None
 
 
-def read_code_calls(text: str, offered: Iterable[str], object_at: ObjectAt) -> list[CodeCall]:
-    """Every call written as code in `text`, in order."""
+def read_code_calls(
+    text: str, offered: Iterable[str], object_at: ObjectAt, positional: Mapping[str, str] | None = None
+) -> list[CodeCall]:
+    """Every call written as code in `text`, in order. `positional`: tool → the parameter one unnamed value
+    goes to (`positional_parameters`)."""
     pattern = _names_pattern(offered)
     if pattern is None:
         return []
@@ -93,6 +134,12 @@ def read_code_calls(text: str, offered: Iterable[str], object_at: ObjectAt) -> l
             arguments, end = parsed
             known = spelling.get(name.casefold().replace(" ", "_"), name)
             end = _tag_end(text, end) if match.group(1) else end
+            if isinstance(arguments, _Positional):
+                parameter = (positional or {}).get(known)
+                if parameter is None:
+                    found.append(CodeCall(known, None, match.start(), end, _UNNAMED.format(name=known)))
+                    continue
+                arguments = {parameter: arguments.value}
             found.append(CodeCall(known, arguments, match.start(), end))
     return found
 
@@ -105,7 +152,9 @@ def _tag_end(text: str, at: int) -> int:
     return at
 
 
-def _arguments_after(text: str, at: int, opener: str, object_at: ObjectAt) -> tuple[dict[str, Any], int] | None:
+def _arguments_after(
+    text: str, at: int, opener: str, object_at: ObjectAt
+) -> tuple[dict[str, Any] | _Positional, int] | None:
     at = _skip_space(text, at)
     if opener in ":,":
         if not text.startswith("{", at):
@@ -120,7 +169,18 @@ def _arguments_after(text: str, at: int, opener: str, object_at: ObjectAt) -> tu
             return None
         end = _skip_space(text, end)
         return (value, end + 1) if text.startswith(")", end) else None
+    if text.startswith(("'", '"'), at) or _NUMBER_START.match(text, at):
+        return _one_value(text, at)
     return _keyword_arguments(text, at)
+
+
+def _one_value(text: str, at: int) -> tuple[_Positional, int] | None:
+    """`"T-1")` → (the value, after the `)`): one quoted string or number, not a list of them."""
+    parsed = _value_at(text, at)
+    if parsed is None or not isinstance(parsed[0], (str, int, float)):
+        return None
+    end = _skip_space(text, parsed[1])
+    return (_Positional(parsed[0]), end + 1) if text.startswith(")", end) else None
 
 
 def _keyword_arguments(text: str, at: int) -> tuple[dict[str, Any], int] | None:

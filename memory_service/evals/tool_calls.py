@@ -5,7 +5,8 @@ often write the call as JSON in the text instead, with `finish_reason: stop`. A 
 those takes "the model asked for work" as "the model is done". So every balanced JSON object in the text is
 looked at, wherever it sits (a ```json fence, a <tool_call> block, between prose), in the shapes small models
 send: `{"name", "arguments"}`, `"parameters"` for `"arguments"`, arguments as a JSON string, the OpenAI
-wrapper `{"type": "function", "function": {...}}`, a list of calls, and the Qwen2.5 GGUF template's doubled
+wrapper `{"type": "function", "function": {...}}`, the tool's name under `"function"` or `"tool"` instead of
+`"name"` (and its arguments under `"args"` or `"input"`), a list of calls, and the Qwen2.5 GGUF template's doubled
 braces `{{"name": ...}}` (with one brace too many or too few). The objects are found by a brace matcher rather
 than a JSON repair library because the loop needs each call's span (to take it out of the history's text)
 and must not turn prose into a call by guessing.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -32,7 +34,10 @@ _SIGNIFICANT = re.compile(r'[{}"\\]')
 _EMPTY_WRAPPERS = re.compile(r"```(?:[a-z]{1,12})?\s*```|`\s*`|<tool_call>\s*(?:</tool_call>)?|</tool_call>", re.I)
 _ONLY_PUNCTUATION = re.compile(r"[\s\[\]{},:]*")  # a list's brackets, a stray brace
 # text that looks like a call: the audit counts replies with such text but no call read (`looks_like_a_call`)
-_CALL_MARK = re.compile(r'<tool_call>|<function=|"name"\s*:\s*"', re.I)
+_CALL_MARK = re.compile(r'<tool_call>|<function=|"(?:name|function|tool|tool_name)"\s*:\s*"', re.I)
+# where a call's name and arguments may be, besides "name" and "arguments" (seen: {"function": "recall", ...})
+_NAME_KEYS = ("name", "function", "tool", "tool_name")
+_ARGUMENT_KEYS = ("arguments", "parameters", "args", "input")
 
 
 _Found = tuple[str, dict[str, Any] | None, str | None, bool]  # name, arguments, problem, offered
@@ -51,18 +56,21 @@ class TextCall:
     end: int
 
 
-def read_calls(content: Any, offered: set[str] | frozenset[str]) -> list[TextCall]:
+def read_calls(
+    content: Any, offered: set[str] | frozenset[str], positional: Mapping[str, str] | None = None
+) -> list[TextCall]:
     """Every call written in `content`, in order: JSON objects, then calls written as code
-    (`Mark_handled({"key": "T-1"})`, `code_calls.py`) outside them. Objects that are not calls are skipped."""
+    (`Mark_handled({"key": "T-1"})`, `code_calls.py`) outside them. Objects that are not calls are skipped.
+    `positional`: tool → the parameter one unnamed value goes to (`code_calls.positional_parameters`)."""
     if not isinstance(content, str):
         return []
     text = content[:MAX_TEXT]
     found = _json_calls(text, offered)
     taken = [(c.start, c.end) for c in found]
-    for code in read_code_calls(text, offered, _object_at):
+    for code in read_code_calls(text, offered, _object_at, positional):
         inside = [n for n, (start, end) in enumerate(taken) if code.start < end and start < code.end]
         if not inside and len(found) < MAX_OBJECTS:
-            found.append(TextCall(code.name, code.arguments, None, True, code.start, code.end))
+            found.append(TextCall(code.name, code.arguments, code.problem, True, code.start, code.end))
         elif len(inside) == 1 and code.start <= taken[inside[0]][0] and taken[inside[0]][1] <= code.end:
             # `mark_handled: {"name": "mark_handled", ...}`: the JSON call, its span widened to the name before it
             found[inside[0]] = replace(found[inside[0]], start=code.start, end=code.end)
@@ -208,13 +216,13 @@ def _calls_in(value: Any, offered: set[str] | frozenset[str], depth: int) -> lis
         return _calls_in(value["tool_calls"], offered, depth + 1)
     if isinstance(value.get("function"), dict) and "name" not in value:
         return _calls_in(value["function"], offered, depth + 1)
-    name = value.get("name")
-    has_args = "arguments" in value or "parameters" in value
-    if not isinstance(name, str) or not name.strip() or not (has_args or name in offered):
+    name = next((value[k] for k in _NAME_KEYS if k in value), None)
+    argument_key = next((k for k in _ARGUMENT_KEYS if k in value), None)
+    if not isinstance(name, str) or not name.strip() or not (argument_key or name.strip() in offered):
         return []  # a JSON answer with a "name" field (a person, a record) is not a call
-    if "arguments" not in value and _is_schema(value.get("parameters")):
+    if argument_key == "parameters" and _is_schema(value["parameters"]):
         return [(name.strip(), None, _DEFINITION.format(name=name.strip()), name.strip() in offered)]
-    arguments, problem = _arguments(value.get("arguments", value.get("parameters", {})))
+    arguments, problem = _arguments(value.get(argument_key, {}) if argument_key else {})
     return [(name.strip(), arguments, problem, name.strip() in offered)]
 
 
