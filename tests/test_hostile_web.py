@@ -92,31 +92,45 @@ def test_a_memory_with_20000_spans_renders_quickly_and_health_answers_meanwhile(
         journal.complete(journal.get("team-a", memory_id), FactPlan(new=facts), raw_reply=None, timings=None, report={})
         with LoopbackServer(app.app, lifespan="off") as server:
             cookie = _login(app, "key-a").cookies.get("memory_console_key")
-            page: dict = {}
 
-            def fetch() -> None:
-                started = time.monotonic()
-                with httpx.Client(base_url=server.url, cookies={"memory_console_key": cookie}, timeout=120) as c:
-                    page["response"] = c.get(f"/ui/memories/{memory_id}")
-                page["seconds"] = time.monotonic() - started
+            def render_while_probing() -> tuple[httpx.Response, float, float]:
+                """The page fetched in a thread while /health is asked every 20 ms: (page, its seconds, the
+                slowest /health)."""
+                page: dict = {}
 
-            opener = threading.Thread(target=fetch)
-            opener.start()
-            slowest = 0.0
-            with httpx.Client(base_url=server.url, timeout=30) as probe:
-                while opener.is_alive():
+                def fetch() -> None:
                     started = time.monotonic()
-                    assert probe.get("/health").status_code == 200
-                    slowest = max(slowest, time.monotonic() - started)
-                    time.sleep(0.02)
-            opener.join()
-        response = page["response"]
-        assert response.status_code == 200, response.text[:300]
-        assert page["seconds"] < 30, f"the page took {page['seconds']:.1f} s"
-        # relative, not a fixed second (a busy CI box made /health wait 1.03 s): a render that held the event
-        # loop would make one /health wait about as long as the whole page
-        bound = max(1.0, page["seconds"] / 2)
-        assert slowest < bound, f"/health waited {slowest:.2f} s while the page rendered in {page['seconds']:.2f} s"
+                    with httpx.Client(base_url=server.url, cookies={"memory_console_key": cookie}, timeout=120) as c:
+                        page["response"] = c.get(f"/ui/memories/{memory_id}")
+                    page["seconds"] = time.monotonic() - started
+
+                opener = threading.Thread(target=fetch)
+                opener.start()
+                slowest = 0.0
+                with httpx.Client(base_url=server.url, timeout=30) as probe:
+                    while opener.is_alive():
+                        started = time.monotonic()
+                        assert probe.get("/health").status_code == 200
+                        slowest = max(slowest, time.monotonic() - started)
+                        time.sleep(0.02)
+                opener.join()
+                return page["response"], page["seconds"], slowest
+
+            # /health must not wait for the page: at most 1 s or half the page's time (a busy CI box made it wait
+            # 1.03 s once). Usually it waits ~10 ms. A box loaded far past its cores once stalled one /health
+            # 1.12 s of a 1.31 s page, so a stall is measured again, up to three times; a server that makes
+            # /health wait for the page fails all three. (With the marks built in the loop rather than in a
+            # thread, /health waited 0.06 s of a 0.49 s page here: the marks are fast, the page is mostly I/O.)
+            waits = []
+            for _ in range(3):
+                response, seconds, slowest = render_while_probing()
+                assert response.status_code == 200, response.text[:300]
+                assert seconds < 30, f"the page took {seconds:.1f} s"
+                waits.append((round(slowest, 2), round(seconds, 2)))
+                if slowest < max(1.0, seconds / 2):
+                    break
+            else:
+                raise AssertionError(f"/health waited about as long as the page each time: (wait, page) {waits}")
         assert response.text.count("<mark ") <= 400 and "19800 more are not" in response.text
         assert "and 80 more" in response.text  # each fact lists 20 of its 100 spans
     finally:
