@@ -282,7 +282,8 @@ def test_the_clients_pass_max_tokens_and_read_the_context(extracted):
     assert isinstance(answer, RecallResponse) and answer.token_counter == "model"
     assert answer.context and answer.tokens == count_tokens(answer.context) <= 64
     assert len(answer.context.split("\n")) == len(answer.items) < len(unbudgeted.items)
-    assert unbudgeted.tokens is None and set(answer.context.split("\n")) <= set(unbudgeted.context.split("\n"))
+    # the same hits, said within the budget (a passage may be said by its facts there: `fitted`)
+    assert unbudgeted.tokens is None and {i.text for i in answer.items} <= {i.text for i in unbudgeted.items}
 
     async def in_async() -> RecallResponse:
         async with AsyncMemoryClient(svc.url, api_key="key-a") as memory:
@@ -344,3 +345,34 @@ def test_a_near_duplicate_is_skipped_but_a_different_number_is_not() -> None:
     ]
     said = [p.text.split("] ", 1)[1] for p in pieces_of(hits, {}, "depot backup")]
     assert said == [hits[0].text, hits[2].text, hits[3].text, hits[4].text]
+
+
+def test_a_small_budget_says_more_texts_by_their_facts_and_a_large_one_keeps_the_passages() -> None:
+    """Each passage holds a word its fact lacks, so in rank order the passages are said. Within a small budget
+    that says one text where the facts say all three: the facts are said. A budget that holds every text
+    either way keeps the ranked form, passages and all."""
+    from memory_service.recall.context import fitted, pieces_of
+    from memory_service.recall.rank import Hit
+
+    async def characters(text: str) -> list[str]:  # a tokenizer of one token per character
+        return list(text)
+
+    depots = [("Oslo", "Berg"), ("Bergen", "Dahl"), ("Tromso", "Lie")]
+    hits = []
+    for n, (city, name) in enumerate(depots):
+        passage = f"The {city} depot is run by {name}; the night shift there starts at 22:00 and ends at 06:00."
+        fact = f"The {city} depot is run by {name}."
+        m = f"m{n}"
+        hits.append(Hit(f"p:{m}:0", "passage", passage, m, None, "a", 1.7e9, source_memory_ids=[m]))
+        hits.append(Hit(f"f{n}", "fact", fact, m, f"f{n}", "a", 1.7e9, source_memory_ids=[m]))
+    query = "who runs the depot night shift"
+    ranked = [p.text for p in pieces_of(hits, {}, query)]
+    assert len(ranked) == 3 and all("night shift" in text for text in ranked)  # the passages, as ranked
+
+    def said(budget: int) -> list[str]:
+        context = asyncio.run(fitted(hits, {}, query, budget, characters, timeout_s=5))
+        assert context.counter == "model" and context.tokens is not None and context.tokens <= budget
+        return [line.split("] ", 1)[1] for line in context.text.split("\n")]
+
+    assert said(150) == [f"The {city} depot is run by {name}." for city, name in depots]
+    assert said(1000) == [p.split("] ", 1)[1] for p in ranked]

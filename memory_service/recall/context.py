@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 import re
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -104,7 +105,7 @@ def _says(text: str) -> frozenset[str]:
     return frozenset(out)
 
 
-def pieces_of(hits: Sequence[Hit], occurred: dict[str, float], query: str = "") -> list[Piece]:
+def pieces_of(hits: Sequence[Hit], occurred: dict[str, float], query: str = "", cheapest: bool = False) -> list[Piece]:
     """The hits as context, each source said once and as cheaply as it says what was asked.
 
     In rank order, a hit is left out when (1) its text, case and whitespace aside, equals or is part of an
@@ -114,7 +115,8 @@ def pieces_of(hits: Sequence[Hit], occurred: dict[str, float], query: str = "") 
     (3) it is a fact drawn from a saved text whose passage is said (the passage holds it). A passage
     holding a query word its facts lack (a detail they dropped) is said. Facts of one saved text share
     one line and its attribution. Dated by when the text tells it happened (`occurred` of its memory),
-    else when it was saved; UTC.
+    else when it was saved; UTC. `cheapest`: every passage whose facts are among the hits is left out for
+    them, whatever words it holds (the form `fitted` weighs against this one under a budget).
     """
     asked = stems(query)
     facts_from: dict[str, list[int]] = {}  # memory -> ranks of the fact hits drawn from it
@@ -126,7 +128,13 @@ def pieces_of(hits: Sequence[Hit], occurred: dict[str, float], query: str = "") 
         rank
         for rank, hit in enumerate(hits)
         if hit.kind == "passage"
-        and _facts_say_it(hit, [hits[i].text for i in facts_from.get(hit.memory_id, [])], asked, _when(hit, occurred))
+        and (
+            bool(facts_from.get(hit.memory_id))
+            if cheapest
+            else _facts_say_it(
+                hit, [hits[i].text for i in facts_from.get(hit.memory_id, [])], asked, _when(hit, occurred)
+            )
+        )
     }
     said = ""  # every piece's folded text, each after SAID_APART
     said_words: list[frozenset[str]] = []  # what each piece says (`_says`)
@@ -205,6 +213,37 @@ def _render(pieces: Sequence[Piece]) -> tuple[str, list[int]]:
 
 def unbudgeted(pieces: list[Piece]) -> Context:
     return Context(*_render(pieces))
+
+
+async def fitted(
+    hits: Sequence[Hit],
+    occurred: dict[str, float],
+    query: str,
+    budget: int,
+    tokenize: Tokenizer,
+    timeout_s: float = TOKENIZE_TIMEOUT_S,
+) -> Context:
+    """The context within `budget` that says the most saved texts: the hits as ranked (`pieces_of`), or each
+    text in its cheapest form (its facts among the hits instead of its passage), whichever fits more
+    sources; a tie keeps the ranked form. A passage costs two or three of its facts' tokens, so a small
+    budget filled in rank order says fewer sources than the facts could; a large one holds both forms'
+    sources and keeps the passages' detail. Counts nothing about the text's shape, only sources and tokens.
+    Both forms share the one `timeout_s` (the second falls back to the estimate when the first used it up).
+    """
+    started = time.monotonic()
+    ranked = pieces_of(hits, occurred, query)
+    context = await budgeted(ranked, budget, tokenize, timeout_s)
+    cheap = pieces_of(hits, occurred, query, cheapest=True)
+    if [p.text for p in cheap] == [p.text for p in ranked]:
+        return context  # no passage to trade: one form only
+    left = max(0.0, timeout_s - (time.monotonic() - started))
+    thrifty = await budgeted(cheap, budget, tokenize, left)
+    return thrifty if _sources(hits, thrifty) > _sources(hits, context) else context
+
+
+def _sources(hits: Sequence[Hit], context: Context) -> int:
+    """How many saved texts the context says something of."""
+    return len({m for rank in context.kept for m in (hits[rank].source_memory_ids or [hits[rank].memory_id])})
 
 
 async def budgeted(

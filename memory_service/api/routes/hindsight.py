@@ -34,7 +34,7 @@ from ...contract.hindsight import (
 )
 from ...contract.types import MAX_TAGS
 from ...extraction.dates import occurred
-from ...recall.context import budgeted, pieces_of
+from ...recall.context import fitted
 from ...recall.rank import Hit
 from ...recall.search import RecallQuery
 from ...storage.journal import DONE, FAILED
@@ -175,7 +175,7 @@ async def _within(services: ServicesDep, team: str, hits: list[Hit], max_tokens:
     repeats (a passage and the fact drawn from it) are said once."""
     occurred = await asyncio.to_thread(services.occurred, team, [h.memory_id for h in hits])
     timeout_s = services.settings.recall_tokenize_timeout_s
-    context = await budgeted(pieces_of(hits, occurred, query), max_tokens, services.token_pieces, timeout_s)
+    context = await fitted(hits, occurred, query, max_tokens, services.token_pieces, timeout_s)
     return [hits[rank] for rank in context.kept]
 
 

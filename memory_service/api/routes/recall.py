@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Literal, cast
 from fastapi import APIRouter, HTTPException, Request
 
 from ...contract.models import RecallItem, RecallRequest, RecallResponse
-from ...recall.context import budgeted, pieces_of, unbudgeted
+from ...recall.context import fitted, pieces_of, unbudgeted
 from ...recall.search import Recalled, RecallQuery, to_epoch
 from ..auth import Team, agent_scope
 from ..deps import ServicesDep
@@ -52,12 +52,11 @@ async def recall_route(body: RecallRequest, request: Request, team: Team, servic
     )
     found, occurred = await asyncio.to_thread(_search, services, query)
     hits = found.hits
-    pieces = pieces_of(hits, occurred, body.query)
     if body.max_tokens is None:
-        context = unbudgeted(pieces)
+        context = unbudgeted(pieces_of(hits, occurred, body.query))
     else:  # only the items said in what fits
         timeout_s = services.settings.recall_tokenize_timeout_s
-        context = await budgeted(pieces, body.max_tokens, services.token_pieces, timeout_s)
+        context = await fitted(hits, occurred, body.query, body.max_tokens, services.token_pieces, timeout_s)
         hits = [hits[rank] for rank in context.kept]
     answer = RecallResponse(
         context=context.text,
