@@ -111,6 +111,8 @@ def test_a_call_written_as_text_in_any_shape_runs_with_its_arguments(content: st
         'Process_item("T-1")',  # the next two seen in the 2026-12-06 run: one value for the one parameter
         'Process_item\n{"item_id": "T-1"}',
         "process_item( 'T-1' )",
+        "Process_item({item_id: 'T-1'})",  # an object written as code, seen with the default model
+        'process_item: {item_id: "T-1",}',
     ],
     ids=[
         "json-in-parentheses",
@@ -126,6 +128,8 @@ def test_a_call_written_as_text_in_any_shape_runs_with_its_arguments(content: st
         "positional",
         "name-line-json",
         "positional-single-quotes",
+        "code-object",
+        "colon-code-object",
     ],
 )
 def test_a_call_written_as_code_runs_with_its_arguments(content: str) -> None:
@@ -333,6 +337,8 @@ def test_the_text_reader_bounds_its_work_on_huge_or_deep_text() -> None:
         'process_item("' * 1_500,
         "process_item('" * 1_500,
         "process_item\n" * 3_000,
+        "process_item({a: " * 1_500,
+        "process_item: {a: '" * 1_500,
     ):
         assert calls_in_content(hostile, offered) == []
     assert len(calls_in_content("process_item(item_id='T-1')\n" * 1000, offered)) == 32

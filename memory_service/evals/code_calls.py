@@ -1,6 +1,6 @@
 """Tool calls a small model wrote as code: `Mark_handled({"key": "T-1"})`, `mark_handled: {"key": "T-1"}`,
-`recall(query="wifi password", k=3)`, `Mark handled {"key": "T-1"}`, `Mark_handled("T-1")` (one value, for the
-tool's one parameter), `Mark_handled` + a line break + `{"key": "T-1"}`,
+`recall(query="wifi password", k=3)`, `Mark_handled({key: 'T-1'})`, `Mark handled {"key": "T-1"}`,
+`Mark_handled("T-1")` (one value, for the tool's one parameter), `Mark_handled` + a line break + `{"key": "T-1"}`,
 `<function name="recall" arguments={"query": "wifi"}>`.
 
 Qwen2.5-Coder-1.5B writes about one call in three this way in the agent eval (47 in one run), almost always
@@ -157,18 +157,15 @@ def _arguments_after(
 ) -> tuple[dict[str, Any] | _Positional, int] | None:
     at = _skip_space(text, at)
     if opener in ":,":
-        if not text.startswith("{", at):
-            return None
-        value, end = object_at(text, at)
-        return (value, end) if isinstance(value, dict) else None
+        return _object(text, at, object_at) if text.startswith("{", at) else None
     if text.startswith(")", at):
         return {}, at + 1
     if text.startswith("{", at):
-        value, end = object_at(text, at)
-        if not isinstance(value, dict):
+        parsed = _object(text, at, object_at)
+        if parsed is None:
             return None
-        end = _skip_space(text, end)
-        return (value, end + 1) if text.startswith(")", end) else None
+        end = _skip_space(text, parsed[1])
+        return (parsed[0], end + 1) if text.startswith(")", end) else None
     if text.startswith(("'", '"'), at) or _NUMBER_START.match(text, at):
         return _one_value(text, at)
     return _keyword_arguments(text, at)
@@ -183,8 +180,18 @@ def _one_value(text: str, at: int) -> tuple[_Positional, int] | None:
     return (_Positional(parsed[0]), end + 1) if text.startswith(")", end) else None
 
 
-def _keyword_arguments(text: str, at: int) -> tuple[dict[str, Any], int] | None:
-    """`key="T-1", k=3)` → ({"key": "T-1", "k": 3}, after the `)`), or None when it is not that shape."""
+def _object(text: str, at: int, object_at: ObjectAt) -> tuple[dict[str, Any], int] | None:
+    """A JSON object at `at`, or one written as code (`{key: 'T-1'}`: bare keys, single quotes), and where it
+    ends."""
+    value, end = object_at(text, at)
+    if isinstance(value, dict):
+        return value, end
+    return _keyword_arguments(text, _skip_space(text, at + 1), close="}")
+
+
+def _keyword_arguments(text: str, at: int, close: str = ")") -> tuple[dict[str, Any], int] | None:
+    """`key="T-1", k=3)` → ({"key": "T-1", "k": 3}, after the `)`), or None when it is not that shape.
+    `close`: the character that ends the list (`}` for an object written as code)."""
     arguments: dict[str, Any] = {}
     for _ in range(MAX_PAIRS):
         name = _IDENTIFIER.match(text, at)
@@ -198,12 +205,12 @@ def _keyword_arguments(text: str, at: int) -> tuple[dict[str, Any], int] | None:
             return None
         arguments[name.group()], at = parsed
         at = _skip_space(text, at)
-        if text.startswith(")", at):
+        if text.startswith(close, at):
             return arguments, at + 1
         if not text.startswith(",", at):
             return None
         at = _skip_space(text, at + 1)
-        if text.startswith(")", at):  # a trailing comma
+        if text.startswith(close, at):  # a trailing comma
             return arguments, at + 1
     return None
 
