@@ -12,8 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 import re
-import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -228,44 +227,52 @@ async def fitted(
     sources; a tie keeps the ranked form. A passage costs two or three of its facts' tokens, so a small
     budget filled in rank order says fewer sources than the facts could; a large one holds both forms'
     sources and keeps the passages' detail. Counts nothing about the text's shape, only sources and tokens.
-    Both forms share the one `timeout_s` (the second falls back to the estimate when the first used it up).
-    """
-    started = time.monotonic()
+    Both forms are counted in one /tokenize call and only the chosen one is counted again, so this costs
+    what one form did."""
     ranked = pieces_of(hits, occurred, query)
-    context = await budgeted(ranked, budget, tokenize, timeout_s)
     cheap = pieces_of(hits, occurred, query, cheapest=True)
-    if [p.text for p in cheap] == [p.text for p in ranked]:
-        return context  # no passage to trade: one form only
-    left = max(0.0, timeout_s - (time.monotonic() - started))
-    thrifty = await budgeted(cheap, budget, tokenize, left)
-    return thrifty if _sources(hits, thrifty) > _sources(hits, context) else context
+    forms = [ranked] if [p.text for p in cheap] == [p.text for p in ranked] else [ranked, cheap]
+    return await budgeted(forms, budget, tokenize, timeout_s, lambda chosen: _sources(hits, chosen))
 
 
-def _sources(hits: Sequence[Hit], context: Context) -> int:
-    """How many saved texts the context says something of."""
-    return len({m for rank in context.kept for m in (hits[rank].source_memory_ids or [hits[rank].memory_id])})
+def _sources(hits: Sequence[Hit], ranks: Iterable[int]) -> int:
+    """How many saved texts these hits say something of."""
+    return len({m for rank in ranks for m in (hits[rank].source_memory_ids or [hits[rank].memory_id])})
 
 
 async def budgeted(
-    pieces: list[Piece], budget: int, tokenize: Tokenizer, timeout_s: float = TOKENIZE_TIMEOUT_S
+    forms: list[list[Piece]],
+    budget: int,
+    tokenize: Tokenizer,
+    timeout_s: float = TOKENIZE_TIMEOUT_S,
+    worth: Callable[[list[int]], int] = len,
 ) -> Context:
-    """The pieces, in rank order, that fit in `budget` tokens together with their line separators; a piece
-    that does not fit is skipped and the shorter ones after it are still tried (a fact whose line was
-    skipped is skipped with it). By the model's tokenizer when it answers within `timeout_s`
+    """Of each form (a list of pieces), the pieces in order that fit in `budget` tokens together with their
+    line separators; a piece that does not fit is skipped and the shorter ones after it are still tried (a
+    fact whose line was skipped is skipped with it). The form whose fitted ranks are `worth` most is
+    answered (a tie: the first). By the model's tokenizer when it answers within `timeout_s`
     (MEMORY_RECALL_TOKENIZE_TIMEOUT_S), else by `estimate_tokens`."""
-    if not pieces:
+    forms = [f for f in forms if f] or [[]]
+    if not any(forms):
         return Context("", [], 0, "estimate")  # nothing to count: the model is not asked
     try:
         async with asyncio.timeout(timeout_s):
-            fitted = await _by_model(pieces, budget, tokenize)
-        if fitted is not None:
-            return fitted
+            counted = await _by_model(forms, budget, tokenize, worth)
+        if counted is not None:
+            return counted
     except Exception:  # down, slow or odd: the estimate answers instead; recall never fails on it
         pass
-    costs = [estimate_tokens(p.text) + (1 if p.starts_line else 0) for p in pieces]  # a line with its separator
-    chosen = _greedy(pieces, costs, budget + 1)  # the last line has no separator
-    text, kept = _render([pieces[i] for i in chosen])
+    # a line with its separator; the last line has none
+    fits = [_greedy(f, [estimate_tokens(p.text) + (1 if p.starts_line else 0) for p in f], budget + 1) for f in forms]
+    best = _best(forms, fits, worth)
+    text, kept = _render([forms[best][i] for i in fits[best]])
     return Context(text, kept, estimate_tokens(text), "estimate")
+
+
+def _best(forms: list[list[Piece]], fits: list[list[int]], worth: Callable[[list[int]], int]) -> int:
+    """The form whose fitted pieces' ranks are worth most; the first of equals."""
+    values = [worth([forms[n][i].rank for i in fit]) for n, fit in enumerate(fits)]
+    return values.index(max(values))
 
 
 def _greedy(
@@ -284,20 +291,24 @@ def _greedy(
     return chosen
 
 
-async def _by_model(pieces: list[Piece], budget: int, tokenize: Tokenizer) -> Context | None:
-    """Count every piece in one /tokenize call (each token belongs to the piece its text starts in), choose,
-    then count the chosen text itself; while a merge across a boundary makes it exceed, leave out the last
-    piece chosen and choose again (the pieces after it are tried again)."""
-    texts = [p.text for p in pieces]
+async def _by_model(
+    forms: list[list[Piece]], budget: int, tokenize: Tokenizer, worth: Callable[[list[int]], int]
+) -> Context | None:
+    """Count every piece of every form in one /tokenize call (each token belongs to the piece its text starts
+    in; a text in both forms is counted once), choose the form, then count its chosen text itself; while a merge across a boundary makes it
+    exceed, leave out the last piece chosen and choose again (the pieces after it are tried again)."""
+    texts = list(dict.fromkeys(p.text for form in forms for p in form))  # the forms share most of their pieces
     joined = SEPARATOR.join(texts) + SEPARATOR
     counted_pieces = await tokenize(joined)
     if counted_pieces is None:
         return None
-    costs = _costs_per_line(joined, counted_pieces, texts)
+    cost_of = dict(zip(texts, _costs_per_line(joined, counted_pieces, texts), strict=True))
+    costs = [[cost_of[p.text] for p in form] for form in forms]
     # a continuation is counted here with a separator it will not have: it never under-counts
-    left_out: set[int] = set()
+    best = _best(forms, [_greedy(f, c, budget + 1) for f, c in zip(forms, costs, strict=True)], worth)
+    pieces, left_out = forms[best], set[int]()
     while True:
-        chosen = _greedy(pieces, costs, budget + 1, left_out)  # each cost counts its separator; the last has none
+        chosen = _greedy(pieces, costs[best], budget + 1, left_out)  # each cost counts its separator
         text, kept = _render([pieces[i] for i in chosen])
         counted = await tokenize(text) if text else []
         if counted is None:
