@@ -1,17 +1,19 @@
 """Tool calls a small model wrote as code: `Mark_handled({"key": "T-1"})`, `mark_handled: {"key": "T-1"}`,
 `recall(query="wifi password", k=3)`, `Mark_handled({key: 'T-1'})`, `Mark handled {"key": "T-1"}`,
-`Mark_handled("T-1")` (one value, for the tool's one parameter), `Mark_handled` + a line break + `{"key": "T-1"}`,
-`<function name="recall" arguments={"query": "wifi"}>`.
+`Mark_handled("T-1")` (one value, for the tool's one parameter), `Mark_handled` + a line break +
+`{"key": "T-1"}`, `<function name="recall" arguments={"query": "wifi"}>`.
 
 Qwen2.5-Coder-1.5B writes about one call in three this way in the agent eval (47 in one run), almost always
 with the tool's name capitalised. A harness that does not read them scores "the model asked for work" as "the
 model is done", the field report's failure #1 again.
 
 Only an offered tool's name starts a call (any case, not inside a longer word), and only when an argument
-list that parses follows it: `(` + a JSON object + `)`, `(` + keyword arguments + `)`, `(` + one quoted string
-or number + `)`, `()`, a JSON object after `:`, `,`, a space or a line break, or `<function name=… arguments=` +
-a JSON object. One positional value is the tool's argument only when the tool has one parameter to give it
-to (`positional`); otherwise the call is answered with how to name it. `_` in a name may be a space. Prose that merely names a tool ("then call mark_handled(key) for each") reads as nothing.
+list that parses follows it: `(` + an object + `)`, `(` + keyword arguments + `)`, `(` + one quoted string or
+number + `)`, `()`, an object after `:`, `,`, a space or a line break, or `<function name=… arguments=` + an
+object. An object is JSON or written as code (bare keys, single quotes). One positional value is the tool's
+argument only when the tool has one parameter to give it to (`positional`); otherwise the call is answered
+with how to name it. `_` in a name may be a space. Prose that merely names a tool ("then call
+mark_handled(key) for each") reads as nothing.
 
 Every step is linear in the text: the names are one alternation of literals, keyword arguments are read by a
 hand-written tokenizer (a regex with nested quantifiers hung on a hostile 20k-character reply), and JSON

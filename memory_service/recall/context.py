@@ -227,8 +227,8 @@ async def fitted(
     sources; a tie keeps the ranked form. A passage costs two or three of its facts' tokens, so a small
     budget filled in rank order says fewer sources than the facts could; a large one holds both forms'
     sources and keeps the passages' detail. Counts nothing about the text's shape, only sources and tokens.
-    Both forms are counted in one /tokenize call and only the chosen one is counted again, so this costs
-    what one form did."""
+    Both forms are counted in one /tokenize call and only the chosen one is counted again: the second form
+    costs its assembly and the few texts it adds to the count."""
     ranked = pieces_of(hits, occurred, query)
     cheap = pieces_of(hits, occurred, query, cheapest=True)
     forms = [ranked] if [p.text for p in cheap] == [p.text for p in ranked] else [ranked, cheap]
@@ -295,8 +295,9 @@ async def _by_model(
     forms: list[list[Piece]], budget: int, tokenize: Tokenizer, worth: Callable[[list[int]], int]
 ) -> Context | None:
     """Count every piece of every form in one /tokenize call (each token belongs to the piece its text starts
-    in; a text in both forms is counted once), choose the form, then count its chosen text itself; while a merge across a boundary makes it
-    exceed, leave out the last piece chosen and choose again (the pieces after it are tried again)."""
+    in; a text in both forms is counted once), choose the form, then count its chosen text itself; while a
+    merge across a boundary makes it exceed, leave out the last piece chosen and choose again (the pieces
+    after it are tried again)."""
     texts = list(dict.fromkeys(p.text for form in forms for p in form))  # the forms share most of their pieces
     joined = SEPARATOR.join(texts) + SEPARATOR
     counted_pieces = await tokenize(joined)
