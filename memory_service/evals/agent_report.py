@@ -117,19 +117,14 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def audit(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Calls the harness lost over the whole run, and where (profile/task/seed/session)."""
-    where = [
-        f"{r['profile']}/{r['task']}/seed {r.get('seed', 1)}/session {s['session']}: {s['calls_lost']}"
+    labelled = [
+        (f"{r['profile']}/{r['task']}/seed {r.get('seed', 1)}/session {s['session']}", s)
         for r in runs
         for s in r["sessions"]
-        if s.get("calls_lost")
     ]
-    sessions = [s for r in runs for s in r["sessions"]]
-    unread = [
-        f"{r['profile']}/{r['task']}/seed {r.get('seed', 1)}/session {s['session']}"
-        for r in runs
-        for s in r["sessions"]
-        if (s.get("audit") or {}).get("replies_with_unread_call_text")
-    ]
+    where = [f"{label}: {s['calls_lost']}" for label, s in labelled if s.get("calls_lost")]
+    unread = [label for label, s in labelled if (s.get("audit") or {}).get("replies_with_unread_call_text")]
+    sessions = [s for _, s in labelled]
     return {
         "unread": unread,  # sessions with a reply whose text still looks like a call: for a reader to look at
         "calls_lost": sum(s.get("calls_lost", 0) for s in sessions),
@@ -166,13 +161,10 @@ def audit_line(result: dict[str, Any]) -> str:
     unaudited = found["sessions"] - found["sessions_audited"]
     extra = f" ({unaudited} session(s) without raw replies, not audited)" if unaudited else ""
     unread = found["unread"]
-    look = (
-        f" Text that still looks like a call in {len(unread)} session(s), read it with --transcript: "
-        + "; ".join(unread[:10])
-        + "."
-        if unread
-        else ""
-    )
+    look = ""
+    if unread:
+        look = f" Text that still looks like a call in {len(unread)} session(s), read it with --transcript: "
+        look += "; ".join(unread[:10]) + "."
     return (
         f"**Harness audit: 0 calls lost** of {found['calls_in_replies']} in the model's raw replies, "
         f"{found['sessions']} sessions{extra}.{look}\n"

@@ -216,14 +216,15 @@ def _calls_in(value: Any, offered: set[str] | frozenset[str], depth: int) -> lis
         return _calls_in(value["tool_calls"], offered, depth + 1)
     if isinstance(value.get("function"), dict) and "name" not in value:
         return _calls_in(value["function"], offered, depth + 1)
-    name = next((value[k] for k in _NAME_KEYS if k in value), None)
+    raw_name = next((value[k] for k in _NAME_KEYS if k in value), None)
+    name = raw_name.strip() if isinstance(raw_name, str) else ""
     argument_key = next((k for k in _ARGUMENT_KEYS if k in value), None)
-    if not isinstance(name, str) or not name.strip() or not (argument_key or name.strip() in offered):
+    if not name or not (argument_key or raw_name in offered):
         return []  # a JSON answer with a "name" field (a person, a record) is not a call
     if argument_key == "parameters" and _is_schema(value["parameters"]):
-        return [(name.strip(), None, _DEFINITION.format(name=name.strip()), name.strip() in offered)]
-    arguments, problem = _arguments(value.get(argument_key, {}) if argument_key else {})
-    return [(name.strip(), arguments, problem, name.strip() in offered)]
+        return [(name, None, _DEFINITION.format(name=name), name in offered)]
+    arguments, problem = _arguments(value[argument_key] if argument_key else {})
+    return [(name, arguments, problem, name in offered)]
 
 
 _DEFINITION = (

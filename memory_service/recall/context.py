@@ -252,8 +252,8 @@ async def budgeted(
     fact whose line was skipped is skipped with it). The form whose fitted ranks are `worth` most is
     answered (a tie: the first). By the model's tokenizer when it answers within `timeout_s`
     (MEMORY_RECALL_TOKENIZE_TIMEOUT_S), else by `estimate_tokens`."""
-    forms = [f for f in forms if f] or [[]]
-    if not any(forms):
+    forms = [f for f in forms if f]
+    if not forms:
         return Context("", [], 0, "estimate")  # nothing to count: the model is not asked
     try:
         async with asyncio.timeout(timeout_s):
@@ -307,7 +307,8 @@ async def _by_model(
     costs = [[cost_of[p.text] for p in form] for form in forms]
     # a continuation is counted here with a separator it will not have: it never under-counts
     best = _best(forms, [_greedy(f, c, budget + 1) for f, c in zip(forms, costs, strict=True)], worth)
-    pieces, left_out = forms[best], set[int]()
+    pieces = forms[best]
+    left_out: set[int] = set()
     while True:
         chosen = _greedy(pieces, costs[best], budget + 1, left_out)  # each cost counts its separator
         text, kept = _render([pieces[i] for i in chosen])
