@@ -31,6 +31,11 @@ def _default_threads() -> int:
     return max(1, (os.cpu_count() or 2) - 1)
 
 
+def _default_blocking_threads() -> int:
+    # what asyncio's default executor took before the service sized its own: the same behaviour by default
+    return min(32, (os.cpu_count() or 1) + 4)
+
+
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "memory-service"
 
 
@@ -105,6 +110,8 @@ class Settings(BaseSettings):
     recall_floor: float = Field(default=0.25, ge=-1, le=1)
     # how long a recall with max_tokens waits for llama-server's /tokenize before counting by the estimate
     recall_tokenize_timeout_s: float = Field(default=0.2, gt=0, le=10)
+    # threads for the requests' blocking store work (SQLite, PostgreSQL, Chroma calls): one pool, Services'
+    blocking_threads: int = Field(default_factory=_default_blocking_threads, ge=1, le=256)
     # postgresql://user@host/db: the journal, jobs, limits, handled ledger and keys live there instead of
     # the data dir's SQLite files, so several API processes can share them (see "Outgrowing one machine")
     database_url: str | None = None

@@ -10,11 +10,14 @@ The background workers get only their own parts, never the bundle.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import dataclasses
+import functools
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from .config import Settings
 from .consolidation.worker import Consolidator
@@ -30,6 +33,7 @@ from .pipeline.passages import PassageIndexer
 from .pipeline.settling import Settling
 from .pipeline.webhooks import Webhooks
 from .pipeline.worker import ExtractionWorker
+from .recall.answer import Narrow, RecallAnswer, answer
 from .recall.background import BackgroundWork
 from .recall.filtered_vectors import FilteredVectors
 from .recall.query_embeddings import QueryEmbeddings
@@ -49,6 +53,7 @@ from .storage.occurred import occurred_times
 from .storage.vectors import VectorStore
 
 log = logging.getLogger("memory_service")
+T = TypeVar("T")
 
 
 class LimitsAndKeys:
@@ -58,6 +63,16 @@ class LimitsAndKeys:
 
     def __init__(self, settings: Settings, limits: LimitStore, keys: KeyStore) -> None:
         self.settings, self.limits, self.keys, self.metrics = settings, limits, keys, Metrics()
+        self._open_pool()
+
+    def _open_pool(self) -> None:
+        # the requests' blocking work (key lookups, stores, journal, vector calls): MEMORY_BLOCKING_THREADS
+        self._blocking = ThreadPoolExecutor(self.settings.blocking_threads, thread_name_prefix="blocking")
+
+    async def off_loop(self, work: Callable[..., T], *args: Any) -> T:
+        """`work(*args)` in the blocking pool, with the caller's context (its request id in the logs)."""
+        call = functools.partial(contextvars.copy_context().run, work, *args)
+        return await asyncio.get_running_loop().run_in_executor(self._blocking, call)
 
     def put_limit(self, team: str, name: str, daily_limit: int, tz: str, per: Per) -> tuple[LimitView, bool]:
         """Create or change a limit; also whether it was created."""
@@ -158,6 +173,7 @@ class Services(LimitsAndKeys):
         self.query_embeddings = QueryEmbeddings(self.embedder)
         # recall's keyword leg runs here while the request's thread embeds the query (see `recall`)
         self._recall_legs = ThreadPoolExecutor(max_workers=4, thread_name_prefix="recall-keyword")
+        self._open_pool()
 
     @classmethod
     def open(cls, settings: Settings, *, speed_prior: tuple[float, float] | None = None) -> Services:
@@ -242,6 +258,7 @@ class Services(LimitsAndKeys):
             self.journal.recover(owner=self.holder if self.database is not None else None)
         except DRIVER_ERRORS as exc:  # the database is down: the leases run out and another process takes over
             log.warning("could not hand this process's jobs back (%s); they are retried when their lease ends", exc)
+        self._blocking.shutdown(wait=True)
         self._recall_legs.shutdown(wait=True)
         self._vector_background.close()  # before the store it reads closes
         self.vectors.close()
@@ -260,12 +277,29 @@ class Services(LimitsAndKeys):
         memory, created = self.journal.insert(**fields, budget_s=self.settings.extract_budget_s)
         return memory, created, self.journal.team_backlog(memory.team, memory.created_at)
 
-    def recall(self, query: RecallQuery) -> list[Hit]:
-        """Recall over this team's stores (blocking: call it in a thread; the keyword leg runs beside it)."""
-        return self.recalled(query).hits
+    async def recall(
+        self, query: RecallQuery, max_tokens: int | None = None, narrow: Narrow | None = None
+    ) -> RecallAnswer:
+        """The finished answer to a recall: its hits, its context (within `max_tokens`) and its note. The
+        search and the dates run in the blocking pool; `narrow` is a path's own filter of the hits (Hindsight's
+        tags), applied before the dates are read and the context is built."""
+        found, occurred = await self.off_loop(self._found, query, narrow)
+        timeout_s = self.settings.recall_tokenize_timeout_s
+        return await answer(found, occurred, query.query, max_tokens, self.token_pieces, timeout_s)
+
+    async def recall_hits(self, query: RecallQuery) -> list[Hit]:
+        """Only a recall's hits, best first, for paths that render them their own way (mem0's search, the
+        console): no dates read, no context built."""
+        return (await self.off_loop(self.recalled, query)).hits
+
+    def _found(self, query: RecallQuery, narrow: Narrow | None) -> tuple[Recalled, dict[str, float]]:
+        found = self.recalled(query)
+        if narrow is not None:
+            found = dataclasses.replace(found, hits=narrow(found.hits))
+        return found, self.occurred(query.team, [h.memory_id for h in found.hits])
 
     def recalled(self, query: RecallQuery) -> Recalled:
-        """`recall`, with what the relevance floor (MEMORY_RECALL_FLOOR) left out, for the answer's note."""
+        """The hits of a recall, and what the relevance floor (MEMORY_RECALL_FLOOR) left out (blocking)."""
         return recall(
             query,
             journal=self.journal,

@@ -78,8 +78,8 @@ def requires(role: Role, schemes: frozenset[str] = BEARER) -> Callable[[Request]
     """A dependency that admits callers with `role` or above, and leaves the caller on `request.state`."""
 
     async def dependency(request: Request) -> str:
-        # async on purpose: a sync dependency costs a threadpool hop on every request
-        caller = identify(request, schemes)
+        # the key is read from its store (on PostgreSQL a round trip): in the services' pool, off the loop
+        caller = await request.app.state.services.off_loop(identify, request, schemes)
         if not role_allows(caller.role, role):
             raise HTTPException(
                 status_code=403, detail=f"this key has role '{caller.role}'; this action needs role '{role}' or above"

@@ -177,7 +177,7 @@ async def memories(
             since=lo,
             until=hi,
         )
-        hits = await asyncio.to_thread(services.recall, query)
+        hits = await services.recall_hits(query)
         return render(request, "memories.html", session, items=[], hits=hits, **context)
     flt = ListFilter(
         agent_id=filters["agent_id"] or None, status=status or None, tag=filters["tag"] or None, since=lo, until=hi

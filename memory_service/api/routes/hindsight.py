@@ -34,7 +34,6 @@ from ...contract.hindsight import (
 )
 from ...contract.types import MAX_TAGS
 from ...extraction.dates import occurred
-from ...recall.context import fitted
 from ...recall.rank import Hit
 from ...recall.search import RecallQuery
 from ...storage.journal import DONE, FAILED
@@ -169,16 +168,6 @@ async def retain(
     )
 
 
-async def _within(services: ServicesDep, team: str, hits: list[Hit], max_tokens: int, query: str) -> list[Hit]:
-    """The best hits that fit `max_tokens`, counted as /v1/recall counts its context (recall/context.py: the
-    model's /tokenize, else its over-counting estimate) on each hit's dated line, so the texts fit too;
-    repeats (a passage and the fact drawn from it) are said once."""
-    occurred = await asyncio.to_thread(services.occurred, team, [h.memory_id for h in hits])
-    timeout_s = services.settings.recall_tokenize_timeout_s
-    context = await fitted(hits, occurred, query, max_tokens, services.token_pieces, timeout_s)
-    return [hits[rank] for rank in context.kept]
-
-
 def _results(hits: list[Hit], memories: dict[str, Memory | None]) -> list[HsRecallResult]:
     out = []
     for hit in hits:
@@ -223,11 +212,15 @@ async def recall(
         agent_id=bank_id,
         tags=tuple(wanted) if exact_pushdown else (),
     )
-    hits = await asyncio.to_thread(services.recall, query)
-    hits = [h for h in hits if hindsight_docs._tags_match(h.tags, wanted, body.tags_match)] if wanted else hits
-    if body.tags_match == "exact" and not wanted:
-        hits = [h for h in hits if not h.tags]
-    hits = await _within(services, team, hits[:k], body.max_tokens, body.query)
+
+    def narrow(hits: list[Hit]) -> list[Hit]:
+        if wanted:
+            hits = [h for h in hits if hindsight_docs._tags_match(h.tags, wanted, body.tags_match)]
+        elif body.tags_match == "exact":
+            hits = [h for h in hits if not h.tags]
+        return hits[:k]
+
+    hits = (await services.recall(query, body.max_tokens, narrow)).hits
     ids = list(dict.fromkeys(h.memory_id for h in hits))
     memories = await asyncio.to_thread(lambda: {i: services.memory(team, i) for i in ids})
     return HsRecallResponse(results=_results(hits, memories))

@@ -185,7 +185,7 @@ async def search(body: SearchRequest, request: Request, team: Team, services: Se
         until=scope.until,
         min_score=body.threshold,
     )
-    hits = await asyncio.to_thread(services.recall, query)
+    hits = await services.recall_hits(query)
     ids = list(dict.fromkeys(h.memory_id for h in hits))
     memories = await asyncio.to_thread(lambda: {i: services.memory(team, i) for i in ids})
     results = []

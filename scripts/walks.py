@@ -1,10 +1,13 @@
-"""The remember walk: which package files one save crosses, from POST /v1/remember to its job's `done`.
+"""The walks: which package files one save or one recall crosses, for a reader following it.
 
-    PYTHONPATH=. .venv/bin/python scripts/remember_walk.py      # from the checkout's root; prints JSON
+    PYTHONPATH=. .venv/bin/python scripts/walks.py remember   # from the checkout's root; prints JSON
+    PYTHONPATH=. .venv/bin/python scripts/walks.py recall
 
-In process, against the fake llama-server, after one warm-up save; every thread is traced. `files` is how
-many package files the save and its extraction enter, `returns` how often a thread goes back to a file it
-had left, `folder_returns` the same per top-level folder. A measure of how the code reads, not of speed.
+remember: from POST /v1/remember to its job's `done`; recall: one POST /v1/recall with a token budget, over
+a few saved and extracted texts. In process, against the fake llama-server, after a warm-up of the same
+call; every thread is traced. `files` is how many package files the call enters, `returns` how often a
+thread goes back to a file it had left, `folder_returns` the same per top-level folder. A measure of how
+the code reads, not of speed.
 """
 
 from __future__ import annotations
@@ -72,7 +75,14 @@ async def _save_and_wait(client: httpx.AsyncClient, walk: Walk, text: str) -> st
     return status
 
 
-async def main() -> dict[str, Any]:
+async def _recall(client: httpx.AsyncClient, walk: Walk, query: str) -> str:
+    walk.recording = True
+    answer = await client.post("/v1/recall", json={"query": query, "k": 10, "max_tokens": 128})
+    walk.recording = False
+    return "done" if answer.status_code == 200 and answer.json()["items"] else f"{answer.status_code} {answer.text}"
+
+
+async def main(which: str) -> dict[str, Any]:
     walk = Walk()
     threading.settrace(walk.trace)  # type: ignore[arg-type]  # the global trace function's return is unused
     sys.settrace(walk.trace)  # type: ignore[arg-type]
@@ -81,11 +91,17 @@ async def main() -> dict[str, Any]:
         services = Services.open(settings)
         app = create_app(settings, services=services)
         await services.start()
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://walk") as client:
+        transport = httpx.ASGITransport(app=app)  # a keyless service answers only a loopback host
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             await _save_and_wait(client, Walk(), "Warm up: Ana fixed the build.")  # first-call costs are not the walk
-            status = await _save_and_wait(
-                client, walk, "Rosa Diaz closed incident 42 on the payments gateway on Monday."
-            )
+            if which == "remember":
+                status = await _save_and_wait(
+                    client, walk, "Rosa Diaz closed incident 42 on the payments gateway on Monday."
+                )
+            else:
+                await _save_and_wait(client, Walk(), "Rosa Diaz closed incident 42 on the payments gateway.")
+                await _recall(client, Walk(), "who fixed the build?")
+                status = await _recall(client, walk, "who closed incident 42?")
         await services.stop()
     sys.settrace(None)
     threading.settrace(None)  # type: ignore[arg-type]
@@ -101,4 +117,6 @@ async def main() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(asyncio.run(main()), indent=1))
+    if sys.argv[1:] not in (["remember"], ["recall"]):
+        sys.exit("usage: scripts/walks.py remember|recall")
+    print(json.dumps(asyncio.run(main(sys.argv[1])), indent=1))
