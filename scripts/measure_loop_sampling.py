@@ -95,7 +95,7 @@ def main() -> int:
     server = None
     url = args.llm_url
     if not url:
-        from memory_service.bench.service_runner import start_llama
+        from memory_service.testbed.service_runner import start_llama
 
         server = start_llama("default")
         url = server.url

@@ -22,19 +22,19 @@ from typing import Any
 
 import httpx
 import pytest
-from chroma_server import ChromaServer
 from fastapi.testclient import TestClient
 from inprocess import InProcessService
 
 from memory_service.api.app import create_app
-from memory_service.bench.postgres import PostgresCluster
-from memory_service.bench.service_runner import ServiceRunner
 from memory_service.config import Settings
 from memory_service.llm.runtime.gguf import ensure_model
 from memory_service.llm.runtime.server import LlamaServerProcess, free_port, stop_group
 from memory_service.services import Services
 from memory_service.storage.database import Database, PostgresDatabase, SqliteDatabase
 from memory_service.storage.journal import Journal
+from memory_service.testbed.chroma_server import ChromaServer
+from memory_service.testbed.postgres import PostgresCluster
+from memory_service.testbed.service_runner import ServiceRunner
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = Settings.from_env().cache_dir

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from memory_service.bench import consolidation, limits, plots, transfer, transfer_data
-from memory_service.bench.stats import goal, percentile
-from memory_service.evals import locomo_data, locomo_metrics
+from memory_service.bench import consolidation, limits, transfer, transfer_data
 from memory_service.evals import personaext as persona
+from memory_service.testbed import locomo_data, locomo_metrics, results
+from memory_service.testbed.stats import goal, percentile
 
 
 def test_evidence_ids_are_normalised_split_and_checked() -> None:
@@ -135,23 +135,23 @@ def test_plots_are_skipped_with_one_log_line_without_matplotlib(
 ) -> None:
     """matplotlib is an optional extra: without it the results are written and the plots skipped, said once."""
     drawn: list[Path] = []
-    plots.plots_available.cache_clear()
+    results.plots_available.cache_clear()
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now raises ImportError
     try:
-        with caplog.at_level(logging.WARNING, logger=plots.__name__):
+        with caplog.at_level(logging.WARNING, logger=results.__name__):
             for name in ("one.png", "two.png", "three.png"):
-                assert plots.save_plot(lambda result, path: drawn.append(path), {}, tmp_path / name) is False
+                assert results.save_plot(lambda result, path: drawn.append(path), {}, tmp_path / name) is False
     finally:
-        plots.plots_available.cache_clear()  # the next caller sees the real matplotlib again
+        results.plots_available.cache_clear()  # the next caller sees the real matplotlib again
     assert drawn == [] and list(tmp_path.iterdir()) == []
-    lines = [r.getMessage() for r in caplog.records if r.name == plots.__name__]
+    lines = [r.getMessage() for r in caplog.records if r.name == results.__name__]
     assert len(lines) == 1, lines
     assert "matplotlib is not installed" in lines[0] and "memory-service[bench]" in lines[0]
 
 
 def test_plots_are_drawn_when_matplotlib_is_there(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")  # the dev extra installs it; this checks the path that draws
-    plots.plots_available.cache_clear()
+    results.plots_available.cache_clear()
     result = persona.summarize(
         [
             {
@@ -173,7 +173,7 @@ def test_plots_are_drawn_when_matplotlib_is_there(tmp_path: Path) -> None:
             },
         ]
     )
-    assert plots.save_plot(persona.plot, result, tmp_path / "sub" / "personaext.png") is True
+    assert results.save_plot(persona.plot, result, tmp_path / "sub" / "personaext.png") is True
     assert (tmp_path / "sub" / "personaext.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -211,7 +211,7 @@ def test_transfer_benchmark_quick_mode(tmp_path: Path) -> None:
     after = result["after_forget"]
     assert after["forgotten"] == 170 and after["list_count"] == after["export_count"] == 330
     assert after["recall_control_found"] > 0  # recall works at all, so finding no forgotten id means something
-    plots.save_plot(transfer.plot, result, tmp_path / "transfer.png")
+    results.save_plot(transfer.plot, result, tmp_path / "transfer.png")
 
 
 def test_consolidation_benchmark_seed_gives_every_subject_a_group_due() -> None:
@@ -303,7 +303,7 @@ def test_locomo_runner_end_to_end_on_tiny_model(tiny_llama, tmp_path: Path) -> N
 def test_scrape_reads_gauges_and_histograms_of_a_metrics_page() -> None:
     from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
 
-    from memory_service.bench.probes import scrape
+    from memory_service.testbed.probes import scrape
 
     registry = CollectorRegistry()
     Gauge("memory_vector_indexes_ready", "ready", registry=registry).set(2)

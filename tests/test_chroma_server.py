@@ -14,12 +14,12 @@ from collections.abc import Iterator
 
 import chromadb
 import pytest
-from chroma_server import ChromaServer
 from chromadb.config import Settings as ChromaSettings
 from conftest import KEYS, ServiceProcess, wait_status
 
 from memory_service.llm.runtime.server import free_port
 from memory_service.storage.vectors import collection_name
+from memory_service.testbed.chroma_server import ChromaServer
 from tests.fakes.fake_llama_server import FakeLlamaServer
 
 pytestmark = pytest.mark.process  # a chroma run server and serve subprocesses

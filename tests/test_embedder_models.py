@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memory_service.cli.reindex import run_reindex
 from memory_service.config import Settings
 from memory_service.embedding.embedder import EmbedderError, load_embedder
 from memory_service.embedding.models import DEFAULT_MODEL, MODELS
 from memory_service.llm.runtime.server import free_port
+from memory_service.ops.reindex import run_reindex
 from memory_service.pipeline.passages import index_passages
 from memory_service.services import Services
 from memory_service.storage.datadir import EMBEDDER_FILE, DataDir

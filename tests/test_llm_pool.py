@@ -16,10 +16,10 @@ import httpx
 import pytest
 from conftest import eventually, start_llama, wait_status
 
-from memory_service.bench.service_runner import llama_busy
 from memory_service.config import ConfigError, Settings
 from memory_service.llm.pool import ModelPool
 from memory_service.ops.doctor import run_doctor
+from memory_service.testbed.service_runner import llama_busy
 from tests.fakes.fake_llama_server import FakeLlamaServer
 
 TEXTS = [

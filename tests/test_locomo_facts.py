@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from memory_service.evals.locomo_data import parse_conversation
 from memory_service.evals.locomo_facts import match
+from memory_service.testbed.locomo_data import parse_conversation
 
 
 def test_facts_match_observations_one_to_one_within_their_turn() -> None:

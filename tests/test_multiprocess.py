@@ -20,8 +20,8 @@ import psycopg
 import pytest
 from limits_helpers import concurrently
 
-from memory_service.bench.group import ServiceGroup, shared_env
 from memory_service.bench.texts import AGENT_TEXTS
+from memory_service.testbed.group import ServiceGroup, shared_env
 
 pytestmark = pytest.mark.process  # several serve processes on shared stores
 

@@ -93,7 +93,7 @@ INSTALLED_PROBE = textwrap.dedent("""
     from pathlib import Path
 
     import memory_service, memory_service.bench.cli, memory_service.evals.cli
-    from memory_service.bench.plots import save_plot
+    from memory_service.testbed.results import save_plot
     from memory_service.evals import personaext
 
     data = Path("dev.jsonl")

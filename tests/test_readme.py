@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from memory_service.bench.service_runner import ServiceRunner
 from memory_service.cli.main import build_parser
 from memory_service.config import Settings
+from memory_service.testbed.service_runner import ServiceRunner
 from tests.fakes.fake_llama_server import FakeLlamaServer
 
 README = ROOT / "README.md"

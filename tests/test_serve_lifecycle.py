@@ -125,7 +125,7 @@ def test_bad_configuration_is_reported_not_a_traceback(tmp_path):
 _RUNNER_PARENT = """
 import sys, time
 from pathlib import Path
-from memory_service.bench.service_runner import ServiceRunner
+from memory_service.testbed.service_runner import ServiceRunner
 runner = ServiceRunner(Path(sys.argv[1]), api_keys={}, llm_url="http://127.0.0.1:9").start(timeout_s=180)
 print(runner.pid, flush=True)
 time.sleep(600)

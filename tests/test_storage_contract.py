@@ -318,8 +318,8 @@ def test_api_keys_work_across_store_instances(database: Database, tmp_path: Path
 @pytest.mark.process  # its own PostgreSQL cluster, stopped under a serve subprocess
 def test_postgres_down_is_a_503_and_the_service_recovers_when_it_is_back(tmp_path: Path) -> None:
     """Never a 500 and nothing half-written: while PostgreSQL is down every route that needs it says so."""
-    from memory_service.bench.postgres import PostgresCluster
-    from memory_service.bench.service_runner import ServiceRunner
+    from memory_service.testbed.postgres import PostgresCluster
+    from memory_service.testbed.service_runner import ServiceRunner
 
     cluster = PostgresCluster(tmp_path / "pg").start()
     service = None

@@ -22,13 +22,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..testbed.probes import machine_info
+from ..testbed.results import pyplot, save_plot, write_figure, write_json
+from ..testbed.service_runner import ServiceRunner, start_llama
+from ..testbed.stats import goal
 from . import consolidation, extraction, fairness, recall, remember, rss, scale, transfer
 from .options import add_bench_arguments
-from .plots import pyplot, save_plot, write_figure
-from .probes import machine_info
-from .report import write_json
-from .service_runner import ServiceRunner, start_llama
-from .stats import goal
 
 LIMITS_CONCURRENCY = 32
 LIMITS_MODULE = "memory_service.bench.limits"  # run with `python -m`, in a process of its own

@@ -28,11 +28,11 @@ from typing import Any
 import httpx
 
 from ..client.service import service_client
-from .plots import pyplot, write_figure
-from .probes import machine_info
+from ..testbed.probes import machine_info
+from ..testbed.results import pyplot, write_figure
+from ..testbed.service_runner import ServiceRunner, llama_busy
+from ..testbed.stats import goal, latency_summary
 from .report import main_with_llama
-from .service_runner import ServiceRunner, llama_busy
-from .stats import goal, latency_summary
 from .texts import agent_text
 from .transfer_data import ndjson
 from .transfer_timing import wait_indexed

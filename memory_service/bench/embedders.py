@@ -25,8 +25,8 @@ import numpy as np
 
 from ..embedding.embedder import EmbedderError, load_embedder
 from ..embedding.models import DEFAULT_MODEL, MODELS
-from ..evals.locomo_data import Conversation, load, turn_text
-from ..evals.locomo_metrics import recall_at
+from ..testbed.locomo_data import Conversation, load, turn_text
+from ..testbed.locomo_metrics import recall_at
 
 
 def _percentile(values: list[float], q: float) -> float:

@@ -34,11 +34,11 @@ from typing import Any
 
 import httpx
 
-from .plots import pyplot, write_figure
-from .probes import machine_info
+from ..testbed.probes import machine_info
+from ..testbed.results import pyplot, write_figure
+from ..testbed.service_runner import ServiceRunner, start_llama
+from ..testbed.stats import goal
 from .report import main_with_llama
-from .service_runner import ServiceRunner, start_llama
-from .stats import goal
 from .texts import AGENT_TEXTS
 
 GOALS = {"wall_ratio": 1.10, "predicted_tokens_median": 60, "cache_share": 0.70}

@@ -31,11 +31,11 @@ from typing import Any
 import httpx
 
 from ..client.service import service_client
-from .plots import pyplot, write_figure
-from .probes import machine_info
+from ..testbed.probes import machine_info
+from ..testbed.results import pyplot, write_figure
+from ..testbed.service_runner import ServiceRunner
+from ..testbed.stats import goal, latency_summary
 from .report import report
-from .service_runner import ServiceRunner
-from .stats import goal, latency_summary
 
 FLOOD, QUICK_FLOOD = 500, 60
 A_SAVES, QUICK_A_SAVES = 20, 6

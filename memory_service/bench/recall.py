@@ -38,8 +38,10 @@ from typing import Any
 
 import numpy as np
 
-from .plots import pyplot, write_figure
-from .probes import machine_info
+from ..testbed.probes import machine_info
+from ..testbed.results import pyplot, write_figure
+from ..testbed.service_runner import ServiceRunner
+from ..testbed.stats import goal, latency_summary
 from .recall_data import BIG_AGENT, FACTS_PER_MEMORY, SMALL_AGENT, TAGS, TEAM, fact_text, queries
 from .recall_loader import NOISE_SIGMA, Loader
 from .recall_measure import (
@@ -52,8 +54,6 @@ from .recall_measure import (
     variants_at,
 )
 from .report import main_with_llama
-from .service_runner import ServiceRunner
-from .stats import goal, latency_summary
 
 GOALS_100K = {"p50_ms": 10.0, "p95_ms": 25.0}
 BASELINE_STEPS = ("hnsw_k30_ids_only", "chroma_query_k30", "keyword_leg_limit30", "chroma_where_agent_2pct_k30")

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .probes import machine_info
-from .stats import latency_summary
+from ..testbed.probes import machine_info
+from ..testbed.stats import latency_summary
 from .texts import agent_text
 
 TEAM_A, TEAM_B = "team-a", "team-b"

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..testbed.stats import latency_summary
 from .recall_data import FACTS_PER_MEMORY, SMALL_AGENT, TAGS, TEAM, agent_of, fact_text
-from .stats import latency_summary
 
 if TYPE_CHECKING:
     from ..storage.vectors import VectorItem

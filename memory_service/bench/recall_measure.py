@@ -17,10 +17,10 @@ import httpx
 
 from ..client.service import service_client
 from ..recall.filtered_vectors import UNFILTERED_EXACT_MAX_ROWS
-from .probes import scrape
+from ..testbed.probes import scrape
+from ..testbed.service_runner import ServiceRunner
+from ..testbed.stats import latency_summary
 from .recall_data import BIG_AGENT, FACTS_PER_MEMORY, SMALL_AGENT, TEAM, queries
-from .service_runner import ServiceRunner
-from .stats import latency_summary
 from .texts import agent_text
 
 DEAD_LLM_URL = "http://127.0.0.1:9"  # recall never touches the model: the idle rows start none

@@ -25,12 +25,12 @@ from typing import Any
 import httpx
 
 from ..client.service import service_client
-from .plots import pyplot, write_figure
-from .probes import machine_info, scrape
+from ..testbed.probes import machine_info, scrape
+from ..testbed.results import pyplot, write_figure
+from ..testbed.service_runner import ServiceRunner
+from ..testbed.stats import goal, latency_summary
 from .remember_load import Load, disk_sync_latency, load
 from .report import main_with_llama
-from .service_runner import ServiceRunner
-from .stats import goal, latency_summary
 from .texts import agent_text
 
 CLIENTS = 32

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .plots import save_plot
-from .service_runner import start_llama
+from ..testbed.results import save_plot, write_json
+from ..testbed.service_runner import start_llama
 
 Plot = Callable[[Any, Path], None]
 
@@ -77,8 +77,3 @@ def report(result: Any, name: str, plot: Plot, out: Path | None, *, failed: bool
         write_json(out / f"{name}.json", result)
         save_plot(plot, result, out / f"{name}.png")
     return 1 if failed else 0
-
-
-def write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2, default=str) + "\n")

@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .plots import pyplot, write_figure
-from .probes import machine_info
+from ..testbed.probes import machine_info
+from ..testbed.results import pyplot, write_figure
+from ..testbed.service_runner import ServiceRunner, wait_queue_empty
+from ..testbed.stats import goal
 from .report import main_with_llama
-from .service_runner import ServiceRunner, wait_queue_empty
-from .stats import goal
 from .texts import agent_text
 
 GOAL_MB = 500.0

@@ -30,14 +30,16 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from ..testbed.chroma_server import ChromaServer
+from ..testbed.group import ServiceGroup, shared_env
+from ..testbed.postgres import PostgresCluster
+from ..testbed.probes import machine_info
+from ..testbed.results import pyplot, write_figure
+from ..testbed.service_runner import ServiceRunner, start_llama
+from ..testbed.stats import goal
 from . import remember
-from .chroma_server import ChromaServer
-from .group import ServiceGroup, shared_env
 from .limits import GOAL as CONSUME_GOAL
 from .limits import process_cpu_s
-from .plots import pyplot, write_figure
-from .postgres import PostgresCluster
-from .probes import machine_info
 from .recall import GOALS_100K
 from .recall_data import TEAM as RECALL_TEAM
 from .recall_data import fact_text, queries
@@ -50,8 +52,6 @@ from .recall_measure import (
     variants_at,
 )
 from .report import main_with_llama
-from .service_runner import ServiceRunner, start_llama
-from .stats import goal
 
 LIMITS_MODULE = "memory_service.bench.limits"
 CONSUME_CLIENTS = 32

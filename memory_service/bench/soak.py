@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .probes import machine_info
-from .report import write_json
-from .service_runner import ServiceRunner, start_llama
+from ..testbed.probes import machine_info
+from ..testbed.results import write_json
+from ..testbed.service_runner import ServiceRunner, start_llama
 from .soak_checks import final_checks, latencies, verdicts
 from .soak_faults import KINDS, Injector, SmallDisk, schedule
 from .soak_load import MIX, Agent, Recorder, Team

@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 
 from ..client.service import service_client
+from ..testbed.stats import latency_summary, percentile
 from .soak_load import OP_DEADLINE_S, Recorder, Sample, Team
-from .stats import latency_summary, percentile
 
 
 def _get(client: httpx.Client, path: str, params: dict[str, str] | None = None, tries: int = 20) -> httpx.Response:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..llm.runtime.server import LlamaServerProcess
-    from .service_runner import ServiceRunner
+    from ..testbed.service_runner import ServiceRunner
 
 KINDS = ("service_kill", "llama_kill", "model_stall", "disk_full")
 TMPFS_SIZE_MB = 512

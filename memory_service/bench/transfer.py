@@ -27,11 +27,11 @@ from typing import Any
 
 import httpx
 
-from .plots import pyplot, write_figure
-from .probes import machine_info
+from ..testbed.probes import machine_info
+from ..testbed.results import pyplot, write_figure
+from ..testbed.service_runner import ServiceRunner
+from ..testbed.stats import goal, latency_summary
 from .report import main_without_llama
-from .service_runner import ServiceRunner
-from .stats import goal, latency_summary
 from .transfer_data import BULK_AGENT, MAX_LIMIT, RARE_AGENT, TEAM, make_record, ndjson
 from .transfer_forgotten import check_forgotten
 from .transfer_timing import (

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from .stats import latency_summary
+from ..testbed.stats import latency_summary
 
 
 def log(message: str) -> None:

@@ -143,8 +143,8 @@ def _add_reindex(subcommands: Subcommands) -> None:
 
 
 def run_reindex(args: argparse.Namespace) -> int:
-    from .reindex import ReindexError
-    from .reindex import run_reindex as reindex
+    from ..ops.reindex import ReindexError
+    from ..ops.reindex import run_reindex as reindex
 
     try:
         with Bars() as bars:

@@ -28,9 +28,9 @@ from typing import Any
 import anyio
 import httpx
 
-from ..bench.probes import machine_info
-from ..bench.report import write_json
 from ..client import MemoryClient
+from ..testbed.probes import machine_info
+from ..testbed.results import write_json
 from .agent_endpoint import agent_endpoint
 from .agent_loop import mcp_tool_schemas, run_session
 from .agent_report import markdown, summarise
@@ -293,7 +293,7 @@ def parse_profiles(raw: str) -> list[str]:
 def run_agent_eval(args: argparse.Namespace, settings: dict[str, str]) -> int:
     """The whole eval: the service (own or --url, with the --set `settings`), the agent model, every seed x
     profile x task; JSON and markdown."""
-    from ..bench.service_runner import ServiceRunner
+    from ..testbed.service_runner import ServiceRunner
 
     started = time.monotonic()
     tasks = pick(args.tasks, args.limit)

@@ -19,8 +19,8 @@ from typing import Any
 
 import httpx
 
-from .locomo_data import Conversation, Turn, agent_id_for, session_time, turn_text
-from .locomo_metrics import ranked_dia_ids
+from ..testbed.locomo_data import Conversation, Turn, agent_id_for, session_time, turn_text
+from ..testbed.locomo_metrics import ranked_dia_ids
 
 BUDGETS = (256, 512, 1024)
 BUDGET_K = 100  # items asked for the budgeted context: more than 1,024 tokens of the shortest facts

@@ -3,8 +3,8 @@
 The eval talks to the service only through its public API, so it measures what
 an agent gets. Without --url it starts its own service (default model, temp
 data dir, one API key per LoCoMo conversation so each is its own team) and
-stops it afterwards. The dataset logic lives in locomo (with locomo_data, locomo_metrics
-and locomo_baseline) and personaext; this module picks the right one per file and owns
+stops it afterwards. The dataset logic lives in locomo (with locomo_baseline, and the
+data set's reader and metrics in testbed/) and personaext; this module picks the right one per file and owns
 the service's lifecycle. `python -m memory_service.evals` runs the same command.
 """
 
@@ -19,11 +19,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..bench.plots import save_plot
-from ..bench.probes import machine_info
-from ..bench.report import write_json
-from ..bench.service_runner import ServiceRunner
-from . import locomo, locomo_data, personaext
+from ..testbed import locomo_data
+from ..testbed.probes import machine_info
+from ..testbed.results import save_plot, write_json
+from ..testbed.service_runner import ServiceRunner
+from . import locomo, personaext
 from .budget import BudgetRun
 from .options import eval_parser
 

@@ -9,9 +9,9 @@ only (`kinds: ["fact"]`), consolidated items only, the product default (facts an
 three kinds (the two naming consolidated items only when the service consolidates). Items map back to
 turn ids through provenance (memory_id / source_memory_ids -> dia_id, from our
 own map of remember responses), so facts are judged by the turns they came
-from. Metrics (locomo_metrics): evidence recall@1/5/10/20, hit@10, MRR, overall and per category.
+from. Metrics (testbed/locomo_metrics.py): evidence recall@1/5/10/20, hit@10, MRR, overall and per category.
 With a tokenizer, evidence recall within 256/512/1,024 tokens of context (budget.py), and with a reader,
-its answers scored by F1 (and a judge) (reader.py). The data set's parsing is in locomo_data; the goals
+its answers scored by F1 (and a judge) (reader.py). The data set's parsing is in testbed/locomo_data.py; the goals
 and the figure in locomo_report.
 
     memory-service eval --data locomo.json --out DIR [--limit N] [--url URL --api-key KEY]
@@ -27,13 +27,13 @@ from typing import Any
 
 import httpx
 
-from ..bench.stats import latency_summary
 from ..client.service import service_client
+from ..testbed.locomo_data import SKIP_CATEGORIES, Conversation, agent_id_for, session_time, turn_text
+from ..testbed.locomo_metrics import K, aggregate, ranked_dia_ids, score_question, top_diagnostics
+from ..testbed.stats import latency_summary
 from .budget import BUDGET_K, BudgetRun, baseline_budget, service_scores
 from .locomo_baseline import PUBLISHED_BASELINE, embedding_baseline
-from .locomo_data import SKIP_CATEGORIES, Conversation, agent_id_for, session_time, turn_text
 from .locomo_facts import match as match_observations
-from .locomo_metrics import K, aggregate, ranked_dia_ids, score_question, top_diagnostics
 from .locomo_report import goals, plot
 
 __all__ = ["CONFIGS", "goals", "plot", "run"]
@@ -296,7 +296,7 @@ def _wait_for_service(
     keys: dict[str, str | None],
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Until extraction has emptied the queue, then until consolidation settles; /ready and its stats."""
-    from ..bench.service_runner import wait_queue_empty
+    from ..testbed.service_runner import wait_queue_empty
 
     total_turns = sum(len(c.turns) for c in conversations)
     _log(f"saved {total_turns} turns in {timing['ingest']:.1f}s; waiting for extraction")

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .locomo_data import Conversation, turn_text
-from .locomo_metrics import K, score_question
+from ..testbed.locomo_data import Conversation, turn_text
+from ..testbed.locomo_metrics import K, score_question
 
 # for comparison only: README of the data set, raw-turn MiniLM exact cosine, all 5 conversations (760 questions)
 PUBLISHED_BASELINE = {

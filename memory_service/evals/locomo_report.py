@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..bench.plots import pyplot, write_figure
+from ..testbed.locomo_metrics import CUTOFFS
+from ..testbed.results import pyplot, write_figure
 from .budget import BUDGETS
 from .locomo_baseline import PUBLISHED_BASELINE
-from .locomo_metrics import CUTOFFS
 
 
 def goals(results: dict[str, Any]) -> dict[str, Any]:

@@ -27,9 +27,9 @@ from typing import Any
 
 import httpx
 
-from ..bench.plots import pyplot, write_figure
-from ..bench.stats import percentile
 from ..client.service import service_client
+from ..testbed.results import pyplot, write_figure
+from ..testbed.stats import percentile
 
 DEFAULT_LIMIT = 200
 WAIT_S = 60.0

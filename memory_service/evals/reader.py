@@ -7,7 +7,7 @@ F1; multi-hop (category 1) gold answers are comma-separated parts, each scored b
 of the answer and averaged; open-domain (3) keeps the gold answer before its first ";". Unlike LoCoMo's
 code there is no Porter stemming (no NLTK here), so an inflected word ("runs" / "run") does not match:
 figures are a little below what the original script gives. Adversarial questions (category 5) are not
-asked at all (locomo_data.SKIP_CATEGORIES), so no "not mentioned" rule is needed.
+asked at all (testbed/locomo_data.py's SKIP_CATEGORIES), so no "not mentioned" rule is needed.
 
 With a judge (`--judge-url`), the share it calls CORRECT (J), the metric published systems report; its
 prompt is JUDGE_PROMPT. Both endpoints are any OpenAI-compatible /v1/chat/completions, at temperature 0.
@@ -24,9 +24,9 @@ from typing import Any
 
 import httpx
 
+from ..testbed.locomo_data import Conversation, Question
+from ..testbed.locomo_metrics import aggregate
 from .budget import BudgetRun, TokenCounter
-from .locomo_data import Conversation, Question
-from .locomo_metrics import aggregate
 
 READ_MODES = ("default", "passages", "embedding_baseline")  # what the reader answers from
 READER_SYSTEM = (
@@ -203,7 +203,7 @@ def setup(args: Any, ready: dict[str, Any], log: Any = print) -> BudgetRun:
         server = None
         try:
             if own:
-                from ..bench.service_runner import start_llama
+                from ..testbed.service_runner import start_llama
 
                 log(f"starting the reader: {options.reader_model or 'large'} on its own llama-server")
                 server = start_llama(options.reader_model or "large", threads=options.reader_threads)

@@ -27,8 +27,8 @@ from ..pipeline.passages import index_passages
 from ..recall.floor import OFF
 from ..recall.search import RecallQuery, recall
 from ..services import Services
-from .locomo_data import Conversation, agent_id_for, load, session_time, turn_text
-from .locomo_metrics import recall_at
+from ..testbed.locomo_data import Conversation, agent_id_for, load, session_time, turn_text
+from ..testbed.locomo_metrics import recall_at
 from .out_of_domain import QUESTIONS
 
 K = 10

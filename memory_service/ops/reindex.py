@@ -1,26 +1,35 @@
 """Rebuild the vector store from the journal.
 
 Vectors are derived state: every passage is a saved text and every active fact a journal row, so a
-restore writes only the SQLite files and embeds them again here, with the same ids and metadata the
-workers give them. Superseded facts get no vector (the workers remove theirs), forgotten memories
-none either.
+lost, damaged or stale vector store (the data dir's `chroma/`, or the collections on the server
+MEMORY_CHROMA_URL names) is rebuilt by dropping it and embedding again here, with the same ids and
+metadata the workers give them. Superseded facts get no vector (the workers remove theirs), forgotten
+memories none either.
 
-Used by restore (into a new store) and by `memory-service reindex` (see reindex_cli.py). Passages are
-flagged unindexed first and flagged again as they are embedded, so a rebuild cut off half-way is
-finished by the service's own passage indexer at its next start; facts need the command run again.
+`reindex` embeds one journal into one store: restore uses it on its new store. `run_reindex` is the
+whole rebuild of a data dir, behind `memory-service reindex` (cli/data.py) and `migrate` (store_copy.py).
+A service must not run on the data dir meanwhile: it would write into collections being dropped and
+answer recalls from half a store, so run_reindex takes the data dir's exclusive lock and refuses while a
+service holds it. Passages are flagged unindexed first and flagged again as they are embedded, so a
+rebuild cut off half-way is finished by the service's own passage indexer at its next start; facts need
+the command run again.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
-from ..embedding.embedder import Embedder
+from ..config import Settings
+from ..embedding.embedder import Embedder, embedder_for
+from ..embedding.selection import model_for
 from ..pipeline.passages import index_passages
 from ..pipeline.vector_items import fact_item, item_metadata
 from ..storage.consolidation import store_for
+from ..storage.datadir import JOURNAL_FILE, DataDir, DataDirBusy
 from ..storage.journal import DELETED, Journal, Memory
-from ..storage.vectors import VectorItem, VectorStore
+from ..storage.vectors import ChromaUnreachable, VectorItem, VectorStore
 from .progress import Progress, Stage, no_progress
 
 BATCH = 64
@@ -33,6 +42,61 @@ TEXTS, FACTS = Stage("embedding saved texts", "texts"), Stage("embedding facts",
 class Reindexed:
     passages: int  # saved texts embedded (each in one or more windows)
     facts: int
+
+
+class ReindexError(RuntimeError):
+    """A rebuild that cannot go ahead; the message says why and what to do."""
+
+
+def run_reindex(settings: Settings, team: str | None = None, progress: Progress = no_progress) -> dict[str, Any]:
+    """Drop the vectors of `team` (of every team when None) and embed them again; returns a summary."""
+    data = DataDir(settings.data_dir.absolute())
+    if not settings.database_url and not data.has_journal():
+        raise ReindexError(
+            f"no {JOURNAL_FILE} in {data.path}: is it a memory-service data dir? (--data-dir, env MEMORY_DATA_DIR)"
+        )
+    try:
+        lock = data.lock(exclusive=True)
+    except DataDirBusy:
+        raise ReindexError(
+            f"a memory-service is running on {data.path}: stop it, then reindex (the rebuild drops the vectors first)"
+        ) from None
+    try:
+        return _rebuild(settings, data, team, progress)
+    except ChromaUnreachable as exc:
+        raise ReindexError(str(exc)) from None
+    finally:
+        lock.release()
+
+
+def _rebuild(settings: Settings, data: DataDir, team: str | None, progress: Progress) -> dict[str, Any]:
+    model, _ = model_for(settings, data)  # MEMORY_EMBEDDER_MODEL, else the one the vectors were made with
+    stores = data.open_stores(settings)  # MEMORY_DATABASE_URL: the shared journal (stop every process first)
+    try:
+        store = settings.chroma_url or str(data.vectors_dir)
+        if settings.chroma_url is None and team is None:
+            # the whole embedded store goes: also what mends one that no longer opens
+            data.remove_vectors()
+            vectors, dropped = data.open_vectors(), None
+        else:
+            vectors = data.open_vectors(settings.chroma_url)
+            dropped = vectors.drop(team)
+        try:
+            done = reindex(stores.journal, embedder_for(settings, model), vectors, team=team, progress=progress)
+        finally:
+            vectors.close()
+    finally:
+        stores.close()
+    if team is None:  # every vector is now `model`'s (one team's rebuild leaves the others as they were)
+        data.record_embedder(model)
+    return {
+        "reindexed": store,
+        "team": team,
+        "embedder_model": model,
+        "collections_dropped": dropped,
+        "passages_embedded": done.passages,
+        "facts_embedded": done.facts,
+    }
 
 
 def reindex(

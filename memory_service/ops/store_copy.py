@@ -61,7 +61,7 @@ def run_migrate(settings: Settings, url: str, *, reindex_vectors: bool = True) -
         lock.release()
     summary: dict[str, Any] = {"to": describe(url), "copied": copied}
     if reindex_vectors:
-        from ..cli.reindex import run_reindex
+        from .reindex import run_reindex
 
         summary["reindex"] = run_reindex(settings.with_overrides(database_url=url))
     return summary

@@ -1,4 +1,4 @@
-"""The processes a benchmark measures: `memory-service serve` and llama-server, each a child of its own.
+"""The processes a benchmark or an eval measures, and the tests start: `memory-service serve` and llama-server.
 
 Everything is measured over real HTTP against `memory-service serve` running as
 a separate process, so the client never shares the server's interpreter, GIL or

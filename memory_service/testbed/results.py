@@ -1,4 +1,4 @@
-"""PNG figures of a result, when matplotlib (the optional `bench` extra) is installed.
+"""What a benchmark or an eval writes: its JSON, and PNG figures when matplotlib (the `bench` extra) is there.
 
 The figures are all in the JSON; the PNGs are a convenience, so a plain install still
 benchmarks and evaluates.
@@ -7,6 +7,7 @@ benchmarks and evaluates.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -54,3 +55,8 @@ def write_figure(fig: Any, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     pyplot().close(fig)
+
+
+def write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, default=str) + "\n")
