@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from .config import Settings
 from .consolidation.worker import Consolidator
 from .contract.limits import HandledRecord
+from .contract.roles import Role
 from .embedding.embedder import Embedder, embedder_for
 from .llm.handle import ModelHandle
 from .llm.pool import ModelPool
@@ -46,7 +47,7 @@ from .storage.datadir import KEYS_FILE as KEYS_FILE  # named from here by the ap
 from .storage.datadir import DataDir, DataDirBusy
 from .storage.datalock import DataDirLock
 from .storage.journal import Fact, Journal, Memory
-from .storage.keys import KeyInfo, KeyStore, NewKey, Role
+from .storage.keys import KeyInfo, KeyStore, NewKey
 from .storage.limit_views import ConsumeResult, LimitView
 from .storage.limits import LimitStore, Per
 from .storage.occurred import occurred_times

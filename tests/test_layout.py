@@ -70,3 +70,20 @@ def test_the_contract_and_the_client_import_nothing_of_the_server() -> None:
                         f"{path.relative_to(ROOT)}: {n}" for n in names if n and n.startswith("memory_service")
                     ]
     assert problems == []
+
+
+def test_the_mcp_server_imports_only_the_wire_the_client_and_the_http_guards() -> None:
+    """The MCP server is a client of the API (issue 45): besides itself, contract/ and client/, only the leaf
+    config and the two HTTP guards that load no store (api/host_names.py, api/http_guard.py), lazy imports too."""
+    may = {"mcp_server", "contract", "client", "config", "api.host_names", "api.http_guard"}
+    problems = []
+    for path in (PACKAGE / "mcp_server").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                target = "mcp_server" if node.level == 1 else node.module or ""
+                if target not in may and target.split(".")[0] not in may:
+                    problems.append(f"{path.relative_to(ROOT)}:{node.lineno}: {'.' * node.level}{node.module}")
+            elif isinstance(node, ast.Import | ast.ImportFrom):
+                names = [node.module] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+                problems += [f"{path.relative_to(ROOT)}: {n}" for n in names if n and n.startswith("memory_service")]
+    assert problems == []

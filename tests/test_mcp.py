@@ -6,6 +6,7 @@ The MCP server itself is always a subprocess (`python -m memory_service mcp`): t
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -74,6 +75,27 @@ async def call(client: Client, tool: str, /, **arguments: Any) -> tuple[bool, st
 
 def run(fn: Any, *args: Any) -> Any:
     return anyio.run(fn, *args)
+
+
+# ---------------------------------------------------------------- what the MCP server loads
+
+PURITY_PROBE = (
+    "import sys, memory_service.mcp_server.server, memory_service.mcp_server.http_access, "
+    "memory_service.api.http_guard; "
+    "print(sorted({m.split('.')[0] if not m.startswith('memory_service.') else '.'.join(m.split('.')[:2]) "
+    "for m in sys.modules}))"
+)
+
+
+@pytest.mark.process  # a fresh interpreter: this one has the server loaded
+def test_importing_the_mcp_server_loads_no_store_and_no_service() -> None:
+    """The MCP server is a client of the HTTP API (issue 45): a harness that spawns it pays for no key store,
+    SQLite-backed store, PostgreSQL driver or Chroma, nor FastAPI. The HTTP transport's guards are imported too."""
+    out = subprocess.run([sys.executable, "-c", PURITY_PROBE], cwd=ROOT, capture_output=True, text=True, check=True)
+    loaded = set(ast.literal_eval(out.stdout.strip()))
+    forbidden = {"memory_service.storage", "memory_service.services", "psycopg", "chromadb", "sqlite3", "fastapi"}
+    assert loaded & forbidden == set(), out.stderr
+    assert {"memory_service.contract", "memory_service.client", "mcp"} <= loaded  # the probe sees what it should
 
 
 # ---------------------------------------------------------------- the round trip, both transports

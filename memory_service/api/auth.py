@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated
 from fastapi import Depends, HTTPException, Request
 
 from ..config import Settings, is_loopback
-from ..storage.keys import Role, role_allows
+from ..contract.roles import Role, role_allows
 
 if TYPE_CHECKING:
     from ..services import LimitsAndKeys

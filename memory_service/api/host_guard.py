@@ -10,40 +10,13 @@ forms are refused from another site in any mode (its cookie is the key).
 
 from __future__ import annotations
 
-import re
-from urllib.parse import urlsplit
-
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .auth import open_access
+from .host_names import LOOPBACK_NAMES, host_authority, host_name, origin_authority
 
-LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "[::1]"})
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-# a host (a bracketed IPv6 literal or a name), then an optional port: anything else is not a Host we answer
-_HOST = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)(?::[0-9]{1,5})?")
-
-
-def host_name(value: str) -> str | None:
-    """The host of a Host header or an origin's netloc, lower case and without its port; None if malformed."""
-    match = _HOST.fullmatch(value.strip())
-    return match.group(1).lower() if match else None
-
-
-def _authority(value: str, default_port: str = "") -> str | None:
-    """`host[:port]` in lower case, the scheme's default port dropped; None if malformed."""
-    value = value.strip().lower()
-    if not _HOST.fullmatch(value):
-        return None
-    return value.removesuffix(default_port) if default_port else value
-
-
-def origin_authority(origin: str) -> str | None:
-    """The `host[:port]` an Origin header names (None for `null`, or anything but scheme://host[:port])."""
-    parts = urlsplit(origin.strip())
-    if parts.scheme not in ("http", "https") or parts.path or parts.query or parts.fragment:
-        return None
-    return _authority(parts.netloc, ":80" if parts.scheme == "http" else ":443")
 
 
 def _refusal(status: int, error: str, detail: str) -> JSONResponse:
@@ -109,6 +82,6 @@ class HostGuard:
         authority = origin_authority(origin)
         if authority is None:  # `null` (a sandboxed frame, a file) or garbage
             return True
-        if authority == _authority(headers.get("host", "")) or host_name(authority) in self.configured:
+        if authority == host_authority(headers.get("host", "")) or host_name(authority) in self.configured:
             return False
         return True

@@ -25,9 +25,9 @@ from ..api.routes.memories import memory_out
 from ..contract.boundary import text_problem
 from ..contract.limit_rules import InvalidInput, LimitNotFound
 from ..contract.models import MemoryOut
+from ..contract.roles import role_allows
 from ..recall.search import RecallQuery
 from ..storage.catalog import ListFilter
-from ..storage.keys import role_allows
 from . import charts, pages
 from .session import (
     COOKIE,

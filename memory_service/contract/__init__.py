@@ -1,1 +1,1 @@
-"""The wire: request and response models, one annotated type per input concept, the id and limit rules, and one definition of a word. It imports nothing of the server, so the client can use it alone."""
+"""The wire: request and response models, one annotated type per input concept, the id and limit rules, the key roles, and one definition of a word. It imports nothing of the server, so the client can use it alone."""

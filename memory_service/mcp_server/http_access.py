@@ -4,7 +4,8 @@ So beyond loopback the server does not start without a bearer token (`--token` /
 request must carry. Without a token (loopback only) a web page in the user's browser is the threat, as for the
 keyless API (api/host_guard.py): through DNS rebinding it reaches 127.0.0.1 under its own name, so only
 trusted Host names are answered (loopback names, the bound host, MEMORY_TRUSTED_HOSTS) and a request a browser
-marks as coming from another site is refused.
+marks as coming from another site is refused. The header parsing is the API's own (api/host_names.py, standard
+library only, so this loads neither FastAPI nor the API's auth).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import json
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..api.host_guard import LOOPBACK_NAMES, host_name, origin_authority
+from ..api.host_names import LOOPBACK_NAMES, host_name, origin_authority
 from ..config import ConfigError, is_loopback
 
 MIN_TOKEN_CHARS = 16

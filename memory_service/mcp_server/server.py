@@ -16,7 +16,7 @@ from mcp_types import ToolAnnotations
 
 from ..client import AsyncMemoryClient, MemoryServiceError
 from ..contract.models import TeamOut
-from ..storage.keys import role_allows
+from ..contract.roles import role_allows
 from .arguments import PlainTool
 from .brief import brief_prompt
 from .profiles import DEFAULT_PROFILE, Profile, select, shown_schema

@@ -21,7 +21,7 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from ..client import AsyncMemoryClient, MemoryServiceError
-from ..storage.keys import Role
+from ..contract.roles import Role
 from .argument_types import (
     RECALL_TOKENS,
     RECALL_TOKENS_MAX,

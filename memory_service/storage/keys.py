@@ -21,12 +21,11 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+from ..contract.roles import ROLES, Role
 from .database import Database, SqliteDatabase
 
-Role = Literal["read", "write", "admin"]
-ROLES: tuple[Role, ...] = ("read", "write", "admin")
 PREFIX = "msk_"
 
 _SCHEMA = """
@@ -44,11 +43,6 @@ CREATE INDEX IF NOT EXISTS api_keys_team ON api_keys(team);
 """
 _POSTGRES_SCHEMA = _SCHEMA.replace("REAL", "DOUBLE PRECISION").rstrip().rstrip(";")
 POSTGRES_RELOAD_S = 1.0
-
-
-def role_allows(role: str, needed: Role) -> bool:
-    """Roles nest: admin can do what write can, write what read can."""
-    return ROLES.index(role) >= ROLES.index(needed)
 
 
 def key_hash(key: str) -> str:

@@ -14,8 +14,9 @@ from datetime import UTC, datetime
 from fastapi import APIRouter, HTTPException, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from ...contract.roles import Role
 from ...contract.types import AgentId, Label
-from ...storage.keys import KeyInfo, KeyNotFound, Role
+from ...storage.keys import KeyInfo, KeyNotFound
 from ..auth import Admin, Caller, hidden_from
 from ..deps import LimitsAndKeysDep
 from ..errors import error_responses

@@ -30,10 +30,10 @@ from ...contract.mem0 import (
     date_param,
     scope_of,
 )
+from ...contract.roles import Role
 from ...extraction.dates import occurred
 from ...recall.search import RecallQuery
 from ...storage.journal import DONE, FAILED
-from ...storage.keys import Role
 from ...storage.records import Memory
 from ..auth import BEARER_OR_TOKEN, Caller, agent_scope, check_agent, hidden_from, open_access, requires
 from ..deps import ServicesDep
