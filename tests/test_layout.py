@@ -59,3 +59,18 @@ def test_the_contract_and_the_client_import_nothing_of_the_server() -> None:
                         f"{path.relative_to(ROOT)}: {n}" for n in names if n and n.startswith("memory_service")
                     ]
     assert problems == []
+
+
+def test_extraction_imports_only_the_contract_and_no_http() -> None:
+    """extraction/ stays pure over `completion.py`'s protocol: llm/ (the llama-server client) sits above it."""
+    problems = []
+    for path in (PACKAGE / "extraction").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level > 1:
+                if (node.module or "").split(".")[0] != "contract":
+                    problems.append(f"{path.relative_to(ROOT)}:{node.lineno}: {'.' * node.level}{node.module}")
+            elif isinstance(node, ast.ImportFrom | ast.Import):
+                names = [node.module] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+                bad = [n for n in names if n and n.split(".")[0] in {"memory_service", "httpx"}]
+                problems += [f"{path.relative_to(ROOT)}:{node.lineno}: {n}" for n in bad]
+    assert problems == []
