@@ -24,9 +24,9 @@ sys.path.insert(0, str(ROOT))
 
 from memory_service.bench.texts import AGENT_TEXTS  # noqa: E402
 from memory_service.evals import personaext  # noqa: E402
-from memory_service.extraction.client import LlamaClient  # noqa: E402
 from memory_service.extraction.extractor import Extractor  # noqa: E402
 from memory_service.extraction.throughput import Throughput  # noqa: E402
+from memory_service.llm.client import LlamaClient  # noqa: E402
 from memory_service.ops.doctor_checks import PROBE_TEXTS, probe_extraction  # noqa: E402
 
 DATA = Path("/work/shared/data")

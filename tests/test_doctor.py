@@ -20,7 +20,7 @@ import httpx
 import pytest
 from conftest import CACHE, ROOT
 
-from memory_service.extraction.client import LlamaClient
+from memory_service.llm.client import LlamaClient
 from memory_service.llm.runtime.server import find_binary
 from memory_service.ops.doctor import check_thinking, run_doctor
 from tests.fakes.fake_llama_server import FakeLlamaServer

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from memory_service.extraction.client import ServerProps
+from memory_service.extraction.completion import ServerProps
 from memory_service.extraction.errors import BadReply, TruncatedReply
 from memory_service.extraction.extractor import Extractor
 from memory_service.extraction.grounding import GroundedFact, ground, normalize, shape

@@ -15,11 +15,11 @@ import httpx
 import pytest
 from conftest import wait_status
 
-from memory_service.extraction.client import LlamaClient
 from memory_service.extraction.errors import LoopedReply
 from memory_service.extraction.loops import LoopGuard, find_loop
 from memory_service.extraction.parsing import parse_facts
 from memory_service.extraction.prompt import build_messages, facts_schema
+from memory_service.llm.client import LlamaClient
 from memory_service.ops.doctor_checks import probe_check
 from tests.fakes.fake_llama_server import FakeLlamaServer, count_tokens
 

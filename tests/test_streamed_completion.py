@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
-from memory_service.extraction.client import LlamaClient
 from memory_service.extraction.errors import LlmUnavailable
+from memory_service.llm.client import LlamaClient
 from tests.fakes.fake_llama_server import FakeLlamaServer
 
 MESSAGES = [

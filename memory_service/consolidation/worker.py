@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 from ..config import Settings
 from ..embedding.embedder import Embedder
-from ..extraction.client import LlamaClient
 from ..extraction.errors import ExtractionError, LlmUnavailable
+from ..llm.client import LlamaClient
 from ..llm.pool import ModelPool
 from ..pipeline.vector_items import consolidated_item
 from ..storage.consolidation import ConsolidationStore, Item

@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Protocol
+from typing import Any
 
-from .client import Completion, ServerProps
+from .completion import Completion, CompletionClient, ServerProps
 from .earlier import NO_FACTS as NO_FACTS
 from .earlier import Earlier as Earlier
 from .earlier import earlier_context as earlier_context
@@ -69,26 +69,6 @@ class ExtractionResult:
     raw_replies: list[str]
     timings: dict[str, Any]
     report: dict[str, Any] = field(default_factory=dict)
-
-
-class CompletionClient(Protocol):
-    """What an extraction needs of a model server: its token count and one schema-bound completion.
-
-    `LlamaClient` is the real one; the attempt itself knows nothing of HTTP or llama.cpp's API.
-    """
-
-    async def count_tokens(self, text: str, timeout: float = ...) -> int: ...
-
-    async def complete_json(
-        self,
-        messages: list[dict[str, str]],
-        *,
-        schema: dict[str, Any],
-        max_tokens: int,
-        timeout_s: float,
-        stream: bool = ...,
-        sampling: dict[str, Any] | None = ...,
-    ) -> Completion: ...
 
 
 @dataclass

@@ -1,1 +1,1 @@
-"""The model servers as the service sees them: a handle per llama-server (props, measured speed, estimates), the pool of them, and runtime/ (GGUF assembly, the build ladder, proof on this CPU, start and stop)."""
+"""The model servers as the service sees them: the llama-server client and the thinking check, a handle per llama-server (props, measured speed, estimates), the pool of them, and runtime/ (GGUF assembly, the build ladder, proof on this CPU, start and stop)."""

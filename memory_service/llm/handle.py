@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Settings
-from ..extraction.client import LlamaClient, ServerProps
+from ..extraction.completion import ServerProps
 from ..extraction.extractor import Extractor
 from ..extraction.sizing import backlog_seconds
-from ..extraction.thinking import check_thinking
 from ..extraction.throughput import Throughput
+from .client import LlamaClient
+from .thinking import check_thinking
 
 log = logging.getLogger("memory_service.model")
 

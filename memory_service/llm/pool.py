@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import Settings
-from ..extraction.client import LlamaClient
+from .client import LlamaClient
 from .handle import ModelHandle
 
 log = logging.getLogger("memory_service.model")

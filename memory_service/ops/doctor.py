@@ -20,13 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Settings
-from ..extraction.client import LlamaClient, ServerProps
+from ..extraction.completion import ServerProps
 from ..extraction.errors import ExtractionError
 from ..extraction.extractor import Extractor
 from ..extraction.sizing import text_budget
-from ..extraction.thinking import FAIL, OK, WARN, check_thinking
 from ..extraction.throughput import Throughput
+from ..llm.client import LlamaClient
 from ..llm.runtime.proven import REBUILD_HINT
+from ..llm.thinking import FAIL, OK, WARN, check_thinking
 from .doctor_checks import (
     PROBE_TEXTS,
     Check,

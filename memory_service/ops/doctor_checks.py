@@ -10,12 +10,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..extraction.client import ServerProps
+from ..extraction.completion import ServerProps
 from ..extraction.errors import ExtractionError, TooSlow
 from ..extraction.extractor import MIN_OUTPUT_TOKENS, Extractor, Progress
 from ..extraction.loops import find_loop
 from ..extraction.sizing import MIN_CHUNK_TOKENS, TIME_HEADROOM, time_fit_tokens
-from ..extraction.thinking import FAIL, OK, WARN
+from ..llm.thinking import FAIL, OK, WARN
 
 # "A typical save": what the budget verdict is about (an agent note of ~300 tokens, ~150 output tokens).
 TYPICAL_TEXT_TOKENS = 300

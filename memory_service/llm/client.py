@@ -5,42 +5,22 @@ Every completion request carries the contract from the design: thinking off
 `cache_prompt`, a JSON schema, and a total timeout equal to the job's remaining
 budget. It is streamed: llama-server stops a streamed task at the next token once we
 disconnect, while a plain request was measured running on to its token cap.
+It returns `extraction/completion.py`'s shapes, so extraction itself speaks no HTTP.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
-from .errors import BadReply, ContextOverflow, LlmTimeout, LlmUnavailable
-from .loops import LoopGuard
+from ..extraction.completion import Completion, ServerProps
+from ..extraction.errors import BadReply, ContextOverflow, LlmTimeout, LlmUnavailable
+from ..extraction.loops import LoopGuard
 
-LOOP = "loop"  # the finish_reason of a reply this client cut because it repeated itself (see loops.py)
-
-
-@dataclass
-class ServerProps:
-    n_ctx: int
-    slots: int
-    chat_template: str
-    build_info: str
-    model_path: str
-    raw: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class Completion:
-    content: str
-    finish_reason: str
-    timings: dict[str, Any]
-    reasoning_chars: int
-    raw: dict[str, Any]
-    reasoning: str = ""  # never used as output; kept to explain a reply that put its answer there
-    loop: dict[str, Any] | None = None  # finish_reason "loop": the span repeated, and the tokens read
+LOOP = "loop"  # the finish_reason of a reply this client cut because it repeated itself (see extraction/loops.py)
 
 
 class LlamaClient:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..extraction.errors import ExtractionError
 from .client import LlamaClient
-from .errors import ExtractionError
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
 
