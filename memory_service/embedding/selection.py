@@ -41,11 +41,8 @@ def model_for(settings: Settings, data: DataDir) -> tuple[str, str | None]:
     return model, (mixed_warning(recorded, model) if recorded != model else None)
 
 
-def data_dir_status(settings: Settings) -> tuple[str, str, str]:
+def data_dir_status(settings: Settings, data: DataDir) -> tuple[str, str, str]:
     """`doctor`'s view of the data dir's vectors: (verdict, why, what to do); reads only, writes nothing."""
-    from ..storage.datadir import DataDir
-
-    data = DataDir(settings.data_dir.absolute())
     try:
         recorded = data.embedder_record()
     except ValueError as exc:

@@ -179,8 +179,10 @@ def run_doctor(args: argparse.Namespace) -> int:
         report["started_server"] = started
         report["checks"].insert(0, _build_check(report, started))
         from ..embedding.selection import data_dir_status  # whether the data dir's vectors are the queries' model
+        from ..storage.datadir import DataDir
 
-        report["checks"].append(asdict(Check("embedder", *data_dir_status(settings))))
+        status = data_dir_status(settings, DataDir(settings.data_dir.absolute()))
+        report["checks"].append(asdict(Check("embedder", *status)))
         if report["checks"][-1]["verdict"] == WARN and report["result"] == OK:
             report["result"] = WARN
     report = reports[0] if len(reports) == 1 else pool_report(reports)

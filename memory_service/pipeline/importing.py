@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass
 
 from ..embedding.embedder import Embedder
+from ..extraction.grounding import shape
 from ..storage.catalog import ImportedFact, import_record
 from ..storage.journal import Journal, Memory
 from ..storage.vectors import VectorStore
@@ -41,7 +42,9 @@ def import_batch(
     tally = ImportTally()
     to_embed: list[tuple[Memory, ImportedFact]] = []
     for record in records:
-        memory, created, facts = import_record(journal, team, record, keep_facts=not re_extract, budget_s=budget_s)
+        memory, created, facts = import_record(
+            journal, team, record, keep_facts=not re_extract, budget_s=budget_s, shape=shape
+        )
         if created:
             tally.imported += 1
             to_embed += [(memory, fact) for fact in facts]

@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import Settings
 from ..embedding.embedder import Embedder
@@ -28,7 +28,6 @@ from ..extraction.errors import ContextOverflow, CutBySpeed, ExtractionError, Ll
 from ..extraction.extractor import Earlier, ExtractionResult, Extractor, Progress, earlier_context
 from ..extraction.gate import small_talk_reason
 from ..llm.handle import ModelHandle
-from ..metrics import Metrics
 from ..storage.jobs import SLOW_WAIT
 from ..storage.journal import DELETED, FAILED, LOST, QUEUED, FactPlan, Journal, Memory
 from ..storage.vectors import VectorStore
@@ -37,6 +36,9 @@ from .dedup import decide_facts, probe_facts
 from .forgetting import Forgetter
 from .passages import write_fact_vectors
 from .postprocess import Postprocessed, postprocess, skipped_report
+
+if TYPE_CHECKING:  # a type only: the registry (metrics.py) reads the pipeline's job history
+    from ..metrics import Metrics
 
 log = logging.getLogger("memory_service.pipeline.worker")
 

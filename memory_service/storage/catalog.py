@@ -10,12 +10,11 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from ..contract.text import normalize
-from ..extraction.grounding import shape
 from .database import Conn
 from .journal import (
     DELETED,
@@ -137,9 +136,17 @@ class ImportedFact:
 
 
 def import_record(
-    journal: Journal, team: str, record: dict[str, Any], *, keep_facts: bool, budget_s: float, now: float | None = None
+    journal: Journal,
+    team: str,
+    record: dict[str, Any],
+    *,
+    keep_facts: bool,
+    budget_s: float,
+    shape: Callable[[str], str],
+    now: float | None = None,
 ) -> tuple[Memory, bool, list[ImportedFact]]:
-    """Insert one exported memory (idempotent: keyed on its original idempotency key or id).
+    """Insert one exported memory (idempotent: keyed on its original idempotency key or id). `shape`: a fact's
+    value-masked form (extraction's rule, given by the caller: storage knows no extraction).
 
     A line is skipped when the team already holds it: the same key, the memory itself (an export imported back
     into its own team), or the original it was copied from (a copy that went to another team and back).
@@ -184,13 +191,20 @@ def import_record(
                 record.get("occurred_day"),
             ),
         )
-        fresh = [_insert_fact(conn, team, memory_id, record, fact, tags, now) for fact in facts]
+        fresh = [_insert_fact(conn, team, memory_id, record, fact, tags, now, shape) for fact in facts]
         memory = Memory.from_row(conn.execute("SELECT * FROM memories WHERE id = ?", (memory_id,)).fetchone())
     return memory, True, [f for f in fresh if f is not None]
 
 
 def _insert_fact(
-    conn: Conn, team: str, memory_id: str, record: dict[str, Any], fact: dict[str, Any], tags: str, now: float
+    conn: Conn,
+    team: str,
+    memory_id: str,
+    record: dict[str, Any],
+    fact: dict[str, Any],
+    tags: str,
+    now: float,
+    shape: Callable[[str], str],
 ) -> ImportedFact | None:
     fact_id = imported_fact_id(team, fact["id"])
     superseded_by = imported_fact_id(team, fact["superseded_by"]) if fact.get("superseded_by") else None
