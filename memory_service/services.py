@@ -5,6 +5,10 @@ owns every thread, executor and cache they use (`start`, `stop_workers`, `close`
 call only its facade methods below, each a thin call into a store, so no handler reaches into a store or
 the model pool. `settings` is the one attribute they read directly: plain configuration, no behaviour.
 The background workers get only their own parts, never the bundle.
+
+The names the HTTP edge (api/, console/) uses of the stages below are imported here as `X as X`: the edge
+imports only this module and contract/, so a route reads one facade, not the stores (the `edge` contract
+in pyproject.toml).
 """
 
 from __future__ import annotations
@@ -24,34 +28,60 @@ from .consolidation.worker import Consolidator
 from .contract.limits import HandledRecord
 from .contract.roles import Role
 from .embedding.embedder import Embedder, embedder_for
-from .llm.handle import ModelHandle
+from .extraction.dates import occurred as occurred
+from .llm.handle import ModelHandle as ModelHandle
 from .llm.pool import ModelPool
 from .metrics import Metrics
 from .pipeline.background import process_holder
 from .pipeline.forgetting import Forgetter
-from .pipeline.importing import ImportTally, import_batch
+from .pipeline.importing import ImportTally as ImportTally
+from .pipeline.importing import import_batch
+from .pipeline.job_history import Bucket as Bucket
 from .pipeline.passages import PassageIndexer
 from .pipeline.settling import Settling
+from .pipeline.webhook_urls import MAX_URL_CHARS as MAX_URL_CHARS
+from .pipeline.webhook_urls import BadWebhookUrl as BadWebhookUrl
+from .pipeline.webhook_urls import resolve as resolve_webhook_url  # noqa: F401  (a re-export under a clearer name)
 from .pipeline.webhooks import Webhooks
 from .pipeline.worker import ExtractionWorker
 from .recall.answer import Narrow, RecallAnswer, answer
 from .recall.background import BackgroundWork
 from .recall.filtered_vectors import FilteredVectors
 from .recall.query_embeddings import QueryEmbeddings
-from .recall.search import Hit, Recalled, RecallQuery, recall
+from .recall.search import Hit as Hit
+from .recall.search import Recalled, recall
+from .recall.search import RecallQuery as RecallQuery
+from .recall.search import to_epoch as to_epoch
 from .recall.vector_view import VectorView
 from .storage import catalog
+from .storage.catalog import Listed as Listed
+from .storage.catalog import ListFilter as ListFilter
+from .storage.chroma_process import ChromaProcessFailed as ChromaProcessFailed
 from .storage.consolidation import store_for
-from .storage.database import DRIVER_ERRORS, Database, describe
+from .storage.database import DRIVER_ERRORS, Database
+from .storage.database import describe as describe
+from .storage.database import open_database as open_database
+from .storage.database import storage_unavailable as storage_unavailable
 from .storage.datadir import KEYS_FILE as KEYS_FILE  # named from here by the app and the CLI
 from .storage.datadir import DataDir, DataDirBusy
 from .storage.datalock import DataDirLock
-from .storage.journal import Fact, Journal, Memory
-from .storage.keys import KeyInfo, KeyStore, NewKey
-from .storage.limit_views import ConsumeResult, LimitView
+from .storage.journal import DONE as DONE
+from .storage.journal import FAILED as FAILED
+from .storage.journal import Fact, Journal
+from .storage.journal import Memory as Memory
+from .storage.keys import KeyInfo as KeyInfo
+from .storage.keys import KeyNotFound as KeyNotFound
+from .storage.keys import KeyStore as KeyStore
+from .storage.keys import LastKey as LastKey
+from .storage.keys import NewKey
+from .storage.limit_views import ConsumeResult
+from .storage.limit_views import LimitView as LimitView
 from .storage.limits import LimitStore, Per
 from .storage.occurred import occurred_times
 from .storage.vectors import VectorStore
+from .storage.webhooks import MAX_SUBSCRIPTIONS as MAX_SUBSCRIPTIONS
+from .storage.webhooks import Subscription as Subscription
+from .storage.webhooks import TooManySubscriptions as TooManySubscriptions
 
 log = logging.getLogger("memory_service")
 T = TypeVar("T")
@@ -70,9 +100,10 @@ class LimitsAndKeys:
         # the requests' blocking work (key lookups, stores, journal, vector calls): MEMORY_BLOCKING_THREADS
         self._blocking = ThreadPoolExecutor(self.settings.blocking_threads, thread_name_prefix="blocking")
 
-    async def off_loop(self, work: Callable[..., T], *args: Any) -> T:
-        """`work(*args)` in the blocking pool, with the caller's context (its request id in the logs)."""
-        call = functools.partial(contextvars.copy_context().run, work, *args)
+    async def off_loop(self, work: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """`work(*args, **kwargs)` in the blocking pool, with the caller's context (its request id in the logs):
+        the edge's way to run blocking work, so no route picks a thread pool of its own."""
+        call = functools.partial(contextvars.copy_context().run, work, *args, **kwargs)
         return await asyncio.get_running_loop().run_in_executor(self._blocking, call)
 
     def put_limit(self, team: str, name: str, daily_limit: int, tz: str, per: Per) -> tuple[LimitView, bool]:

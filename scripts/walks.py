@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from memory_service.api.app import create_app
+from memory_service.app import create_app
 from memory_service.config import Settings
 from memory_service.services import Services
 from tests.fakes.fake_llama_server import FakeLlamaServer

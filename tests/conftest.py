@@ -25,7 +25,7 @@ import pytest
 from fastapi.testclient import TestClient
 from inprocess import InProcessService
 
-from memory_service.api.app import create_app
+from memory_service.app import create_app
 from memory_service.config import Settings
 from memory_service.llm.runtime.gguf import ensure_model
 from memory_service.llm.runtime.server import LlamaServerProcess, free_port, stop_group

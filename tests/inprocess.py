@@ -23,8 +23,8 @@ from typing import Any
 import httpx
 import uvicorn
 
-from memory_service.api.app import create_app
 from memory_service.api.http_guard import protocol_for
+from memory_service.app import create_app
 from memory_service.client.service import service_client
 from memory_service.config import Settings
 from memory_service.logs import TEXT_FORMAT, JsonFormatter, RequestIdFilter

@@ -18,7 +18,7 @@ import httpx
 from fastapi import FastAPI
 from inprocess import LoopbackServer
 
-from memory_service.api.app import create_app
+from memory_service.app import create_app
 from memory_service.client.service import service_client
 from memory_service.config import Settings
 from memory_service.services import LimitsAndKeys

@@ -17,7 +17,7 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry, Counter
 
-from memory_service.api.app import create_app
+from memory_service.app import create_app
 from memory_service.config import Settings
 from memory_service.console.charts import BAR_W, COLUMNS_H, bar, columns
 from memory_service.pipeline.job_history import BUCKETS, JobHistory

@@ -15,7 +15,7 @@ import pytest
 from inprocess import LoopbackServer
 from test_console_browser import WAIT_MS, browser  # noqa: F401  (the shared Chromium fixture)
 
-from memory_service.api.app import create_app
+from memory_service.app import create_app
 from memory_service.config import Settings
 from memory_service.llm.runtime.server import free_port
 

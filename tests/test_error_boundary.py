@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 from psycopg import errors as pg_errors
 from psycopg_pool import PoolTimeout
 
-from memory_service.api.app import create_app
+from memory_service.app import create_app
 from memory_service.config import Settings
 from memory_service.services import Services
 from memory_service.storage import database

@@ -19,7 +19,7 @@ import pytest
 from fastapi.testclient import TestClient
 from inprocess import LoopbackServer
 
-from memory_service.api.app import create_app
+from memory_service.app import create_app
 from memory_service.config import ConfigError, Settings
 from memory_service.console.highlight import Segment, highlight
 from memory_service.llm.runtime.server import free_port

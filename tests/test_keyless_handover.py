@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 from inprocess import LoopbackServer
 from mcp import Client
 
-from memory_service.api.app import create_app
+from memory_service.app import create_app
 from memory_service.client import AsyncMemoryClient
 from memory_service.config import Settings
 from memory_service.llm.runtime.server import free_port

@@ -13,7 +13,7 @@ from pathlib import Path
 from conftest import ROOT
 
 PACKAGE = ROOT / "memory_service"
-ROOT_MODULES = {"__init__.py", "__main__.py", "config.py", "services.py", "logs.py", "metrics.py"}
+ROOT_MODULES = {"__init__.py", "__main__.py", "config.py", "services.py", "logs.py", "metrics.py", "app.py"}
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 80
 # modules allowed past the cap, each with its reason: a split there would be by the count, not by meaning

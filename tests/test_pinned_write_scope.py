@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from memory_service.api.app import create_app
+from memory_service.app import create_app
 from memory_service.config import Settings
 from memory_service.contract.text import normalize
 from memory_service.extraction.grounding import shape

@@ -1,4 +1,5 @@
-"""The app factory: configuration in, a FastAPI app with its services' lifespan out."""
+"""The API's app factory: configuration in, a FastAPI app with its services' lifespan out (the console is
+mounted on it by `memory_service.app`)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,8 @@ from fastapi import FastAPI, HTTPException
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .. import console
 from ..config import ConfigError, Settings, is_loopback
-from ..services import KEYS_FILE, Services
-from ..storage.keys import KeyStore
+from ..services import KEYS_FILE, KeyStore, Services
 from . import docs_pages, errors
 from .host_guard import HostGuard
 from .request_id import RequestId
@@ -44,7 +43,7 @@ def package_version() -> str:
 
 
 def _stored_keys(settings: Settings) -> bool:
-    from ..storage.database import open_database
+    from ..services import open_database
 
     database = open_database(settings)
     path = settings.data_dir / KEYS_FILE
@@ -167,14 +166,14 @@ def _lifespan(
     return lifespan
 
 
-def create_app(
+def create_api(
     settings: Settings,
     *,
     speed_prior: tuple[float, float] | None = None,
     services: Services | None = None,
     run_workers: bool = False,
 ) -> FastAPI:
-    """The app. With `services`, the caller owns them (in-process tests); otherwise the lifespan opens them.
+    """The API app, without the console (`memory_service.app.create_app` adds it). With `services`, the caller owns them (in-process tests); otherwise the lifespan opens them.
 
     `speed_prior`: the model's (prompt, generation) tokens/s measured when its build was proven, so the
     first estimates before any extraction rest on a measurement.
@@ -217,7 +216,6 @@ def create_app(
         routes_hindsight,  # Hindsight's REST API for its clients; last: it ends in a catch-all
     ):
         app.include_router(module.router)
-    console.mount(app)  # the operator's pages at /ui, on the same keys and stores
     # the product card's short paths, as aliases of the v1 routes
     app.add_api_route(
         "/remember",

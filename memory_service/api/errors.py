@@ -24,9 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..contract.limit_rules import IdempotencyConflict, InvalidInput, LimitNotFound
 from ..contract.models import ErrorOut
 from ..logs import REQUEST_ID
-from ..storage.chroma_process import ChromaProcessFailed
-from ..storage.database import storage_unavailable
-from ..storage.keys import KeyNotFound, LastKey
+from ..services import ChromaProcessFailed, KeyNotFound, LastKey, storage_unavailable
 
 log = logging.getLogger("memory_service.api")
 

@@ -38,13 +38,13 @@ class HostGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        refusal = self.check(scope)
+        refusal = await self.check(scope)
         if refusal is None:
             await self.app(scope, receive, send)
             return
         await refusal(scope, receive, send)
 
-    def check(self, scope: Scope) -> JSONResponse | None:
+    async def check(self, scope: Scope) -> JSONResponse | None:
         headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope.get("headers", ())}
         host = headers.get("host")
         trusted_host = host is None or host_name(host) in self.trusted
@@ -55,7 +55,8 @@ class HostGuard:
             return None
         if cross and console:  # the console's cookie is its key: no form from another site, in any mode
             return _refusal(403, "cross_site", "refused: this form was posted from another site (Origin)")
-        if not open_access(scope["app"].state.services):
+        services = scope["app"].state.services
+        if not await services.off_loop(open_access, services):  # reads the key store: off the event loop
             return None  # with keys, a key is what admits a request; the API's bearer keys are never sent cross-site
         if not trusted_host:
             return _refusal(

@@ -12,15 +12,14 @@ backends: MEMORY_DATABASE_URL and MEMORY_CHROMA_URL.
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any
 
-from ..config import ConfigError, Settings, speed_prior_variable, worker_speed_prior
+from ..config import ConfigError, Settings, speed_prior_variable
 
 if TYPE_CHECKING:
-    from fastapi import FastAPI
+    pass
 
-APP = f"{__name__}:app"
+APP = "memory_service.app:worker_app"  # uvicorn imports it by name in each worker
 HTTP_PROTOCOL = f"{__name__}:http_protocol"
 
 
@@ -55,17 +54,6 @@ def worker_environment(settings: Settings, speed_prior: tuple[float, float] | No
     if speed_prior is not None:
         env.update(speed_prior_variable(speed_prior))
     return env
-
-
-def app() -> FastAPI:
-    """The app factory uvicorn calls in each worker."""
-    from ..logs import configure as configure_logging
-    from .app import create_app
-
-    settings = Settings.from_env()
-    configure_logging(settings.log_format, settings.log_level)
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # as `main` sets it in the parent: no line per request
-    return create_app(settings, speed_prior=worker_speed_prior())
 
 
 def __getattr__(name: str) -> Any:

@@ -151,9 +151,9 @@ def _run_api(settings: Settings, workers: int, speed_prior: SpeedPrior) -> None:
     """Serve the API until it is stopped: in this process, or in `workers` fresh ones on the same port."""
     import uvicorn
 
-    from ..api.app import create_app
     from ..api.http_guard import protocol_for
     from ..api.workers import APP, HTTP_PROTOCOL, worker_environment
+    from ..app import create_app
 
     options: dict[str, Any] = {
         "host": settings.host,

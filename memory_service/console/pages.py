@@ -12,8 +12,7 @@ from markupsafe import Markup
 
 from ..config import Settings
 from ..contract.models import MemoryOut
-from ..pipeline.job_history import Bucket
-from ..storage.limit_views import LimitView
+from ..services import Bucket, LimitView
 from . import charts
 from .highlight import MAX_MARKED, Segment, highlight
 

@@ -6,7 +6,6 @@ through the same stores; every POST checks its origin and CSRF token first.
 
 from __future__ import annotations
 
-import asyncio
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -26,8 +25,7 @@ from ..contract.boundary import text_problem
 from ..contract.limit_rules import InvalidInput, LimitNotFound
 from ..contract.models import MemoryOut
 from ..contract.roles import role_allows
-from ..recall.search import RecallQuery
-from ..storage.catalog import ListFilter
+from ..services import ListFilter, RecallQuery
 from . import charts, pages
 from .session import (
     COOKIE,
@@ -100,7 +98,7 @@ async def root() -> RedirectResponse:
 
 @router.get("/login")
 async def login_form(request: Request, next: str = "") -> Response:
-    if resolve(request) is not None:
+    if await services_of(request).off_loop(resolve, request) is not None:  # the key store, off the loop
         return see_other(safe_next(next))
     return render(request, "login.html", None, next=safe_next(next), csrf=login_token(request))
 
@@ -112,10 +110,10 @@ async def login(request: Request) -> Response:
     if not same_origin(request) or not token_matches(form.get("csrf", ""), login_token(request)):
         raise CsrfRejected("login form from elsewhere")
     services = services_of(request)
-    if open_access(services):
+    if await services.off_loop(open_access, services):  # the key store is read off the event loop
         return see_other(target)
     key = form.get("key", "").strip()
-    caller = caller_of_key(services, key) if key else None
+    caller = await services.off_loop(caller_of_key, services, key) if key else None
     if caller is None or caller.agent_id is not None:  # the console shows the whole team: not a pinned key's
         error = "Unknown API key." if caller is None else "This key is pinned to an agent: use a team key."
         return render(request, "login.html", None, 401, next=target, csrf=login_token(request), error=error)
@@ -166,7 +164,7 @@ async def memories(
         message = exc.detail if isinstance(exc, HTTPException) else str(exc)
         return render(request, "memories.html", session, 422, error=message, items=[], hits=None, **context)
     team = session.team
-    context["facets"] = await asyncio.to_thread(services.facets, team, 50)
+    context["facets"] = await services.off_loop(services.facets, team, 50)
     if q.strip():
         query = RecallQuery(
             team=team,
@@ -182,7 +180,7 @@ async def memories(
     flt = ListFilter(
         agent_id=filters["agent_id"] or None, status=status or None, tag=filters["tag"] or None, since=lo, until=hi
     )
-    items, nxt = await asyncio.to_thread(services.list_memories, team, flt, limit=PAGE_SIZE, after=after)
+    items, nxt = await services.off_loop(services.list_memories, team, flt, limit=PAGE_SIZE, after=after)
     kept = {k: v for k, v in filters.items() if v}
     next_url = f"/ui/memories?{urlencode({**kept, 'cursor': cursors.encode(nxt)})}" if nxt else None
     pending = any(i.memory.status in pages.PENDING for i in items)
@@ -205,9 +203,9 @@ async def memory(request: Request, memory_id: str, session: SessionDep) -> Respo
     if out is None:
         return render(request, "missing.html", session, 404, what=f"No memory with id {memory_id!r} in this team.")
     replaced_ids = [f.superseded_by for f in out.facts if f.superseded_by]
-    replaced = await asyncio.to_thread(services.facts_by_ids, session.team, replaced_ids)
+    replaced = await services.off_loop(services.facts_by_ids, session.team, replaced_ids)
     # the marks and the page are built in a thread: a memory with many spans must not hold the event loop
-    return await asyncio.to_thread(_memory_page, request, session, out, {i: f.text for i, f in replaced.items()})
+    return await services.off_loop(_memory_page, request, session, out, {i: f.text for i, f in replaced.items()})
 
 
 def _memory_page(request: Request, session: Session, out: MemoryOut, replaced: dict[str, str]) -> Response:
@@ -230,7 +228,7 @@ async def retry(request: Request, memory_id: str, session: SessionDep) -> Respon
             what=f"This key has role '{session.role}'; retrying a job needs role 'write' or above.",
         )
     services = services_of(request)
-    queued = await asyncio.to_thread(services.retry, session.team, memory_id)
+    queued = await services.off_loop(services.retry, session.team, memory_id)
     if not queued:
         return render(request, "missing.html", session, 404, what=f"No failed job {memory_id!r} in this team.")
     services.saved()
@@ -244,11 +242,11 @@ async def retry(request: Request, memory_id: str, session: SessionDep) -> Respon
 async def jobs(request: Request, session: SessionDep) -> Response:
     services = services_of(request)
     team, model = session.team, services.primary_model
-    counts = await asyncio.to_thread(services.status_counts, team)
-    backlog = await asyncio.to_thread(services.backlog, team)  # the team's own: no other team's queue
+    counts = await services.off_loop(services.status_counts, team)
+    backlog = await services.off_loop(services.backlog, team)  # the team's own: no other team's queue
     lists = {}
     for status in ("extracting", "queued", "failed"):
-        lists[status], _ = await asyncio.to_thread(
+        lists[status], _ = await services.off_loop(
             services.list_memories, team, ListFilter(status=status), limit=JOBS_SHOWN
         )
     estimate, basis = services.estimate(*backlog)
@@ -257,7 +255,7 @@ async def jobs(request: Request, session: SessionDep) -> Response:
     depth, finished = pages.hour_of_jobs(services.metrics.history.buckets(team, pending))
     speed = pages.speed(model.throughput.snapshot(), services.settings)
     # the team's webhook deliveries (docs/webhooks.md); the URLs are an admin's business, as in the API
-    webhooks = await asyncio.to_thread(services.webhooks.subscriptions, team) if session.role == "admin" else None
+    webhooks = await services.off_loop(services.webhooks.subscriptions, team) if session.role == "admin" else None
     return render(
         request,
         "jobs.html",
@@ -280,7 +278,7 @@ async def jobs(request: Request, session: SessionDep) -> Response:
 @router.get("/limits")
 async def limits(request: Request, session: SessionDep) -> Response:
     services = services_of(request)
-    views = await asyncio.to_thread(_limit_views, services, session.team)  # errors: `error_page`
+    views = await services.off_loop(_limit_views, services, session.team)  # errors: `error_page`
     return render(
         request, "limits.html", session, views=views, week_days=pages.WEEK_DAYS, agent_weeks=pages.AGENT_WEEKS
     )
@@ -306,9 +304,8 @@ async def handled(request: Request, session: SessionDep, key: str = "", agent_id
     if not key:
         return render(request, "handled.html", session, **context)
     try:  # the store checks the key and the agent id by the API's own rules
-        context["record"] = await asyncio.to_thread(
-            services_of(request).handled_record, session.team, key, agent_id or None
-        )
+        services = services_of(request)
+        context["record"] = await services.off_loop(services.handled_record, session.team, key, agent_id or None)
     except InvalidInput as exc:  # shown beside the form, with the API's status and words
         problem = errors.classify(exc)
         return render(request, "handled.html", session, problem.status, error=problem.detail, **context)

@@ -74,7 +74,7 @@ def resolve(request: Request) -> tuple[Session, str] | None:
 
 async def require_session(request: Request) -> Session:
     """Dependency of every console page: the caller's team, or a redirect to the login form."""
-    found = resolve(request)
+    found = await request.app.state.services.off_loop(resolve, request)  # reads the key store: off the loop
     if found is None:
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         raise LoginRequired(target)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import shutil
 import time
@@ -14,9 +13,8 @@ from fastapi.responses import JSONResponse, Response
 
 from ...contract.health import HealthOut, ReadyOut
 from ...contract.models import StatsOut
-from ...llm.handle import ModelHandle
 from ...metrics import CONTENT_TYPE
-from ...storage.database import describe
+from ...services import ModelHandle, describe
 from ..auth import caller_of_key, identify, open_access
 from ..deps import ServicesDep
 from ..errors import error_responses
@@ -68,7 +66,7 @@ async def ready(request: Request, services: ServicesDep) -> JSONResponse:
     model = services.primary_model
     thinking = await model.thinking() if model.ready else None
     ok = model.ready and (thinking is None or thinking.get("verdict") != "FAIL")
-    viewer = ready_viewer(request)
+    viewer = await services.off_loop(ready_viewer, request)  # reads the key store: off the event loop
     body: dict[str, Any] = {
         "status": "ready" if ok else "unavailable",
         "model_server": _server(model),
@@ -82,14 +80,14 @@ async def ready(request: Request, services: ServicesDep) -> JSONResponse:
     }
     if viewer is not None:
         team = viewer
-        counts = await asyncio.to_thread(
+        counts = await services.off_loop(
             services.job_counts if team == OPERATOR else lambda: services.status_counts(team)
         )
         body |= {
             "queue_depth": counts["queued"] + counts["extracting"],
             "jobs": counts,
             "throughput": model.throughput.snapshot(),
-            "webhooks": await asyncio.to_thread(services.webhooks.status, None if team == OPERATOR else team),
+            "webhooks": await services.off_loop(services.webhooks.status, None if team == OPERATOR else team),
         }
     return JSONResponse(body, status_code=200 if ok else 503)
 
@@ -141,9 +139,10 @@ def _operator(request: Request) -> bool:
 async def stats_reader(request: Request) -> str | None:
     """None for the operator (every team's numbers), else the key's team (401 without a known key). A key
     pinned to an agent gets a 403: the counts are the team's, and it sees only its own agent's activity."""
-    if _operator(request):
+    services = request.app.state.services
+    if await services.off_loop(_operator, request):  # reads the key store: off the event loop
         return None
-    caller = identify(request)
+    caller = await services.off_loop(identify, request)
     if caller.agent_id is not None:
         raise HTTPException(
             status_code=403,
@@ -158,13 +157,13 @@ async def stats(services: ServicesDep, team: Annotated[str | None, Depends(stats
     """Jobs by status, the measured model speed and readiness, as JSON (for people and scripts). With keys,
     a key sees its team's jobs and consolidated items only (one team does not see another's activity); the
     MEMORY_METRICS_TOKEN bearer, like keyless mode, sees every team's and consolidation's runs."""
-    counts = await asyncio.to_thread(services.job_counts if team is None else lambda: services.status_counts(team))
+    counts = await services.off_loop(services.job_counts if team is None else lambda: services.status_counts(team))
     model = services.primary_model
     return {
         "jobs": counts,
         "throughput": model.throughput.snapshot(),
         "model_ready": model.ready,
-        "consolidation": await asyncio.to_thread(services.consolidation_status, team),
+        "consolidation": await services.off_loop(services.consolidation_status, team),
     }
 
 
@@ -172,9 +171,10 @@ async def scraper(request: Request) -> str | None:
     """Who may read /metrics, and how much of it: anyone in keyless loopback mode, and with keys the bearer
     MEMORY_METRICS_TOKEN (a Prometheus `authorization` credential), the whole page (None). A team's unpinned
     admin key reads only its own team's labelled series: the rest counts other teams' activity."""
-    if _operator(request):
+    services = request.app.state.services
+    if await services.off_loop(_operator, request):  # reads the key store: off the event loop
         return None
-    caller = identify(request)  # 401 without a known key
+    caller = await services.off_loop(identify, request)  # 401 without a known key
     if caller.role != "admin" or caller.agent_id is not None:
         raise HTTPException(403, "/metrics needs an unpinned admin key or the MEMORY_METRICS_TOKEN bearer token")
     return caller.team
@@ -200,7 +200,7 @@ def team_series(exposition: bytes, team: str) -> bytes:
 )
 async def metrics(services: ServicesDep, team: Annotated[str | None, Depends(scraper)]) -> Response:
     """Prometheus text exposition, for scraping. Rendered in a thread: the gauges read the journal."""
-    body = await asyncio.to_thread(services.render_metrics)
+    body = await services.off_loop(services.render_metrics)
     if team is not None:
         body = team_series(body, team)
     return Response(body, media_type=CONTENT_TYPE)

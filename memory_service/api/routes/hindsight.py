@@ -5,7 +5,6 @@ metadata kept in the memory's metadata, tags tags. Anything else under /v1/defau
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import re
@@ -33,11 +32,7 @@ from ...contract.hindsight import (
     legacy_document_key,
 )
 from ...contract.types import MAX_TAGS
-from ...extraction.dates import occurred
-from ...recall.rank import Hit
-from ...recall.search import RecallQuery
-from ...storage.journal import DONE, FAILED
-from ...storage.records import Memory
+from ...services import DONE, FAILED, Hit, Memory, RecallQuery, occurred
 from ..auth import Team, Writer, agent_scope, check_agent
 from ..deps import ServicesDep
 from . import hindsight_docs
@@ -146,13 +141,13 @@ async def retain(
     operation_id = (body.operation_id or str(uuid.uuid4())) if body.is_async else None
     fields = _prepared(bank_id, body, services, operation_id)
     olds = {p.legacy_key: p.fields["run_id"] for p in fields if p.legacy_key is not None}
-    replays = await asyncio.to_thread(store.legacy_replays, services, team, bank_id, olds) if olds else set()
+    replays = await services.off_loop(store.legacy_replays, services, team, bank_id, olds) if olds else set()
     created_any = False
     pinned = request.state.caller.agent_id is not None  # as /v1/remember: facts decide among its agent's only
     for one, legacy in fields:
         if legacy in replays:  # this very item, stored before derived keys: a replay, as its new key would be
             continue
-        memory, created, _ = await asyncio.to_thread(services.remember, team=team, pinned=pinned, **one)
+        memory, created, _ = await services.off_loop(services.remember, team=team, pinned=pinned, **one)
         if not created and memory.agent_id != bank_id:
             raise HTTPException(409, "idempotency key already used in this team by another agent")
         created_any = created_any or created
@@ -222,7 +217,7 @@ async def recall(
 
     hits = (await services.recall(query, body.max_tokens, narrow)).hits
     ids = list(dict.fromkeys(h.memory_id for h in hits))
-    memories = await asyncio.to_thread(lambda: {i: services.memory(team, i) for i in ids})
+    memories = await services.off_loop(lambda: {i: services.memory(team, i) for i in ids})
     return HsRecallResponse(results=_results(hits, memories))
 
 
@@ -234,7 +229,7 @@ async def operation_status(
     agent_scope(request, bank_id)
     if len(operation_id) > 128 or not _SEGMENT.fullmatch(operation_id):
         raise HTTPException(422, f"path.operation_id: {SEGMENT_RULE}")
-    memories = await asyncio.to_thread(store.operation, services, team, bank_id, operation_id)
+    memories = await services.off_loop(store.operation, services, team, bank_id, operation_id)
     if not memories:
         raise HTTPException(404, f"no operation {operation_id!r} among bank {bank_id!r}'s recent retains")
     states = {m.status for m in memories}

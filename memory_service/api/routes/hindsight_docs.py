@@ -3,7 +3,6 @@ document is a run of that agent (see hindsight_store.py and docs/hindsight.md)."
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 from typing import Annotated
 
@@ -68,7 +67,7 @@ async def list_documents(
 ) -> HsDocumentList:
     """The bank's documents, the most recently written first."""
     agent_scope(request, bank_id)
-    docs, capped = await asyncio.to_thread(store.documents, services, team, bank_id)
+    docs, capped = await services.off_loop(store.documents, services, team, bank_id)
     needle = (q or "").lower()
     chosen = [
         d
@@ -82,7 +81,7 @@ async def list_documents(
 
 async def _document(services: ServicesDep, request: Request, team: str, bank: str, doc_id: str) -> store.Document:
     agent_scope(request, bank)
-    doc = await asyncio.to_thread(store.document, services, team, bank, doc_id)
+    doc = await services.off_loop(store.document, services, team, bank, doc_id)
     if doc is None:
         raise HTTPException(404, f"no document {doc_id!r} in bank {bank!r}")
     return doc
@@ -115,7 +114,7 @@ async def delete_document(
     """Forget every memory of the document (as DELETE /v1/memories/{id} does each: an admin key's act)."""
     doc = await _document(services, request, team, bank_id, document_id)
     ids = [m.id for m in doc.memories]
-    deleted = await asyncio.to_thread(services.forget, team, memory_ids=ids)
+    deleted = await services.off_loop(services.forget, team, memory_ids=ids)
     return HsDeleteDocument(
         success=True,
         message=f"forgot {len(deleted)} memories of document {document_id!r}",
@@ -135,7 +134,7 @@ async def list_banks(
 ) -> HsBankList:
     """The team's agents that hold memories (a pinned key: its own agent only), busiest first."""
     agent_id = agent_scope(request, None)
-    facets = await asyncio.to_thread(services.facets, team, 1000, agent_id)
+    facets = await services.off_loop(services.facets, team, 1000, agent_id)
     banks = [HsBankListItem(bank_id=a, name=a, fact_count=n) for a, n in facets.agents]
     if q:
         banks = [b for b in banks if q.lower() in b.bank_id.lower()]

@@ -18,8 +18,7 @@ from fastapi import Path
 
 from ...contract.hindsight import SEGMENT_PATTERN, SEGMENT_RULE
 from ...contract.ids import MAX_ID_LEN, MEMORY_ID_PATTERN
-from ...storage.catalog import Listed, ListFilter
-from ...storage.records import Memory
+from ...services import Listed, ListFilter, Memory
 
 if TYPE_CHECKING:
     from ...services import Services

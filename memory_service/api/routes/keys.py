@@ -8,7 +8,6 @@ A new key is shown once, in the answer to its creation; only its hash is stored.
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime
 
 from fastapi import APIRouter, HTTPException, Request, Response
@@ -16,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ...contract.roles import Role
 from ...contract.types import AgentId, Label
-from ...storage.keys import KeyInfo, KeyNotFound
+from ...services import KeyInfo, KeyNotFound
 from ..auth import Admin, Caller, hidden_from
 from ..deps import LimitsAndKeysDep
 from ..errors import error_responses
@@ -78,7 +77,7 @@ async def create_key(body: KeyCreate, request: Request, team: Admin, services: L
         raise HTTPException(
             403, f"this key is pinned to agent_id '{caller.agent_id}'; it can create only keys pinned to the same agent"
         )
-    made = await asyncio.to_thread(services.create_key, team, body.role, agent_id=body.agent_id, label=body.label)
+    made = await services.off_loop(services.create_key, team, body.role, agent_id=body.agent_id, label=body.label)
     return NewKeyOut(**_out(made.info), key=made.key)
 
 
@@ -91,7 +90,7 @@ async def create_key(body: KeyCreate, request: Request, team: Admin, services: L
 async def list_keys(
     request: Request, team: Admin, services: LimitsAndKeysDep, include_revoked: bool = False
 ) -> list[KeyOut]:
-    found = await asyncio.to_thread(services.list_keys, team, include_revoked=include_revoked)
+    found = await services.off_loop(services.list_keys, team, include_revoked=include_revoked)
     return [KeyOut(**_out(info)) for info in found if not hidden_from(request, info.agent_id or "")]
 
 
@@ -106,8 +105,8 @@ async def revoke_key(key_id: str, request: Request, team: Admin, services: Limit
     is pinned to another agent than a pinned caller's (as for unknown ids); 409 (LastKey) for the last active
     key, which would turn authentication off: keyless mode is chosen on the host (`keys revoke --keyless`)."""
     if request.state.caller.agent_id is not None:
-        keys = await asyncio.to_thread(services.list_keys, team, include_revoked=True)
+        keys = await services.off_loop(services.list_keys, team, include_revoked=True)
         if not any(info.id == key_id and not hidden_from(request, info.agent_id or "") for info in keys):
             raise KeyNotFound(f"no key with id {key_id!r} in this team")
-    await asyncio.to_thread(services.revoke_key, team, key_id)
+    await services.off_loop(services.revoke_key, team, key_id)
     return Response(status_code=204)

@@ -1,9 +1,9 @@
 """HTTP routes for daily limits and the handled-item ledger.
 
 Everything is scoped to the caller's team (`Team`): another team's limits and
-keys are invisible, even under the same names. Handlers are sync `def`s run in
-the threadpool, so a store call waiting on the SQLite lock (or an fsync with
-synchronous=FULL) never stalls the event loop that serves every other route.
+keys are invisible, even under the same names. Each store call runs in the
+services' blocking pool (`off_loop`), so a store call waiting on the SQLite lock (or an
+fsync with synchronous=FULL) never stalls the event loop that serves every other route.
 The store does one short transaction per call; its errors (no such limit, bad input, a reused
 idempotency key, busy storage) reach the one mapping in api/errors.py. Responses are built directly
 (no response_model re-validation) to keep the consume path lean; the models
@@ -33,7 +33,7 @@ from ...contract.types import (
     HandledKey,
     LimitName,
 )
-from ...storage.limits import LimitView
+from ...services import LimitView
 from ..auth import Admin, Team, Writer, agent_scope, check_agent, refuse_pinned
 from ..deps import LimitsAndKeysDep
 from ..errors import Responses, error_responses
@@ -74,7 +74,7 @@ def _view_body(view: LimitView) -> dict[str, object]:
     | _FORBIDDEN
     | _ERRORS,
 )
-def put_limit(
+async def put_limit(
     name: LimitName, spec: LimitSpec, request: Request, team: Admin, services: LimitsAndKeysDep
 ) -> JSONResponse:
     """Create (201) or change (200) the team's limit `name`.
@@ -88,7 +88,7 @@ def put_limit(
     team-wide: a key pinned to an agent may not make or change them (403).
     """
     refuse_pinned(request, "defining a limit")
-    view, created = services.put_limit(team, name, spec.daily_limit, spec.timezone, spec.per)
+    view, created = await services.off_loop(services.put_limit, team, name, spec.daily_limit, spec.timezone, spec.per)
     return JSONResponse(_view_body(view), status_code=201 if created else 200)
 
 
@@ -101,13 +101,15 @@ _LISTED: Responses = {200: {"model": list[LimitOut]}}
     response_model=None,
     responses=_LISTED | _ERRORS,
 )
-def list_limits(request: Request, team: Team, services: LimitsAndKeysDep, agent_id: AgentQuery = None) -> JSONResponse:
+async def list_limits(
+    request: Request, team: Team, services: LimitsAndKeysDep, agent_id: AgentQuery = None
+) -> JSONResponse:
     """All of the team's limits, sorted by name, each with today's usage.
 
     For per=agent limits `used` is the sum over agents unless `agent_id` is given (a pinned key: always its own).
     """
     agent_id = agent_scope(request, agent_id)
-    views = services.list_limits(team, agent_id)
+    views = await services.off_loop(services.list_limits, team, agent_id)
     return JSONResponse([_view_body(v) for v in views])
 
 
@@ -117,7 +119,7 @@ def list_limits(request: Request, team: Team, services: LimitsAndKeysDep, agent_
     response_model=None,
     responses={200: {"model": LimitOut}} | _NOT_FOUND | _ERRORS,
 )
-def get_limit(
+async def get_limit(
     name: LimitName,
     request: Request,
     team: Team,
@@ -135,7 +137,7 @@ def get_limit(
     pinned to an agent sees its own agent's counter only.
     """
     agent_id = agent_scope(request, agent_id)
-    view = services.limit_view(team, name, agent_id, days)
+    view = await services.off_loop(services.limit_view, team, name, agent_id, days)
     return JSONResponse(_view_body(view))
 
 
@@ -145,10 +147,10 @@ def get_limit(
     summary="Delete a limit and its counters",
     responses=_NOT_FOUND | _FORBIDDEN | _ERRORS,
 )
-def delete_limit(name: LimitName, request: Request, team: Admin, services: LimitsAndKeysDep) -> Response:
+async def delete_limit(name: LimitName, request: Request, team: Admin, services: LimitsAndKeysDep) -> Response:
     """Remove the limit, its counters and idempotency records (204); 404 if absent. Not with a pinned key (403)."""
     refuse_pinned(request, "deleting a limit")
-    services.delete_limit(team, name)
+    await services.off_loop(services.delete_limit, team, name)
     return Response(status_code=204)
 
 
@@ -179,7 +181,7 @@ def delete_limit(name: LimitName, request: Request, team: Admin, services: Limit
     | _FORBIDDEN
     | _ERRORS,
 )
-def consume(
+async def consume(
     name: LimitName, body: ConsumeRequest, request: Request, team: Writer, services: LimitsAndKeysDep
 ) -> JSONResponse:
     """Add `amount` (1-1,000,000,000) to today's counter if it stays within the limit.
@@ -194,7 +196,7 @@ def consume(
     has no limit `name` (create it with PUT first).
     """
     check_agent(request, body.agent_id)
-    result = services.consume(team, name, body.agent_id, body.amount, body.idempotency_key)
+    result = await services.off_loop(services.consume, team, name, body.agent_id, body.amount, body.idempotency_key)
     if not result.allowed:
         return JSONResponse(result.body(), status_code=429, headers={"Retry-After": str(result.retry_after_s)})
     headers = {REPLAYED: "true"} if result.replayed else None
@@ -210,7 +212,9 @@ def consume(
     response_model=None,
     responses={200: {"model": HandledOut}} | _BODY_ERRORS | _FORBIDDEN | _ERRORS,
 )
-def mark_handled(body: HandledRequest, request: Request, team: Writer, services: LimitsAndKeysDep) -> JSONResponse:
+async def mark_handled(
+    body: HandledRequest, request: Request, team: Writer, services: LimitsAndKeysDep
+) -> JSONResponse:
     """Atomic set-if-absent of `key` in the team's ledger (or the agent's, with `agent_id`; a key pinned to
     an agent always marks in its own agent's ledger, never the team's).
 
@@ -220,15 +224,15 @@ def mark_handled(body: HandledRequest, request: Request, team: Writer, services:
     posts do not extend it). Keys: 1-2048 chars, any text but NUL.
     """
     agent_id = agent_scope(request, body.agent_id)
-    record = services.mark_handled(team, body.key, agent_id, body.ttl_days)
+    record = await services.off_loop(services.mark_handled, team, body.key, agent_id, body.ttl_days)
     return JSONResponse(asdict(record))
 
 
-def _get_handled(
+async def _get_handled(
     request: Request, team: str, services: LimitsAndKeysDep, key: str, agent_id: str | None
 ) -> JSONResponse:
     """A pinned key looks in its own agent's ledger only."""
-    record = services.handled_record(team, key, agent_scope(request, agent_id))
+    record = await services.off_loop(services.handled_record, team, key, agent_scope(request, agent_id))
     if record is None:
         raise HTTPException(status_code=404, detail="key not recorded for this team/agent (or expired)")
     return JSONResponse(asdict(record) | {"first_time": False})
@@ -243,7 +247,7 @@ _HANDLED_GET = {200: {"model": HandledOut}} | error_responses(404, described={40
     response_model=None,
     responses=_HANDLED_GET | _ERRORS,
 )
-def get_handled_by_query(
+async def get_handled_by_query(
     request: Request,
     team: Team,
     services: LimitsAndKeysDep,
@@ -251,7 +255,7 @@ def get_handled_by_query(
     agent_id: AgentQuery = None,
 ) -> JSONResponse:
     """Recommended form for keys with `?`, `#`, `%` or `//` (e.g. URLs): `?key=<url-encoded>`."""
-    return _get_handled(request, team, services, key, agent_id)
+    return await _get_handled(request, team, services, key, agent_id)
 
 
 @router.get(
@@ -260,7 +264,7 @@ def get_handled_by_query(
     response_model=None,
     responses=_HANDLED_GET | _ERRORS,
 )
-def get_handled(
+async def get_handled(
     key: Annotated[HandledKey, Path(description="The key; may contain '/'")],
     request: Request,
     team: Team,
@@ -272,4 +276,4 @@ def get_handled(
     The rest of the path is the key, slashes included; percent-encode `?`,
     `#` and `%`, or use `GET /v1/handled?key=` instead.
     """
-    return _get_handled(request, team, services, key, agent_id)
+    return await _get_handled(request, team, services, key, agent_id)

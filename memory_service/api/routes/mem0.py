@@ -8,7 +8,6 @@ no id, filter or metadata field can reach another team. Anything else mem0 serve
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -31,10 +30,7 @@ from ...contract.mem0 import (
     scope_of,
 )
 from ...contract.roles import Role
-from ...extraction.dates import occurred
-from ...recall.search import RecallQuery
-from ...storage.journal import DONE, FAILED
-from ...storage.records import Memory
+from ...services import DONE, FAILED, Memory, RecallQuery, occurred
 from ..auth import BEARER_OR_TOKEN, Caller, agent_scope, check_agent, hidden_from, open_access, requires
 from ..deps import ServicesDep
 from . import mem0_store as store
@@ -52,7 +48,8 @@ def _role(role: Role) -> Callable[[Request], Awaitable[str]]:
     keyed = cast(Callable[[Request], Awaitable[str]], requires(role, BEARER_OR_TOKEN))
 
     async def dependency(request: Request) -> str:
-        if open_access(request.app.state.services):
+        services = request.app.state.services
+        if await services.off_loop(open_access, services):  # reads the key store: off the event loop
             request.state.caller = Caller(Settings.LOCAL_TEAM, "admin")
             return Settings.LOCAL_TEAM
         return await keyed(request)
@@ -105,7 +102,7 @@ def _refuse_set(body: Any, names: tuple[str, ...]) -> None:
 
 async def _visible(request: Request, services: ServicesDep, team: str, memory_id: str) -> Memory:
     """The team's memory (a pinned key's own agent's only), or a 404 as for an unknown id."""
-    memory = await asyncio.to_thread(services.memory, team, memory_id)
+    memory = await services.off_loop(services.memory, team, memory_id)
     if memory is None or hidden_from(request, memory.agent_id):
         raise HTTPException(404, f"no memory with id {memory_id!r} in this team")
     return memory
@@ -146,7 +143,7 @@ async def add(body: AddRequest, request: Request, team: Writer, services: Servic
     _check_sizes(text, body.metadata, settings.max_text_bytes)
     when = None if body.timestamp is None else datetime.fromtimestamp(body.timestamp, tz=UTC)
     occurred_at, occurred_day = occurred(when, time.time(), settings.timezone)
-    memory, _, _ = await asyncio.to_thread(
+    memory, _, _ = await services.off_loop(
         services.remember,
         team=team,
         agent_id=agent,
@@ -187,7 +184,7 @@ async def search(body: SearchRequest, request: Request, team: Team, services: Se
     )
     hits = await services.recall_hits(query)
     ids = list(dict.fromkeys(h.memory_id for h in hits))
-    memories = await asyncio.to_thread(lambda: {i: services.memory(team, i) for i in ids})
+    memories = await services.off_loop(lambda: {i: services.memory(team, i) for i in ids})
     results = []
     for hit in hits:
         memory = memories.get(hit.memory_id)
@@ -221,7 +218,7 @@ async def get_all(
     if scope.since is not None and scope.until is not None and scope.since > scope.until:
         raise HTTPException(422, "the created_at window is empty (its start is after its end)")
     scope = Scope(**{**scope.__dict__, "agent_id": agent_scope(request, scope.agent_id)})
-    items, count = await asyncio.to_thread(store.listing, services, team, scope, page, page_size)
+    items, count = await services.off_loop(store.listing, services, team, scope, page, page_size)
     url = request.url
     more = page * page_size < count
     return {
@@ -260,7 +257,7 @@ async def update(
     metadata = body.metadata if body.metadata is not None else kept
     _check_sizes(text, metadata, services.settings.max_text_bytes)
     scope = Scope(**{k: meta.get(k) for k in ("user_id", "agent_id", "app_id", "run_id")})
-    new, _, _ = await asyncio.to_thread(
+    new, _, _ = await services.off_loop(
         services.remember,
         team=team,
         agent_id=old.agent_id,
@@ -274,14 +271,14 @@ async def update(
         pinned=request.state.caller.agent_id is not None,
     )
     services.saved()
-    await asyncio.to_thread(services.forget, team, memory_ids=[old.id])
+    await services.off_loop(services.forget, team, memory_ids=[old.id])
     return store.shape(new) | {"replaces": old.id}
 
 
 @router.delete(PREFIX + "/v1/memories/{memory_id}/")
 async def delete(memory_id: MemoryId, request: Request, team: Admin, services: ServicesDep) -> dict[str, Any]:
     await _visible(request, services, team, memory_id)
-    if not await asyncio.to_thread(services.forget, team, memory_ids=[memory_id]):
+    if not await services.off_loop(services.forget, team, memory_ids=[memory_id]):
         raise HTTPException(404, f"no memory with id {memory_id!r} in this team")
     return {"message": "Memory deleted successfully!"}
 
@@ -307,10 +304,10 @@ async def delete_all(
     scope = _scope({k: v for k, v in given.items() if v is not None})
     scope = Scope(**{**scope.__dict__, "agent_id": agent_scope(request, scope.agent_id)})
     if scope.user_id is None and scope.app_id is None and (scope.agent_id or scope.run_id):
-        deleted = await asyncio.to_thread(services.forget, team, agent_id=scope.agent_id, run_id=scope.run_id)
+        deleted = await services.off_loop(services.forget, team, agent_id=scope.agent_id, run_id=scope.run_id)
     else:
-        ids = await asyncio.to_thread(store.selected, services, team, scope)
-        deleted = await asyncio.to_thread(services.forget, team, memory_ids=ids) if ids else []
+        ids = await services.off_loop(store.selected, services, team, scope)
+        deleted = await services.off_loop(services.forget, team, memory_ids=ids) if ids else []
     return {"message": "Memories deleted successfully!", "deleted": len(deleted)}
 
 

@@ -12,8 +12,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ...contract.mem0 import TAGGED, Scope
-from ...storage.catalog import ListFilter
-from ...storage.records import Memory
+from ...services import ListFilter, Memory
 from .hindsight_store import memories_of
 
 if TYPE_CHECKING:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from datetime import UTC, datetime
@@ -20,10 +19,7 @@ from ...contract.models import (
     RememberResponse,
 )
 from ...contract.types import REPLAYED, AgentId, JobStatus, Moment, RunId, Tag
-from ...extraction.dates import occurred
-from ...recall.search import to_epoch
-from ...storage.catalog import ListFilter
-from ...storage.journal import DONE, FAILED
+from ...services import DONE, FAILED, ListFilter, occurred, to_epoch
 from .. import cursor as cursors
 from ..auth import Admin, Team, Writer, agent_scope, check_agent, hidden_from
 from ..deps import ServicesDep
@@ -83,7 +79,7 @@ async def remember(body: RememberRequest, request: Request, team: Writer, servic
     if len(json.dumps(body.metadata)) > MAX_METADATA_BYTES:
         raise HTTPException(413, f"metadata is larger than {MAX_METADATA_BYTES} bytes as JSON")
     occurred_at, occurred_day = occurred(body.occurred_at, time.time(), settings.timezone)
-    memory, created, ahead = await asyncio.to_thread(
+    memory, created, ahead = await services.off_loop(
         services.remember,
         team=team,
         agent_id=body.agent_id,
@@ -104,7 +100,7 @@ async def remember(body: RememberRequest, request: Request, team: Writer, servic
     services.observe_remember_ack(time.perf_counter() - started)
     if body.wait_s > 0 and memory.status not in (DONE, FAILED):
         memory = await services.wait_settled(team, memory.id, body.wait_s) or memory
-        ahead = await asyncio.to_thread(services.backlog, team, memory.created_at)
+        ahead = await services.off_loop(services.backlog, team, memory.created_at)
     # the team's own jobs ahead, at the model's speed: no other team's backlog shows in either figure
     pending = memory.status not in (DONE, FAILED)
     estimate, basis = services.estimate(*ahead) if pending else (None, None)
@@ -135,10 +131,10 @@ async def get_memory(memory_id: str, request: Request, team: Team, services: Ser
 async def memory_out(services: Services, team: str, memory_id: str, *, agent_id: str | None = None) -> MemoryOut | None:
     """The full view of one of the team's memories (of `agent_id`'s only, when given), or None: the API and
     the console show the same thing."""
-    memory = await asyncio.to_thread(services.memory, team, memory_id)
+    memory = await services.off_loop(services.memory, team, memory_id)
     if memory is None or (agent_id is not None and memory.agent_id != agent_id):
         return None
-    facts = await asyncio.to_thread(services.facts_of_memory, team, memory_id)
+    facts = await services.off_loop(services.facts_of_memory, team, memory_id)
     report = memory.report or {}
     return MemoryOut(
         id=memory.id,
@@ -203,7 +199,7 @@ async def list_route(
     if lo is not None and hi is not None and lo > hi:
         raise HTTPException(422, "since is after until: the time window is empty")
     flt = ListFilter(agent_id=agent_id, run_id=run_id, status=status, tag=tag, since=lo, until=hi)
-    items, nxt = await asyncio.to_thread(services.list_memories, team, flt, limit=limit, after=after)
+    items, nxt = await services.off_loop(services.list_memories, team, flt, limit=limit, after=after)
     return MemoryPage(
         items=[
             MemorySummary(
@@ -229,10 +225,10 @@ async def forget_one(memory_id: str, request: Request, team: Admin, services: Se
     """Forget a text: its passage, keyword entries, and the facts only it supported (shared facts lose it).
     A pinned key forgets only its agent's memories: another agent's is a 404, as an unknown id."""
     if request.state.caller.agent_id is not None:
-        memory = await asyncio.to_thread(services.memory, team, memory_id)
+        memory = await services.off_loop(services.memory, team, memory_id)
         if memory is None or hidden_from(request, memory.agent_id):
             raise HTTPException(404, f"no memory with id {memory_id!r} in this team")
-    deleted = await asyncio.to_thread(services.forget, team, memory_ids=[memory_id])
+    deleted = await services.off_loop(services.forget, team, memory_ids=[memory_id])
     if not deleted:
         raise HTTPException(404, f"no memory with id {memory_id!r} in this team")
     return Response(status_code=204)
@@ -254,5 +250,5 @@ async def forget_many(
     agent_id = agent_scope(request, agent_id)
     if not confirm:
         raise HTTPException(400, "bulk forget cannot be undone: repeat the request with confirm=true")
-    deleted = await asyncio.to_thread(services.forget, team, agent_id=agent_id, run_id=run_id)
+    deleted = await services.off_loop(services.forget, team, agent_id=agent_id, run_id=run_id)
     return ForgetResponse(deleted=len(deleted))

@@ -7,7 +7,7 @@ import time
 from fastapi import APIRouter, HTTPException, Request
 
 from ...contract.models import RecallRequest, RecallResponse
-from ...recall.search import RecallQuery, to_epoch
+from ...services import RecallQuery, to_epoch
 from ..auth import Team, agent_scope
 from ..deps import ServicesDep
 from ..errors import error_responses

@@ -7,8 +7,6 @@ that memory is empty or broken.
 
 from __future__ import annotations
 
-import asyncio
-
 from fastapi import APIRouter, Request
 
 from ...contract.models import AgentCount, TagCount, TeamOut
@@ -24,7 +22,7 @@ async def team_route(request: Request, team: Team, services: ServicesDep) -> Tea
     """The caller's team, the key's role, and the team's memory count with its busiest agent ids and tags
     (a key pinned to an agent: its agent's memories only)."""
     caller: Caller = request.state.caller
-    found = await asyncio.to_thread(services.facets, team, agent_id=caller.agent_id)
+    found = await services.off_loop(services.facets, team, agent_id=caller.agent_id)
     return TeamOut(
         team=team,
         role=caller.role,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
@@ -13,7 +12,7 @@ from pydantic import ValidationError
 from pydantic.json_schema import models_json_schema
 
 from ...contract.models import ExportedMemory, ImportResponse
-from ...pipeline.importing import ImportTally
+from ...services import ImportTally
 from ..auth import Caller, Team, Writer
 from ..deps import ServicesDep
 from ..errors import Responses, describe, error_responses
@@ -125,7 +124,7 @@ async def import_route(
 
     async def flush() -> None:
         if batch:
-            done = await asyncio.to_thread(services.import_records, list(batch), team, re_extract=re_extract)
+            done = await services.off_loop(services.import_records, list(batch), team, re_extract=re_extract)
             tally.imported += done.imported
             tally.skipped += done.skipped
             batch.clear()

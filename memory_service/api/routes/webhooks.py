@@ -8,15 +8,20 @@ the team's, so a key pinned to an agent may not change them (403). See docs/webh
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime
 from typing import Literal
 
 from fastapi import APIRouter, HTTPException, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from ...pipeline.webhook_urls import MAX_URL_CHARS, BadWebhookUrl, resolve
-from ...storage.webhooks import MAX_SUBSCRIPTIONS, Subscription, TooManySubscriptions
+from ...services import (
+    MAX_SUBSCRIPTIONS,
+    MAX_URL_CHARS,
+    BadWebhookUrl,
+    Subscription,
+    TooManySubscriptions,
+    resolve_webhook_url,
+)
 from ..auth import Admin, refuse_pinned
 from ..deps import ServicesDep
 from ..errors import error_responses
@@ -81,11 +86,11 @@ async def create_webhook(body: WebhookCreate, request: Request, team: Admin, ser
     (unless the operator allows those); 409 when the team has its most subscriptions already."""
     refuse_pinned(request, "managing webhooks")
     try:
-        await resolve(body.url, allow_private=services.settings.webhook_allow_private)
+        await resolve_webhook_url(body.url, allow_private=services.settings.webhook_allow_private)
     except BadWebhookUrl as exc:
         raise HTTPException(422, f"url: {exc}") from None
     try:
-        sub, secret = await asyncio.to_thread(services.webhooks.subscribe, team, body.url, list(body.events))
+        sub, secret = await services.off_loop(services.webhooks.subscribe, team, body.url, list(body.events))
     except TooManySubscriptions as exc:
         raise HTTPException(409, str(exc)) from None
     return NewWebhookOut(**_out(sub), secret=secret)
@@ -99,7 +104,7 @@ async def create_webhook(body: WebhookCreate, request: Request, team: Admin, ser
 )
 async def list_webhooks(request: Request, team: Admin, services: ServicesDep) -> list[WebhookOut]:
     refuse_pinned(request, "managing webhooks")
-    subs = await asyncio.to_thread(services.webhooks.subscriptions, team)
+    subs = await services.off_loop(services.webhooks.subscriptions, team)
     return [WebhookOut(**_out(sub)) for sub in subs]
 
 
@@ -111,6 +116,6 @@ async def list_webhooks(request: Request, team: Admin, services: ServicesDep) ->
 )
 async def delete_webhook(webhook_id: str, request: Request, team: Admin, services: ServicesDep) -> Response:
     refuse_pinned(request, "managing webhooks")
-    if len(webhook_id) > 64 or not await asyncio.to_thread(services.webhooks.unsubscribe, team, webhook_id):
+    if len(webhook_id) > 64 or not await services.off_loop(services.webhooks.unsubscribe, team, webhook_id):
         raise HTTPException(404, f"no webhook with id {webhook_id[:64]!r} in this team")
     return Response(status_code=204)
