@@ -112,6 +112,8 @@ class Settings(BaseSettings):
     recall_tokenize_timeout_s: float = Field(default=0.2, gt=0, le=10)
     # threads for the requests' blocking store work (SQLite, PostgreSQL, Chroma calls): one pool, Services'
     blocking_threads: int = Field(default_factory=_default_blocking_threads, ge=1, le=256)
+    # threads for recall's keyword leg, which runs beside the query's embedding (one per recall in flight)
+    recall_threads: int = Field(default=4, ge=1, le=256)
     # postgresql://user@host/db: the journal, jobs, limits, handled ledger and keys live there instead of
     # the data dir's SQLite files, so several API processes can share them (see "Outgrowing one machine")
     database_url: str | None = None

@@ -18,9 +18,11 @@ import contextvars
 import dataclasses
 import functools
 import logging
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, TypeVar
 
 from .config import Settings
@@ -28,7 +30,7 @@ from .consolidation.worker import Consolidator
 from .contract.limits import HandledRecord
 from .contract.roles import Role
 from .embedding.embedder import Embedder, embedder_for
-from .extraction.dates import occurred as occurred
+from .extraction.dates import occurred
 from .llm.handle import ModelHandle as ModelHandle
 from .llm.pool import ModelPool
 from .metrics import Metrics
@@ -204,7 +206,7 @@ class Services(LimitsAndKeys):
         # repeated queries skip the embedder; keyed by team, so no team's query is fast because another asked it
         self.query_embeddings = QueryEmbeddings(self.embedder)
         # recall's keyword leg runs here while the request's thread embeds the query (see `recall`)
-        self._recall_legs = ThreadPoolExecutor(max_workers=4, thread_name_prefix="recall-keyword")
+        self._recall_legs = ThreadPoolExecutor(self.settings.recall_threads, thread_name_prefix="recall-keyword")
         self._open_pool()
 
     @classmethod
@@ -304,8 +306,12 @@ class Services(LimitsAndKeys):
 
     # -- the facade: what routes and the console call ---------------------------
 
-    def remember(self, **fields: Any) -> tuple[Memory, bool, tuple[int, int]]:
-        """Commit a text and its job (blocking: call it in a thread); also its team's backlog up to it."""
+    def remember(self, *, said: datetime | None = None, **fields: Any) -> tuple[Memory, bool, tuple[int, int]]:
+        """Commit a text and its job (blocking: in the pool); also its team's backlog up to it. `said`: when
+        the text says it happened, resolved here to a moment and a day in MEMORY_TIMEZONE (none: now), unless
+        the fields carry `occurred_at` and `occurred_day` already (a changed memory keeps its own)."""
+        if "occurred_at" not in fields:
+            fields["occurred_at"], fields["occurred_day"] = occurred(said, time.time(), self.settings.timezone)
         memory, created = self.journal.insert(**fields, budget_s=self.settings.extract_budget_s)
         return memory, created, self.journal.team_backlog(memory.team, memory.created_at)
 
@@ -315,9 +321,9 @@ class Services(LimitsAndKeys):
         """The finished answer to a recall: its hits, its context (within `max_tokens`) and its note. The
         search and the dates run in the blocking pool; `narrow` is a path's own filter of the hits (Hindsight's
         tags), applied before the dates are read and the context is built."""
-        found, occurred = await self.off_loop(self._found, query, narrow)
+        found, dates = await self.off_loop(self._found, query, narrow)
         timeout_s = self.settings.recall_tokenize_timeout_s
-        return await answer(found, occurred, query.query, max_tokens, self.token_pieces, timeout_s)
+        return await answer(found, dates, query.query, max_tokens, self.token_pieces, timeout_s)
 
     async def recall_hits(self, query: RecallQuery) -> list[Hit]:
         """Only a recall's hits, best first, for paths that render them their own way (mem0's search, the

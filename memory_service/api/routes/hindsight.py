@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import time
 import uuid
 from datetime import datetime
 from typing import Any, NamedTuple, cast
@@ -32,7 +31,7 @@ from ...contract.hindsight import (
     legacy_document_key,
 )
 from ...contract.types import MAX_TAGS
-from ...services import DONE, FAILED, Hit, Memory, RecallQuery, occurred
+from ...services import DONE, FAILED, Hit, Memory, RecallQuery
 from ..auth import Team, Writer, agent_scope, check_agent
 from ..deps import ServicesDep
 from . import hindsight_docs
@@ -117,7 +116,6 @@ def _fields(
     if len(json.dumps(meta)) > MAX_METADATA_BYTES:
         raise HTTPException(413, f"items.{n}: context and metadata are larger than {MAX_METADATA_BYTES} bytes")
     moment = item.timestamp if isinstance(item.timestamp, datetime) else None
-    occurred_at, occurred_day = occurred(moment, time.time(), services.settings.timezone)
     fields = {
         "agent_id": bank,
         "text": text,
@@ -125,8 +123,7 @@ def _fields(
         "tags": tags,
         "metadata": {store.META: meta} if meta else {},
         "idempotency_key": key,
-        "occurred_at": occurred_at,
-        "occurred_day": occurred_day,
+        "said": moment,
     }
     return Prepared(fields, legacy)
 

@@ -9,7 +9,6 @@ no id, filter or metadata field can reach another team. Anything else mem0 serve
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, cast
@@ -30,7 +29,7 @@ from ...contract.mem0 import (
     scope_of,
 )
 from ...contract.roles import Role
-from ...services import DONE, FAILED, Memory, RecallQuery, occurred
+from ...services import DONE, FAILED, Memory, RecallQuery
 from ..auth import BEARER_OR_TOKEN, Caller, agent_scope, check_agent, hidden_from, open_access, requires
 from ..deps import ServicesDep
 from . import mem0_store as store
@@ -142,7 +141,6 @@ async def add(body: AddRequest, request: Request, team: Writer, services: Servic
     settings = services.settings
     _check_sizes(text, body.metadata, settings.max_text_bytes)
     when = None if body.timestamp is None else datetime.fromtimestamp(body.timestamp, tz=UTC)
-    occurred_at, occurred_day = occurred(when, time.time(), settings.timezone)
     memory, _, _ = await services.off_loop(
         services.remember,
         team=team,
@@ -152,8 +150,7 @@ async def add(body: AddRequest, request: Request, team: Writer, services: Servic
         tags=scope.tags(),
         metadata=store.stored_meta(scope, body.metadata, []),
         idempotency_key=None,
-        occurred_at=occurred_at,
-        occurred_day=occurred_day,
+        said=when,
         pinned=request.state.caller.agent_id is not None,
     )
     services.saved()

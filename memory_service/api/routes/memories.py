@@ -19,7 +19,7 @@ from ...contract.models import (
     RememberResponse,
 )
 from ...contract.types import REPLAYED, AgentId, JobStatus, Moment, RunId, Tag
-from ...services import DONE, FAILED, ListFilter, occurred, to_epoch
+from ...services import DONE, FAILED, ListFilter, to_epoch
 from .. import cursor as cursors
 from ..auth import Admin, Team, Writer, agent_scope, check_agent, hidden_from
 from ..deps import ServicesDep
@@ -78,7 +78,6 @@ async def remember(body: RememberRequest, request: Request, team: Writer, servic
         )
     if len(json.dumps(body.metadata)) > MAX_METADATA_BYTES:
         raise HTTPException(413, f"metadata is larger than {MAX_METADATA_BYTES} bytes as JSON")
-    occurred_at, occurred_day = occurred(body.occurred_at, time.time(), settings.timezone)
     memory, created, ahead = await services.off_loop(
         services.remember,
         team=team,
@@ -88,8 +87,7 @@ async def remember(body: RememberRequest, request: Request, team: Writer, servic
         tags=body.tags,
         metadata=body.metadata,
         idempotency_key=body.idempotency_key,
-        occurred_at=occurred_at,
-        occurred_day=occurred_day,
+        said=body.occurred_at,
         pinned=request.state.caller.agent_id is not None,  # its facts decide among its agent's only
     )
     if not created and hidden_from(request, memory.agent_id):
