@@ -47,14 +47,12 @@ from .pipeline.webhook_urls import resolve as resolve_webhook_url  # noqa: F401 
 from .pipeline.webhooks import Webhooks
 from .pipeline.worker import ExtractionWorker
 from .recall.answer import Narrow, RecallAnswer, answer
-from .recall.background import BackgroundWork
-from .recall.filtered_vectors import FilteredVectors
 from .recall.query_embeddings import QueryEmbeddings
 from .recall.search import Hit as Hit
 from .recall.search import Recalled, recall
 from .recall.search import RecallQuery as RecallQuery
 from .recall.search import to_epoch as to_epoch
-from .recall.vector_view import VectorView
+from .recall.vectors import BackgroundWork, FilteredVectors, VectorView
 from .storage import catalog
 from .storage.catalog import Listed as Listed
 from .storage.catalog import ListFilter as ListFilter

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from memory_service.bench import recall
-from memory_service.recall.filtered_vectors import UNFILTERED_EXACT_MAX_ROWS
+from memory_service.recall.vectors import UNFILTERED_EXACT_MAX_ROWS
 from tests.fakes.fake_llama_server import FakeLlamaServer
 
 LEVEL = 10_000

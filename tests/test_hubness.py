@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from memory_service.embedding.embedder import load_embedder
-from memory_service.recall import hub_scores, hubness
-from memory_service.recall.filtered_vectors import VectorFilter
+from memory_service.recall.vectors import VectorFilter, hub_scores, hubness
 from tests.test_recall_filters import TEAM, Stores
 
 

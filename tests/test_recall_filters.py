@@ -13,10 +13,10 @@ import pytest
 
 from memory_service.pipeline.forgetting import Forgetter
 from memory_service.pipeline.passages import index_passages
-from memory_service.recall import filtered_vectors as vector_search
-from memory_service.recall.filtered_vectors import FilteredVectors
 from memory_service.recall.floor import OFF
 from memory_service.recall.search import RecallQuery, recall
+from memory_service.recall.vectors import FilteredVectors
+from memory_service.recall.vectors import filtered as vector_search
 from memory_service.storage.consolidation import ConsolidationStore
 from memory_service.storage.forget import mark_forgotten
 from memory_service.storage.journal import Journal

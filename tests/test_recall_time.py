@@ -15,9 +15,9 @@ from conftest import wait_status
 
 from memory_service.client import MemoryClient
 from memory_service.pipeline.passages import index_passages
-from memory_service.recall.filtered_vectors import FilteredVectors
 from memory_service.recall.floor import OFF
 from memory_service.recall.search import RecallQuery, recall
+from memory_service.recall.vectors import FilteredVectors
 from memory_service.recall.when import MAX_EXPRESSIONS, MAX_ITEM_DATES, TimeQuestion, Window, item_dates
 from memory_service.storage.journal import Journal
 from memory_service.storage.vectors import VectorStore

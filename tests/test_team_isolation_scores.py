@@ -17,9 +17,9 @@ import pytest
 from memory_service.contract.limits import MAX_QUERY_WORDS
 from memory_service.pipeline.forgetting import Forgetter
 from memory_service.pipeline.passages import index_passages
-from memory_service.recall.filtered_vectors import FilteredVectors
 from memory_service.recall.floor import OFF
 from memory_service.recall.search import RecallQuery, recall
+from memory_service.recall.vectors import FilteredVectors
 from memory_service.storage.consolidation import ConsolidationStore
 from memory_service.storage.forget import mark_forgotten, pending, purge
 from memory_service.storage.journal import Journal

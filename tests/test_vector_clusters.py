@@ -12,8 +12,8 @@ import time
 import numpy as np
 import pytest
 
-from memory_service.recall import filtered_vectors as vector_search
-from memory_service.recall.clusters import ClusteredVectors
+from memory_service.recall.vectors import filtered as vector_search
+from memory_service.recall.vectors.clusters import ClusteredVectors
 from tests.test_recall_filters import Stores, forget
 
 DIMS = 384

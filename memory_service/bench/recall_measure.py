@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 
 from ..client.service import service_client
-from ..recall.filtered_vectors import UNFILTERED_EXACT_MAX_ROWS
+from ..recall.vectors import UNFILTERED_EXACT_MAX_ROWS
 from ..testbed.probes import scrape
 from ..testbed.service_runner import ServiceRunner
 from ..testbed.stats import latency_summary

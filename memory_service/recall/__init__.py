@@ -5,7 +5,6 @@
 - `floor`: the relevance floor, so an unrelated question is not answered with k items of noise;
 - `words`: the query's word stems, which of them a text holds, how rare each is;
 - `query_embeddings`: the cache of query vectors Services owns;
-- `filtered_vectors`: the vector leg's planner (exact, clustered, over-fetch or Chroma's `where`), over
-  `vector_view` (directories, cached `matrices`, `clustered_indexes`, kept current by every write),
-  `directory`, `clusters`, `hubness` and `hub_scores`; `background` runs its work off the request path.
+- `vectors/`: the vector leg, filtered vector search planned by how many vectors a filter keeps (exact,
+  clustered, over-fetch or Chroma's `where`) and the hubness discount; imported through its face.
 """

@@ -22,9 +22,6 @@ from ..storage.consolidation import Item, store_for
 from ..storage.journal import Journal
 from ..storage.occurred import occurred_times
 from ..storage.records import KeywordHit
-from . import hubness
-from .directory import VectorFilter
-from .filtered_vectors import FilteredVectors
 from .floor import DEFAULT_FLOOR, Cut
 from .floor import note as floor_note
 from .query_embeddings import QueryEmbeddings
@@ -38,13 +35,14 @@ from .rank import (
     diversify,
     passage_memory,
 )
+from .vectors import FilteredVectors, VectorFilter, rerank_by_hubness
 from .when import TimeQuestion, boost, item_dates
 
 __all__ = ["Hit", "RecallQuery", "Recalled", "recall", "to_epoch"]
 
 KEYWORD_KINDS = ("passage", "fact")  # the kinds with a keyword index (consolidated items: vector leg only)
 # the vector leg takes this many times the pool by cosine, then keeps the pool's best once each item's
-# hubness is discounted (`hubness`): a specific answer just below a generic item's cosine moves up
+# hubness is discounted (`vectors.hubness`): a specific answer just below a generic item's cosine moves up
 HUB_CANDIDATES_FACTOR = 2
 # a window on occurred_at is applied after both legs (they index created_at): they look this much deeper
 OCCURRED_POOL_FACTOR = 4
@@ -175,12 +173,12 @@ def _keyword_results(pending: list[Future[list[KeywordHit]]], keyword_legs: list
 
 
 def _vector_leg(q: RecallQuery, plan: _Legs, vector: np.ndarray, search: FilteredVectors) -> dict[str, Found]:
-    """Per kind, the pool's nearest that pass the filters, hubs discounted (`hubness.rerank`)."""
+    """Per kind, the pool's nearest that pass the filters, hubs discounted (`rerank_by_hubness`)."""
     flt = VectorFilter(q.agent_id, q.tags, plan.since, plan.until)
     found = {}
     for kind in q.kinds:
         near = search.search(q.team, kind, vector, plan.pool * HUB_CANDIDATES_FACTOR, flt)
-        found[kind] = hubness.rerank(near, search.hubness(q.team, kind, [i for i, _ in near]), plan.pool)
+        found[kind] = rerank_by_hubness(near, search.hubness(q.team, kind, [i for i, _ in near]), plan.pool)
     return found
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..storage.vectors import VectorStore
+from ...storage.vectors import VectorStore
 from .clusters import scores
 from .directory import Directory
 

@@ -16,10 +16,10 @@ import json
 import threading
 from typing import Any
 
-from ..pipeline.passages import window_starts
-from ..storage.consolidation import store_for
-from ..storage.journal import DELETED, Journal
-from ..storage.vectors import KINDS, VectorItem, kind_of_id
+from ...pipeline.passages import window_starts
+from ...storage.consolidation import store_for
+from ...storage.journal import DELETED, Journal
+from ...storage.vectors import KINDS, VectorItem, kind_of_id
 from .clustered_indexes import ClusteredIndexes, TeamKind
 from .directory import Directory
 from .matrices import MatrixCache

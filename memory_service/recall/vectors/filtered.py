@@ -1,7 +1,7 @@
 """Filtered vector search, planned by how many of the team's vectors the filter keeps.
 
 Chroma's own `where` scans metadata in SQLite on every query (about 100 ms for one agent at 100k facts).
-Instead each team keeps a directory of its vectors (`directory`, `vector_view`), loaded once from the
+Instead each team keeps a directory of its vectors (`directory`, `view`), loaded once from the
 journal and kept current by the vector store's upserts and deletes, so the number of rows a filter keeps
 is counted, not guessed:
 
@@ -33,14 +33,14 @@ from functools import partial
 
 import numpy as np
 
-from ..storage.journal import Journal
-from ..storage.vectors import VectorStore
+from ...storage.journal import Journal
+from ...storage.vectors import VectorStore
 from .background import BackgroundWork
 from .clustered_indexes import ClusterBuilds, TeamKind
 from .directory import Directory, VectorFilter
 from .hub_scores import HubnessScores, prepare_pass
 from .matrices import FilterKey, fetch_matrix, filter_key, nearest, whole_team_key
-from .vector_view import VectorView
+from .view import VectorView
 
 __all__ = ["FilteredVectors", "VectorFilter"]
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..storage.vectors import tag_key
+from ...storage.vectors import tag_key
 
 TAG_MASKS_MAX = 64  # tag masks kept per team and kind (a byte per row each)
 

@@ -19,7 +19,7 @@ from .background import BackgroundWork
 from .clustered_indexes import TeamKind
 from .directory import Directory
 from .matrices import Matrix, whole_team_key
-from .vector_view import VectorView
+from .view import VectorView
 
 log = logging.getLogger("memory_service")
 

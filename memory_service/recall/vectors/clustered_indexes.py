@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..embedding.embedder import DIMENSIONS
+from ...embedding.embedder import DIMENSIONS
 from .background import BackgroundWork
 from .clusters import ClusteredVectors
 from .directory import Directory
