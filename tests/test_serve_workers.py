@@ -91,3 +91,15 @@ def test_a_worker_rebuilds_the_settings_serve_resolved(monkeypatch, tmp_path):
     assert worker_speed_prior() == (900.0, 45.5)
     protocol = workers.http_protocol  # what uvicorn imports by name in each worker
     assert protocol.header_timeout_s == 3.5 and protocol.body_timeout_s == resolved.body_timeout_s
+
+
+def test_each_worker_builds_the_whole_app_from_the_name_uvicorn_imports(monkeypatch, tmp_path: Path) -> None:
+    """uvicorn imports `workers.APP` by name in every worker: it must name a factory that builds the API with
+    the console mounted, as single-process `serve` does (the app is composed above api/, in app.py)."""
+    from uvicorn.importer import import_from_string
+
+    monkeypatch.setenv("MEMORY_LLM_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("MEMORY_DATA_DIR", str(tmp_path / "data"))
+    app = import_from_string(workers.APP)()
+    assert app.url_path_for("remember") == "/v1/remember"
+    assert app.url_path_for("login_form") == "/ui/login"  # the console, mounted by memory_service.app
