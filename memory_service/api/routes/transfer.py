@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from pydantic.json_schema import models_json_schema
 
 from ...contract.models import ExportedMemory, ImportResponse
-from ...services import ImportTally
+from ...services import ImportTally, Services
 from ..auth import Caller, Team, Writer
 from ..deps import ServicesDep
 from ..errors import Responses, describe, error_responses
@@ -60,7 +60,15 @@ async def export_route(request: Request, team: Team, services: ServicesDep) -> S
     """Every memory of the team, oldest first, one JSON object a line, with facts, spans and history.
     A key pinned to an agent exports that agent's memories only."""
     caller: Caller = request.state.caller
-    return StreamingResponse(export_chunks(services.export(team, caller.agent_id)), media_type=NDJSON)
+    chunks = export_chunks(services.export(team, caller.agent_id))
+    return StreamingResponse(_read_in_pool(services, chunks), media_type=NDJSON)
+
+
+async def _read_in_pool(services: Services, chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
+    """Each chunk read in the services' pool: a sync iterator would be read in AnyIO's threadpool instead,
+    one the service neither sizes nor joins."""
+    while (chunk := await services.off_loop(next, chunks, None)) is not None:
+        yield chunk
 
 
 def export_chunks(records: Iterable[dict], size: int = EXPORT_CHUNK) -> Iterator[bytes]:
