@@ -64,13 +64,18 @@ BEARER = frozenset({"bearer"})
 BEARER_OR_TOKEN = frozenset({"bearer", "token"})  # mem0's clients send `Authorization: Token <key>`
 
 
+def presented_key(request: Request, schemes: frozenset[str] = BEARER) -> str | None:
+    """The key of the `Authorization` header under one of `schemes`, or None (no header, another scheme)."""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    token = token.strip()
+    return token if scheme.lower() in schemes and token else None
+
+
 def identify(request: Request, schemes: frozenset[str] = BEARER) -> Caller:
     """Who is calling, from the bearer key (or another scheme's, for a peer's client that names it so)."""
     services = request.app.state.services
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    token = token.strip()
-    if scheme.lower() not in schemes or not token:
+    token = presented_key(request, schemes)
+    if token is None:
         if open_access(services):
             return Caller(Settings.LOCAL_TEAM, "admin")
         raise _unauthorized("missing API key: send 'Authorization: Bearer <key>'")
@@ -87,8 +92,8 @@ def requires(role: Role, schemes: frozenset[str] = BEARER) -> Callable[[Request]
         # a MEMORY_API_KEYS key is known in memory; any other is read from the key store (on PostgreSQL a
         # round trip): in the services' pool, off the loop. The hop cost the ack ~0.5 ms p50 (bench.remember)
         services = request.app.state.services
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        known = _env_caller(services, token.strip()) if scheme.lower() in schemes and token.strip() else None
+        token = presented_key(request, schemes)
+        known = _env_caller(services, token) if token is not None else None
         caller = known or await services.off_loop(identify, request, schemes)
         if not role_allows(caller.role, role):
             raise HTTPException(

@@ -15,7 +15,7 @@ from ...contract.health import HealthOut, ReadyOut
 from ...contract.models import StatsOut
 from ...metrics import CONTENT_TYPE
 from ...services import ModelHandle, describe
-from ..auth import caller_of_key, identify, open_access
+from ..auth import Caller, caller_of_key, identify, open_access, presented_key
 from ..deps import ServicesDep
 from ..errors import error_responses
 
@@ -100,10 +100,10 @@ def ready_viewer(request: Request) -> str | None:
     unknown one: /ready answers it anyway, without counts, rather than a 401 a probe would read as down)."""
     if _operator(request):
         return OPERATOR
-    scheme, _, presented = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not presented.strip():
+    presented = presented_key(request)
+    if presented is None:
         return None
-    caller = caller_of_key(request.app.state.services, presented.strip())
+    caller = caller_of_key(request.app.state.services, presented)
     return None if caller is None else caller.team
 
 
@@ -130,19 +130,22 @@ def _operator(request: Request) -> bool:
     if open_access(services):
         return True
     token = services.settings.metrics_token
-    scheme, _, presented = request.headers.get("authorization", "").partition(" ")
-    return (
-        bool(token) and scheme.lower() == "bearer" and hmac.compare_digest(presented.strip().encode(), token.encode())
-    )
+    presented = presented_key(request)
+    return bool(token) and presented is not None and hmac.compare_digest(presented.encode(), token.encode())
+
+
+def _caller_unless_operator(request: Request) -> Caller | None:
+    """None for the operator, else the key's caller (401 without a known key): both read the key store, in
+    one hop to the pool."""
+    return None if _operator(request) else identify(request)
 
 
 async def stats_reader(request: Request) -> str | None:
     """None for the operator (every team's numbers), else the key's team (401 without a known key). A key
     pinned to an agent gets a 403: the counts are the team's, and it sees only its own agent's activity."""
-    services = request.app.state.services
-    if await services.off_loop(_operator, request):  # reads the key store: off the event loop
+    caller = await request.app.state.services.off_loop(_caller_unless_operator, request)  # reads the key store
+    if caller is None:
         return None
-    caller = await services.off_loop(identify, request)
     if caller.agent_id is not None:
         raise HTTPException(
             status_code=403,
@@ -171,10 +174,9 @@ async def scraper(request: Request) -> str | None:
     """Who may read /metrics, and how much of it: anyone in keyless loopback mode, and with keys the bearer
     MEMORY_METRICS_TOKEN (a Prometheus `authorization` credential), the whole page (None). A team's unpinned
     admin key reads only its own team's labelled series: the rest counts other teams' activity."""
-    services = request.app.state.services
-    if await services.off_loop(_operator, request):  # reads the key store: off the event loop
+    caller = await request.app.state.services.off_loop(_caller_unless_operator, request)  # 401 without a known key
+    if caller is None:
         return None
-    caller = await services.off_loop(identify, request)  # 401 without a known key
     if caller.role != "admin" or caller.agent_id is not None:
         raise HTTPException(403, "/metrics needs an unpinned admin key or the MEMORY_METRICS_TOKEN bearer token")
     return caller.team
