@@ -63,6 +63,15 @@ class DiskOut(BaseModel):
     )
 
 
+class FailingSubscriptionOut(BaseModel):
+    """A subscription whose last attempt failed: its receiver answered an error, too late, or not at all."""
+
+    id: str
+    last_error: str | None = Field(description="Why the last attempt failed, e.g. `HTTP 503` or the deadline.")
+    last_failure_at: float | None
+    pending: int = Field(description="Its events still waiting to be delivered or retried.")
+
+
 class WebhooksOut(BaseModel):
     """The webhook outbox as /ready shows it (docs/webhooks.md)."""
 
@@ -72,6 +81,11 @@ class WebhooksOut(BaseModel):
     failed: int = Field(description="Events given up on after MEMORY_WEBHOOK_MAX_AGE_S.")
     last_delivery_at: float | None = Field(description="Unix time of the last delivery a receiver acknowledged.")
     last_failure_at: float | None
+    failing: list[FailingSubscriptionOut] = Field(
+        default_factory=list,
+        description="Subscriptions whose last attempt failed (no later delivery), newest failure first, at most "
+        "50: the URL and the rest are in GET /v1/webhooks and the console's jobs page.",
+    )
 
 
 class ReadyOut(BaseModel):

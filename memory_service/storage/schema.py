@@ -45,6 +45,9 @@ WEBHOOK_TABLES = (
 )""",
     "CREATE INDEX IF NOT EXISTS webhook_outbox_due ON webhook_outbox(status, next_attempt_at)",
     "CREATE INDEX IF NOT EXISTS webhook_outbox_subscription ON webhook_outbox(subscription_id, status)",
+    # a subscription's next due row in one probe (WebhookStore.due): made on every open, so old journals get it
+    "CREATE INDEX IF NOT EXISTS webhook_outbox_subscription_due "
+    "ON webhook_outbox(subscription_id, status, next_attempt_at)",
 )
 
 

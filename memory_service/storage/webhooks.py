@@ -21,6 +21,7 @@ from .database import Database
 from .records import FactPlan, Memory
 
 EVENTS = ("memory.extracted", "memory.failed", "limit.exhausted")
+MAX_FAILING_SHOWN = 50  # subscriptions /ready lists as failing (the operator's view spans every team)
 PENDING, FAILED = "pending", "failed"
 MAX_SUBSCRIPTIONS = 10  # per team: each event costs one row and one POST per subscription
 KEEP_FAILED_S = 7 * 86400.0  # rows given up on stay this long for the operator to see, then go
@@ -43,6 +44,13 @@ class Subscription:
     last_failure_at: float | None = None
     last_error: str | None = None
     pending: int = 0
+
+    @property
+    def failing(self) -> bool:
+        """Its last attempt failed (an error answer, a timeout, a refused address): the receiver needs a look."""
+        return self.last_failure_at is not None and (
+            self.last_delivery_at is None or self.last_failure_at > self.last_delivery_at
+        )
 
     @classmethod
     def from_row(cls, row: Any, pending: int = 0) -> Subscription:
@@ -156,22 +164,45 @@ class WebhookStore:
             for event_id, team, payload, at in events:
                 enqueue(conn, team, event, payload, at, event_id=event_id)
 
-    def claim(self, limit: int, lease_s: float, now: float | None = None) -> list[Delivery]:
-        """Up to `limit` due rows, leased for `lease_s`: no other loop takes them until then."""
+    def due(self, busy: set[str] = frozenset(), now: float | None = None) -> tuple[list[str], float | None]:
+        """The subscriptions with a row due now, leaving out `busy` (those this process is sending already),
+        and the seconds until the next of the others' rows is due (None with none pending).
+
+        One index probe per subscription (`webhook_outbox_subscription_due`), however many rows one of them
+        has piled up: a receiver that never answers does not make the idle loop slower for the others."""
+        now = time.time() if now is None else now
+        with self.db.reading() as conn:  # the idle loop asks every second: no write lock while nothing is due
+            rows = conn.execute(
+                "SELECT s.id, (SELECT MIN(o.next_attempt_at) FROM webhook_outbox o WHERE o.subscription_id = s.id "
+                "AND o.status = ?) AS next_at FROM webhook_subscriptions s",
+                (PENDING,),
+            ).fetchall()
+        waiting = [(r[0], float(r[1])) for r in rows if r[1] is not None and r[0] not in busy]
+        due = [sub_id for sub_id, at in waiting if at <= now]
+        later = [at - now for _, at in waiting if at > now]
+        return due, (0.0 if due else min(later, default=None))
+
+    def claim(
+        self, limit: int, lease_s: float, now: float | None = None, subscription_id: str | None = None
+    ) -> list[Delivery]:
+        """Up to `limit` due rows (of one subscription, when given), leased for `lease_s`: no other loop takes
+        them until then."""
         now = time.time() if now is None else now
         lock = " FOR UPDATE OF o SKIP LOCKED" if self.db.dialect == "postgresql" else ""
+        only, args = (" AND o.subscription_id = ?", (subscription_id,)) if subscription_id is not None else ("", ())
         with self.db.reading() as conn:  # the idle loop asks every second: no write lock while nothing is due
             due = conn.execute(
-                "SELECT 1 FROM webhook_outbox WHERE status = ? AND next_attempt_at <= ? LIMIT 1", (PENDING, now)
+                f"SELECT 1 FROM webhook_outbox o WHERE o.status = ? AND o.next_attempt_at <= ?{only} LIMIT 1",
+                (PENDING, now, *args),
             ).fetchone()
         if due is None:
             return []
         with self.db.transaction() as conn:
             rows = conn.execute(
                 "SELECT o.*, s.url, s.secret FROM webhook_outbox o JOIN webhook_subscriptions s "
-                "ON s.id = o.subscription_id WHERE o.status = ? AND o.next_attempt_at <= ? "
+                f"ON s.id = o.subscription_id WHERE o.status = ? AND o.next_attempt_at <= ?{only} "
                 f"ORDER BY o.next_attempt_at LIMIT ?{lock}",
-                (PENDING, now, limit),
+                (PENDING, now, *args, limit),
             ).fetchall()
             conn.executemany(
                 "UPDATE webhook_outbox SET next_attempt_at = ? WHERE event_id = ? AND subscription_id = ?",
@@ -244,7 +275,8 @@ class WebhookStore:
             ).rowcount
 
     def status(self, team: str | None = None) -> dict[str, Any]:
-        """What /ready shows: outbox rows pending and failed, deliveries, the last one (the team's, or all)."""
+        """What /ready shows: outbox rows pending and failed, deliveries, the last one, and the subscriptions
+        whose last attempt failed, with why (the team's, or all)."""
         where, args = (" AND team = ?", (team,)) if team is not None else ("", ())
         with self.db.reading() as conn:
             counts = dict(
@@ -257,8 +289,17 @@ class WebhookStore:
                 f"MAX(last_failure_at) FROM webhook_subscriptions WHERE 1 = 1{where}",
                 args,
             ).fetchone()
+            failing = conn.execute(
+                "SELECT id, last_error, last_failure_at, (SELECT COUNT(*) FROM webhook_outbox o "
+                f"WHERE o.subscription_id = s.id AND o.status = '{PENDING}') AS pending FROM webhook_subscriptions s "
+                f"WHERE last_failure_at > COALESCE(last_delivery_at, 0){where} ORDER BY last_failure_at DESC LIMIT ?",
+                (*args, MAX_FAILING_SHOWN),
+            ).fetchall()
         return {
             "subscriptions": int(subs[0]),
+            "failing": [
+                {"id": r[0], "last_error": r[1], "last_failure_at": r[2], "pending": int(r[3])} for r in failing
+            ],
             "pending": int(counts.get(PENDING, 0)),
             "delivered": int(subs[1]),
             "failed": int(subs[2]),
