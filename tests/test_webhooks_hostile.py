@@ -17,6 +17,7 @@ import pytest
 from conftest import eventually
 from fakes import FakeLlamaServer
 from inprocess import InProcessService
+from test_webhooks import _console_jobs
 
 from memory_service.testbed.receivers import Receivers
 
@@ -77,7 +78,7 @@ def test_a_hostile_receiver_holds_only_its_own_teams_deliveries(service, receive
     _subscribe(service, "key-a", receivers.url("ok"))  # team A's receiver is fine
     for n in range(4):
         _save(service, "key-b", f"Team B's note {n}: the mirror in rack {n} was resynced.")
-    eventually(f"the {mode} receiver holding deliveries", lambda: receivers.snapshot(mode).open_connections > 0)
+    eventually(f"the {mode} receiver getting deliveries", lambda: receivers.snapshot(mode).requests > 0)
 
     mid = _save(service, "key-a", "Team A rotated the signing key of the billing API.")
     arrival = eventually(
@@ -118,3 +119,5 @@ def test_a_stuck_attempt_ends_at_its_deadline_and_is_shown_failing(fake, tmp_pat
             assert [f["id"] for f in failing] == [sub["id"]] and failing[0]["last_error"] == sub["last_error"]
         with svc.client("key-a") as client:  # another team sees none of it
             assert client.get("/ready").json()["webhooks"]["failing"] == []
+        row = _console_jobs(svc, "key-b").split(f'id="webhook-{sub["id"]}"')[1].split("</tr>")[0]
+        assert ">failing<" in row and "MEMORY_WEBHOOK_TIMEOUT_S" in row

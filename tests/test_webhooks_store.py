@@ -82,7 +82,7 @@ def test_a_claimed_row_is_leased_then_delivered_retried_or_failed(journal: Journ
     hooks.delivered(delivered, now=now + 32)
     hooks.attempt_failed(retried, "HTTP 500", retry_at=now + 40, now=now + 32)
     hooks.attempt_failed(given_up, "HTTP 500", retry_at=None, now=now + 32)
-    assert hooks.next_due_in(now=now + 35) == pytest.approx(5)
+    assert hooks.due(now=now + 35) == ([], pytest.approx(5))
     again = hooks.claim(10, lease_s=30, now=now + 41)
     assert [d.event_id for d in again] == [retried.event_id] and again[0].attempts == 1
     status = hooks.status("a")
@@ -125,3 +125,30 @@ def test_an_old_journal_is_upgraded_with_the_webhook_tables(tmp_path: Path) -> N
         assert secret.startswith("whsec_") and WebhookStore(journal.db).subscriptions("a")[0].id == sub.id
     finally:
         journal.close()
+
+
+def test_each_subscription_is_claimed_on_its_own_and_a_busy_one_is_left_out(journal: Journal, hooks) -> None:
+    """A sender per subscription (pipeline/webhooks.py): `due` names the subscriptions with a row due, less those
+    this process is sending already, and `claim` takes one subscription's rows only, so a stuck receiver's pile
+    never fills another's batch."""
+    stuck, _ = hooks.subscribe("a", "https://a.example/stuck", ["memory.extracted"])
+    quiet, _ = hooks.subscribe("b", "https://b.example/", ["memory.extracted"])
+    now = time.time()
+    with journal.transaction() as conn:
+        for n in range(20):
+            enqueue(conn, "a", "memory.extracted", {"n": n}, now)
+        enqueue(conn, "b", "memory.extracted", {"n": 0}, now + 3)
+    assert hooks.due(now=now) == ([stuck.id], pytest.approx(3))
+    assert hooks.due({stuck.id}, now=now) == ([], pytest.approx(3))  # a's sender is busy: b's row is next
+    assert sorted(hooks.due(now=now + 3)[0]) == sorted([stuck.id, quiet.id])
+    mine = hooks.claim(8, lease_s=30, now=now + 3, subscription_id=quiet.id)
+    assert [(d.subscription_id, d.team) for d in mine] == [(quiet.id, "b")]
+    theirs = hooks.claim(8, lease_s=30, now=now + 3, subscription_id=stuck.id)
+    assert len(theirs) == 8 and {d.subscription_id for d in theirs} == {stuck.id}
+    # a failed attempt shows the subscription failing, with why, to its own team only
+    hooks.attempt_failed(theirs[0], "no whole answer within 5 s", retry_at=now + 60, now=now + 4)
+    failing = hooks.status("a")["failing"]
+    assert [(f["id"], f["last_error"], f["pending"]) for f in failing] == [(stuck.id, "no whole answer within 5 s", 20)]
+    assert hooks.status("b")["failing"] == [] and [f["id"] for f in hooks.status()["failing"]] == [stuck.id]
+    hooks.delivered(theirs[1], now=now + 5)  # a later delivery: no longer failing
+    assert hooks.status("a")["failing"] == []

@@ -76,12 +76,18 @@ def quiet_team(client: httpx.Client, receivers: Receivers, n: int, first: int, h
 def run(*, llm_url: str, quick: bool = False, workdir: Path) -> dict[str, Any]:
     n = QUICK_SAVES if quick else SAVES
     key_q, key_h = secrets.token_urlsafe(12), secrets.token_urlsafe(12)
-    service = ServiceRunner(workdir / "webhooks-data", api_keys={key_q: "team-q", key_h: "team-h"}, llm_url=llm_url, env=ENV)
+    service = ServiceRunner(
+        workdir / "webhooks-data", api_keys={key_q: "team-q", key_h: "team-h"}, llm_url=llm_url, env=ENV
+    )
     service.start()
     held: list[int] = []
     try:
         service.wait_model_ready()
-        with Receivers() as receivers, service.client(key_q, timeout=60.0) as q, service.client(key_h, timeout=60.0) as h:
+        with (
+            Receivers() as receivers,
+            service.client(key_q, timeout=60.0) as q,
+            service.client(key_h, timeout=60.0) as h,
+        ):
             _subscribe(q, receivers.url("ok"))
             quiet_team(q, receivers, 2, 0, [])  # the first saves load what they need: not measured
             rss_quiet = rss_mb(service.pid)["rss_mb"]
@@ -107,7 +113,7 @@ def summarize(
     held: list[int],
     rss_quiet: float | None,
     rss_hostile: float | None,
-    hostile_counts: dict[str, dict[str, Any]],
+    hostile_counts: dict[Mode, dict[str, Any]],
     llm_url: str,
 ) -> dict[str, Any]:
     q, f = latency_summary(quiet["times"]), latency_summary(hostile["times"])

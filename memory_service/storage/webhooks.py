@@ -14,6 +14,7 @@ import json
 import secrets
 import time
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,9 +165,10 @@ class WebhookStore:
             for event_id, team, payload, at in events:
                 enqueue(conn, team, event, payload, at, event_id=event_id)
 
-    def due(self, busy: set[str] = frozenset(), now: float | None = None) -> tuple[list[str], float | None]:
+    def due(self, busy: Collection[str] = (), now: float | None = None) -> tuple[list[str], float | None]:
         """The subscriptions with a row due now, leaving out `busy` (those this process is sending already),
-        and the seconds until the next of the others' rows is due (None with none pending).
+        and the seconds until a row of any other subscription comes due (None with none pending): the caller
+        starts a sender for each of the first, so it waits for the second.
 
         One index probe per subscription (`webhook_outbox_subscription_due`), however many rows one of them
         has piled up: a receiver that never answers does not make the idle loop slower for the others."""
@@ -180,7 +182,7 @@ class WebhookStore:
         waiting = [(r[0], float(r[1])) for r in rows if r[1] is not None and r[0] not in busy]
         due = [sub_id for sub_id, at in waiting if at <= now]
         later = [at - now for _, at in waiting if at > now]
-        return due, (0.0 if due else min(later, default=None))
+        return due, min(later, default=None)
 
     def claim(
         self, limit: int, lease_s: float, now: float | None = None, subscription_id: str | None = None
@@ -256,15 +258,6 @@ class WebhookStore:
                 "UPDATE webhook_subscriptions SET failed = failed + ?, last_failure_at = ?, last_error = ? WHERE id = ?",
                 (given_up, now, error, delivery.subscription_id),
             )
-
-    def next_due_in(self, now: float | None = None) -> float | None:
-        """Seconds until the next pending row is due (0 if one is), None with none pending."""
-        now = time.time() if now is None else now
-        with self.db.reading() as conn:
-            row = conn.execute(
-                "SELECT MIN(next_attempt_at) FROM webhook_outbox WHERE status = ?", (PENDING,)
-            ).fetchone()
-        return None if row[0] is None else max(0.0, float(row[0]) - now)
 
     def prune(self, now: float | None = None) -> int:
         """Drop the rows given up on more than `KEEP_FAILED_S` ago."""

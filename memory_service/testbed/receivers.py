@@ -15,6 +15,7 @@ how a test proves the service stopped reading.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import threading
 import time
@@ -86,9 +87,7 @@ class Receivers:
 
     async def _start(self) -> None:
         for mode in self.counters:
-            server = await asyncio.start_server(
-                lambda r, w, mode=mode: self._track(mode, r, w), "127.0.0.1", 0, limit=1 << 20
-            )
+            server = await asyncio.start_server(functools.partial(self._track, mode), "127.0.0.1", 0, limit=1 << 20)
             self._servers.append(server)
             self._ports[mode] = server.sockets[0].getsockname()[1]
 
