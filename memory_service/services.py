@@ -54,6 +54,7 @@ from .recall.search import RecallQuery as RecallQuery
 from .recall.search import to_epoch as to_epoch
 from .recall.vectors import BackgroundWork, FilteredVectors, VectorView
 from .storage import catalog
+from .storage import versions as version_store
 from .storage.catalog import Listed as Listed
 from .storage.catalog import ListFilter as ListFilter
 from .storage.chroma_process import ChromaProcessFailed as ChromaProcessFailed
@@ -79,6 +80,7 @@ from .storage.limit_views import LimitView as LimitView
 from .storage.limits import LimitStore, Per
 from .storage.occurred import occurred_times
 from .storage.vectors import VectorStore
+from .storage.versions import Version as Version
 from .storage.webhooks import MAX_SUBSCRIPTIONS as MAX_SUBSCRIPTIONS
 from .storage.webhooks import Subscription as Subscription
 from .storage.webhooks import TooManySubscriptions as TooManySubscriptions
@@ -372,6 +374,16 @@ class Services(LimitsAndKeys):
     def memory(self, team: str, memory_id: str) -> Memory | None:
         """The team's memory, or None (this and what follows block: call them in a thread)."""
         return self.journal.get(team, memory_id)
+
+    def carry_versions(
+        self, team: str, old: Version, earlier: list[Version], new_id: str, *, keep: int, chars: int
+    ) -> list[Version]:
+        """Give the memory that replaces `old` (a mem0 update) old's history and old itself (storage/versions.py)."""
+        return version_store.carry(self.journal, team, old, earlier, new_id, keep=keep, chars=chars)
+
+    def versions(self, team: str, memory_id: str) -> list[Version]:
+        """The earlier versions of a memory an update made, oldest first."""
+        return version_store.versions(self.journal, team, memory_id)
 
     def facts_of_memory(self, team: str, memory_id: str) -> list[Fact]:
         return self.journal.facts_of_memory(team, memory_id)

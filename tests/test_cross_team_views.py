@@ -83,6 +83,18 @@ def test_ready_with_a_team_key_counts_that_team_only(keyed: Services) -> None:
     assert a["queue_depth"] < 8
 
 
+def test_ready_shows_a_pinned_key_only_what_stats_would(keyed: Services) -> None:
+    """A key pinned to an agent gets a 403 from /v1/stats (the counts are the team's): /ready shows it none of
+    them either, nor the webhooks' team-wide counts, and still says ready or not and why (issue 53)."""
+    pinned = keyed.keys.create("team-b", "admin", agent_id="b").key
+    assert _client(keyed, pinned).get("/v1/stats").status_code == 403
+    response = _client(keyed, pinned).get("/ready")
+    body = response.json()
+    assert response.status_code == 503 and body["status"] == "unavailable" and body["model_server"]["error"]
+    assert not {*COUNT_FIELDS, "webhooks"} & set(body), body  # before: B's 8 queued jobs, its webhooks
+    assert all("throughput" not in server for server in body["model_servers"])
+
+
 def test_ready_with_the_metrics_token_counts_every_team(keyed: Services) -> None:
     body = _client(keyed, TOKEN).get("/ready").json()
     everyone = keyed.job_counts()

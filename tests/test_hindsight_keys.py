@@ -6,9 +6,11 @@ Against the real app in this process (real SQLite and Chroma), the Hindsight rou
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from memory_service.contract.hindsight import legacy_document_key
+from memory_service.contract.hindsight import derived_key, legacy_document_key
 
 HS = "/v1/default/banks"
 
@@ -122,3 +124,46 @@ def test_a_retried_retain_stores_nothing_twice_and_the_export_imports_back(inpro
     assert (
         again.json()["imported"] == 0 and again.json()["skipped"] == moved.json()["imported"] + moved.json()["skipped"]
     )
+
+
+def _line(agent: str, text: str, key: str, run: str | None = None, n: int = 0) -> bytes:
+    """One import line as an export writes it, with `key` as its idempotency key."""
+    line = {"id": f"mem_{n:032x}", "text": text, "agent_id": agent, "created_at": 1_700_000_000.0}
+    return (json.dumps(line | {"run_id": run, "idempotency_key": key}) + "\n").encode()
+
+
+def _texts(client, agent: str) -> list[str]:
+    listed = client.get("/v1/memories", params={"agent_id": agent, "limit": 100})
+    assert listed.status_code == 200, listed.text
+    return [item["text"] for item in listed.json()["items"]]
+
+
+def test_an_import_line_cannot_take_the_key_of_another_banks_retain(inprocess) -> None:
+    """Issue 53: a line filed under `mallory` with the key the victim's retain of `handover` derives was stored,
+    and the victim's retain was a 409 on every retry. The line is refused, with the reason, as /v1/remember
+    refuses the key."""
+    admin = inprocess.client()
+    taken = derived_key("victim53", "document", "handover", 0)
+    answer = admin.post("/v1/import", content=_line("mallory", "Mallory's planted line.", taken, "handover", 531))
+    assert answer.status_code == 200, answer.text
+    report = answer.json()
+    assert (report["imported"], report["failed"]) == (0, 1), report
+    assert report["errors"][0]["line"] == 1 and "reserved" in report["errors"][0]["detail"], report
+    _retain(admin, "victim53", {"items": [{"content": "The victim's real handover.", "document_id": "handover"}]})
+    assert _document(admin, "victim53", "handover")["original_text"] == "The victim's real handover."
+
+
+def test_an_import_line_under_the_owners_bank_cannot_make_its_retain_store_nothing(inprocess) -> None:
+    """Issue 53: a line filed under the victim's own bank and document, with the key its retain derives and
+    other text, made that retain answer 200 and store nothing. The key is the retain's: import drops it (the
+    line goes in under its lineage, `import:<id>`), so the retain stores its item."""
+    admin = inprocess.client()
+    owned = derived_key("victim54", "document", "handover", 0)
+    answer = admin.post("/v1/import", content=_line("victim54", "A planted handover.", owned, "handover", 541))
+    assert answer.status_code == 200 and answer.json()["imported"] == 1, answer.text
+    _retain(admin, "victim54", {"items": [{"content": "The victim's real handover.", "document_id": "handover"}]})
+    assert "The victim's real handover." in _texts(admin, "victim54")
+    with inprocess.services.journal.reading() as conn:
+        sql = "SELECT idempotency_key FROM memories WHERE team = 'team-a' AND agent_id = 'victim54'"
+        keys = {row[0] for row in conn.execute(sql)}
+    assert keys == {owned, f"import:mem_{541:032x}"}, keys  # the retain's own, and the line's lineage

@@ -313,3 +313,66 @@ def test_a_memory_saved_through_v1_reads_and_updates_through_mem0(service: InPro
     with service.client("key-a") as http:
         assert http.get(f"/v1/memories/{new['id']}").json()["tags"] == ["finance"]
     client.delete(new["id"])
+
+
+def test_a_wildcard_id_selects_memories_that_have_it_never_those_without(service: InProcessService) -> None:
+    """mem0's `*` is "has this id, any value": delete_all(user_id="*") forgets the team's memories that have a
+    user id and keeps those without one (issue 53: it forgot the whole team); get_all and search read it so."""
+    client = mem0(service, "key-b")
+    users = [
+        added_id(client.add(f"Wildcard note {n}: the heron feeder is refilled.", user_id=f"wu{n}")) for n in (1, 2)
+    ]
+    agented = added_id(client.add("Wildcard note 3: the heron feeder moved.", agent_id="wildcard-bot"))
+    bare = added_id(client.add("Wildcard note 4: the heron feeder is green."))  # no user, agent, app or run
+    assert {m["id"] for m in client.get_all(filters={"user_id": "*"})["results"]} == set(users)
+    assert {m["id"] for m in client.get_all(filters={"agent_id": "*"})["results"]} == {agented}
+    assert {m["id"] for m in client.get_all(filters={"AND": [{"user_id": "*"}, {"user_id": "wu1"}]})["results"]} == {
+        users[0]
+    }
+    found = eventually(
+        "the four notes searchable",
+        lambda: client.search("heron feeder", filters={"user_id": "*"}, top_k=10)["results"] or None,
+        timeout=60,
+    )
+    assert found and {r["id"] for r in found} <= set(users), found
+    assert {r["id"] for r in client.search("heron feeder", filters={"agent_id": "*"})["results"]} <= {agented}
+    assert client.delete_all(user_id="*")["deleted"] == 2
+    left = {m["id"] for m in client.get_all(filters={"created_at": {"gte": "2000-01-01"}})["results"]}
+    assert {agented, bare} <= left and not set(users) & left
+    assert client.delete_all(agent_id="*")["deleted"] == 1
+    assert client.get(bare)["memory"] == "Wildcard note 4: the heron feeder is green."
+    client.delete(bare)
+    client.client.close()
+
+
+def test_many_updates_of_a_long_chinese_note_keep_their_history_and_still_export_and_import(
+    service: InProcessService,
+) -> None:
+    """Issue 53: each update kept the earlier versions in the memory's metadata; five updates of a 400-character
+    Chinese note passed its 8 KiB bound and the exported line no longer imported. They are journal rows now."""
+    client = mem0(service)
+    note = "会议纪要：本周发布推迟到周五，负责人是王芳。" * 20  # 440 characters
+    current = added_id(client.add("（第0版）" + note, user_id="cjk53", metadata={"src": "minutes"}))
+    first_at = client.get(current)["created_at"]
+    for n in range(1, 13):
+        current = client.update(current, text=f"（第{n}版）" + note)["id"]
+    steps = client.history(current)
+    assert [s["event"] for s in steps] == ["ADD"] + ["UPDATE"] * 10  # the last 10 earlier versions, then this one
+    assert [s["new_memory"][: s["new_memory"].index("）") + 1] for s in steps] == [f"（第{n}版）" for n in range(2, 13)]
+    assert steps[-1]["new_memory"] == "（第12版）" + note and steps[-1]["old_memory"] == ("（第11版）" + note)[:400]
+    assert all(s["memory_id"] == current and s["user_id"] == "cjk53" for s in steps)
+    one = client.get(current)
+    assert (one["metadata"], one["user_id"], one["created_at"]) == ({"src": "minutes"}, "cjk53", first_at)
+    with service.client("key-a") as http:
+        stored = http.get(f"/v1/memories/{current}").json()["metadata"]
+        assert len(json.dumps(stored)) < 512, stored  # the history is not in it
+        exported = [line for line in http.get("/v1/export").text.split("\n") if line and current in line]
+    with service.client("key-b") as http:
+        moved = http.post("/v1/import", content=exported[0].encode()).json()
+    assert (moved["imported"], moved["failed"]) == (1, 0), moved
+    other = mem0(service, "key-b")
+    (copy,) = other.get_all(filters={"user_id": "cjk53"})["results"]
+    assert (copy["memory"], copy["metadata"], copy["created_at"]) == ("（第12版）" + note, {"src": "minutes"}, first_at)
+    assert other.delete_all(user_id="cjk53")["deleted"] == 1 and client.delete(current)["message"]
+    client.client.close()
+    other.client.close()

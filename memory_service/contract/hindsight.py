@@ -50,6 +50,22 @@ def legacy_document_key(bank: str, document_id: str, index: int) -> str:
     return f"hindsight:{bank}:{document_id}:{index}"
 
 
+def retain_derives(key: str, *, bank: str, document_id: str | None, operation_id: Any, text: str) -> bool:
+    """Whether a retain of `bank` derives `key` for a memory of this document (or operation) and text: an
+    exported memory may carry its key back in, since only that bank's own retain of that document can meet
+    it again. Any other `hindsight:` key on an import line could take a key another retain will derive."""
+    if not key.startswith("hindsight:"):
+        return False
+    keys: set[str] = set()
+    if document_id is not None:
+        keys.add(derived_key(bank, "append", document_id, hashlib.sha256(text.encode()).hexdigest()))
+        for index in range(MAX_BATCH_ITEMS):
+            keys |= {derived_key(bank, "document", document_id, index), legacy_document_key(bank, document_id, index)}
+    elif isinstance(operation_id, str):
+        keys |= {derived_key(bank, "operation", operation_id, n) for n in range(MAX_BATCH_ITEMS)}
+    return key in keys
+
+
 # Content (a string or text blocks) and metadata obey the text boundary (contract/boundary.py) like every
 # other string: a lone surrogate or NUL is a 422 naming the rule, not a 500 or a row the export cannot write.
 Content = Annotated[str | list[dict[str, Any]], BeforeValidator(check_json)]

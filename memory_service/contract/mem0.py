@@ -100,7 +100,8 @@ class NotServed(ValueError):
 
 @dataclass(frozen=True)
 class Scope:
-    """What a request's entity ids and dates select, within the key's team."""
+    """What a request's entity ids and dates select, within the key's team. An id may be ANY: as in mem0, the
+    memory must have that id, whatever its value (one without it is not selected)."""
 
     user_id: str | None = None
     agent_id: str | None = None
@@ -110,10 +111,20 @@ class Scope:
     until: float | None = None
 
     def tags(self) -> list[str]:
-        return [TAGGED[k] + v for k in TAGGED if (v := getattr(self, k)) is not None]
+        """The tags a memory must carry: one per id given, none for an ANY."""
+        return [TAGGED[k] + v for k in TAGGED if (v := getattr(self, k)) not in (None, ANY)]
 
     def entities(self) -> dict[str, str]:
         return {k: v for k in ENTITIES if (v := getattr(self, k)) is not None}
+
+    def wildcards(self) -> tuple[str, ...]:
+        """The ids asked for as ANY: present, any value."""
+        return tuple(k for k in ENTITIES if getattr(self, k) == ANY)
+
+    def concrete(self, key: str) -> str | None:
+        """The id given for `key`, or None for none or ANY (what a column filter can push down)."""
+        value: str | None = getattr(self, key)
+        return None if value == ANY else value
 
 
 def _moment(value: Any, where: str) -> float:
@@ -134,9 +145,9 @@ def date_param(value: str | None, where: str) -> float | None:
     return None if value is None else _moment(value, where)
 
 
-def _entity(key: str, value: Any) -> str | None:
+def _entity(key: str, value: Any) -> str:
     if value == ANY:
-        return None
+        return ANY
     if isinstance(value, dict):
         raise NotServed(f"filters.{key} with an operator ({', '.join(map(str, value))[:60]}): give one id or '*'")
     if not isinstance(value, str) or len(value) > MAX_ENTITY_LEN or not _ID.fullmatch(value):
@@ -145,8 +156,9 @@ def _entity(key: str, value: Any) -> str | None:
 
 
 def scope_of(filters: dict[str, Any] | None, base: Scope | None = None) -> Scope:
-    """The entity ids and created_at window of mem0's `filters`: flat keys, `AND` of them, `*` for any. `OR`,
-    `NOT`, operators on ids, metadata and categories raise NotServed; malformed ones ValueError (a 422)."""
+    """The entity ids and created_at window of mem0's `filters`: flat keys, `AND` of them, `*` for "has this id,
+    any value" (mem0's meaning: a memory without the id is not selected). `OR`, `NOT`, operators on ids,
+    metadata and categories raise NotServed; malformed ones ValueError (a 422)."""
     values = {f.name: getattr(base, f.name) for f in fields(Scope)} if base else {}
     terms: list[tuple[str, Any]] = list((filters or {}).items())
     seen = 0
@@ -160,10 +172,10 @@ def scope_of(filters: dict[str, Any] | None, base: Scope | None = None) -> Scope
                 raise ValueError("filters.AND: a list of objects")
             terms.extend(item for part in value for item in part.items())
         elif key in ENTITIES:
-            got = _entity(key, value)
-            if got is not None and values.get(key) not in (None, got):
-                raise ValueError(f"filters.{key}: two different ids ({values[key]!r}, {got!r}) select nothing")
-            values[key] = got if got is not None else values.get(key)
+            got, had = _entity(key, value), values.get(key)
+            if ANY not in (got, had) and had not in (None, got):
+                raise ValueError(f"filters.{key}: two different ids ({had!r}, {got!r}) select nothing")
+            values[key] = got if had in (None, ANY) else had  # an id given narrows '*' (it has a value)
         elif key == "created_at" and isinstance(value, dict):
             for op, moment in value.items():
                 if op not in ("gte", "gt", "lte", "lt"):

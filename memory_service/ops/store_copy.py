@@ -21,7 +21,7 @@ from ..storage.datadir import JOURNAL_FILE, KEYS_FILE, LIMITS_FILE, DataDir, Dat
 
 # (SQLite file, tables in copy order); each table is copied in its rowid order
 SOURCES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    (JOURNAL_FILE, ("memories", "facts", "fact_sources", "fact_purges", "job_attempts")),
+    (JOURNAL_FILE, ("memories", "facts", "fact_sources", "fact_purges", "job_attempts", "memory_versions")),
     (LIMITS_FILE, ("limit_defs", "limit_usage", "limit_idempotency", "handled")),
     (KEYS_FILE, ("api_keys",)),
 )

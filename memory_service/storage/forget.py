@@ -2,7 +2,8 @@
 
 1. `mark_forgotten`, one transaction under the team's deciding lock: the memories become `deleted` (every
    read skips them) and free their idempotency keys, their keyword entries go, their fact sources go,
-   facts left with no source are deleted (row and keyword entry) and their ids queued in `fact_purges`.
+   facts left with no source are deleted (row and keyword entry) and their ids queued in `fact_purges`,
+   and their earlier versions (a mem0 update's) go.
 2. Once the caller has removed the vectors, `purge` deletes the rows that listed them.
 
 `pending` is the to-do list of step 2: what a forget cut off by a crash left behind.
@@ -16,6 +17,7 @@ from typing import Any
 
 from .database import Conn
 from .journal import DELETED, Journal
+from .versions import forget_versions
 
 CHUNK = 500  # ids per statement, well under SQLite's variable limit
 
@@ -81,6 +83,7 @@ def mark_forgotten(
                 [(row["rowid"], row["text"]) for row in rows],
             )
         _forget_facts(conn, team, ids, fts=journal.dialect == "sqlite")
+        forget_versions(conn, team, ids)
         return ids
 
 

@@ -12,6 +12,7 @@ These are the current tables; an older journal is brought to them by `schema_upg
 
 `webhook_subscriptions` and `webhook_outbox` (storage/webhooks.py) live here so that an event's outbox rows
 are written in the event's own transaction: a job's end and its notice commit together or not at all.
+`memory_versions` holds the earlier texts of a memory a mem0 update replaced (storage/versions.py).
 """
 
 # `{real}`: REAL on SQLite, DOUBLE PRECISION on PostgreSQL (a REAL there is 4 bytes: no timestamp fits)
@@ -51,13 +52,35 @@ WEBHOOK_TABLES = (
 )
 
 
+# mem0 updates' earlier versions (storage/versions.py): rows, not metadata, so no count of updates can grow a
+# memory's metadata past its bound
+VERSION_TABLES = (
+    """CREATE TABLE IF NOT EXISTS memory_versions (
+    team TEXT NOT NULL,
+    memory_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    version_id TEXT NOT NULL,
+    text TEXT NOT NULL,
+    at {real} NOT NULL,
+    PRIMARY KEY (team, memory_id, seq)
+)""",
+)
+
+
+def version_tables(dialect: str) -> str:
+    """The versions table as one script in `dialect`'s words."""
+    real = "DOUBLE PRECISION" if dialect == "postgresql" else "REAL"
+    return ";\n".join(sql.format(real=real) for sql in VERSION_TABLES) + ";\n"
+
+
 def webhook_tables(dialect: str) -> str:
     """The webhook tables as one script in `dialect`'s words."""
     real = "DOUBLE PRECISION" if dialect == "postgresql" else "REAL"
     return ";\n".join(sql.format(real=real) for sql in WEBHOOK_TABLES) + ";\n"
 
 
-SCHEMA = """
+SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS memories (
     id TEXT PRIMARY KEY,
     team TEXT NOT NULL,
@@ -167,7 +190,10 @@ CREATE VIRTUAL TABLE IF NOT EXISTS facts_fts USING fts5(text, content='facts', c
 CREATE TRIGGER IF NOT EXISTS facts_ai AFTER INSERT ON facts BEGIN
     INSERT INTO facts_fts(rowid, text) VALUES (new.rowid, new.text);
 END;
-""" + webhook_tables("sqlite")
+"""
+    + webhook_tables("sqlite")
+    + version_tables("sqlite")
+)
 
 POSTGRES_SCHEMA = """
 CREATE TABLE IF NOT EXISTS memories (
@@ -273,4 +299,4 @@ CREATE TABLE IF NOT EXISTS job_attempts (
     PRIMARY KEY (memory_id, worker, started_at)
 );
 CREATE INDEX IF NOT EXISTS job_attempts_memory ON job_attempts(memory_id);
-""" + webhook_tables("postgresql").rstrip().rstrip(";")
+""" + (webhook_tables("postgresql") + version_tables("postgresql")).rstrip().rstrip(";")

@@ -13,11 +13,12 @@ that added them on the fly) is upgraded too.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from .database import Database
-from .schema import POSTGRES_SCHEMA, SCHEMA, webhook_tables
+from .schema import POSTGRES_SCHEMA, SCHEMA, version_tables, webhook_tables
 
 log = logging.getLogger("memory_service")
 
@@ -33,10 +34,12 @@ class Step:
     columns: tuple[tuple[str, str, str], ...]  # (table, column, SQLite type and default)
     indexes: tuple[str, ...] = ()
     tables: bool = False  # the step adds the webhook tables (schema.WEBHOOK_TABLES)
+    script: Callable[[str], str] | None = None  # the step's new tables, in a dialect's words
 
     def apply(self, conn: Any, dialect: str) -> None:
-        if self.tables:
-            for statement in filter(str.strip, webhook_tables(dialect).split(";")):
+        scripts = ([webhook_tables(dialect)] if self.tables else []) + ([self.script(dialect)] if self.script else [])
+        for script in scripts:
+            for statement in filter(str.strip, script.split(";")):
                 conn.execute(statement)
         for table, column, kind in self.columns:
             if dialect == "postgresql":
@@ -70,6 +73,7 @@ STEPS = (
         (("memories", "pinned", "INTEGER NOT NULL DEFAULT 0"), ("facts", "pinned", "INTEGER NOT NULL DEFAULT 0")),
     ),
     Step(7, "webhook subscriptions and their outbox", (), tables=True),
+    Step(8, "mem0 updates' earlier versions, out of metadata", (), script=version_tables),
 )
 LATEST = STEPS[-1].version
 

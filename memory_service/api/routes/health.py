@@ -96,15 +96,16 @@ OPERATOR = ""  # `ready_viewer`'s answer for the operator (no team is named "")
 
 
 def ready_viewer(request: Request) -> str | None:
-    """Whose counts /ready shows: OPERATOR (every team's), a team (a known key's), or None (no key, or an
-    unknown one: /ready answers it anyway, without counts, rather than a 401 a probe would read as down)."""
+    """Whose counts /ready shows: OPERATOR (every team's), a team (a known key's), or None (no key, an
+    unknown one: /ready answers it anyway, without counts, rather than a 401 a probe would read as down; or a
+    key pinned to an agent: the counts are the team's, which /v1/stats refuses it too)."""
     if _operator(request):
         return OPERATOR
     presented = presented_key(request)
     if presented is None:
         return None
     caller = caller_of_key(request.app.state.services, presented)
-    return None if caller is None else caller.team
+    return None if caller is None or caller.agent_id is not None else caller.team
 
 
 def _server(model: ModelHandle, throughput: bool = False) -> dict[str, Any]:

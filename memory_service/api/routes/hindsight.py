@@ -6,7 +6,6 @@ metadata kept in the memory's metadata, tags tags. Anything else under /v1/defau
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import uuid
 from datetime import datetime
@@ -34,13 +33,13 @@ from ...contract.types import MAX_TAGS
 from ...services import DONE, FAILED, Hit, Memory, RecallQuery
 from ..auth import Team, Writer, agent_scope, check_agent
 from ..deps import ServicesDep
+from ..write_rules import check_write
 from . import hindsight_docs
 from . import hindsight_store as store
 from .hindsight_store import PREFIX, BankId
 
 router = APIRouter(tags=["hindsight"], include_in_schema=False)
 
-MAX_METADATA_BYTES = 8 * 1024
 KINDS: dict[str, str] = {"world": "fact", "experience": "passage", "observation": "consolidated"}
 TYPES: dict[str, HsType] = {"fact": "world", "passage": "experience", "consolidated": "observation"}
 K_OF_BUDGET = {"low": 10, "mid": 30, "high": 100}
@@ -61,16 +60,19 @@ class Prepared(NamedTuple):
     legacy_key: str | None  # the key this item had before derived keys (a document item's), for replay
 
 
-def _prepared(bank: str, body: HsRetainRequest, services: ServicesDep, operation_id: str | None) -> list[Prepared]:
+def _prepared(
+    request: Request, bank: str, body: HsRetainRequest, services: ServicesDep, operation_id: str | None
+) -> list[Prepared]:
     """Every item as remember's fields, all checked before any is stored (a refused batch stores nothing)."""
     per_document: dict[str, int] = {}
     out = []
     for n, item in enumerate(body.items):
-        out.append(_fields(bank, n, item, body, services, operation_id, per_document))
+        out.append(_fields(request, bank, n, item, body, services, operation_id, per_document))
     return out
 
 
 def _fields(
+    request: Request,
     bank: str,
     n: int,
     item: HsItem,
@@ -85,9 +87,6 @@ def _fields(
         raise HTTPException(422, f"items.{n}.content: {exc}") from None
     if not text.strip() or "\x00" in text:
         raise HTTPException(422, f"items.{n}.content: empty, only whitespace, or holds a NUL character")
-    size, limit = len(text.encode("utf-8")), services.settings.max_text_bytes
-    if size > limit:
-        raise HTTPException(413, f"items.{n}.content is {size} bytes; the limit is {limit} (MEMORY_MAX_TEXT_BYTES)")
     tags = list(dict.fromkeys([*(item.tags or []), *(body.document_tags or [])]))
     if len(tags) > MAX_TAGS:
         raise HTTPException(422, f"items.{n}: {len(tags)} tags with document_tags; at most {MAX_TAGS}")
@@ -113,15 +112,25 @@ def _fields(
         }.items()
         if v is not None
     }
-    if len(json.dumps(meta)) > MAX_METADATA_BYTES:
-        raise HTTPException(413, f"items.{n}: context and metadata are larger than {MAX_METADATA_BYTES} bytes")
+    stored = {store.META: meta} if meta else {}
+    check_write(
+        request,
+        max_text_bytes=services.settings.max_text_bytes,
+        agent_id=bank,
+        text=text,
+        metadata=stored,
+        key=key,
+        key_is_derived=True,  # derived just above, from this bank's document or operation
+        what=f"items.{n}.content",
+        metadata_what=f"items.{n}: context and metadata",
+    )
     moment = item.timestamp if isinstance(item.timestamp, datetime) else None
     fields = {
         "agent_id": bank,
         "text": text,
         "run_id": item.document_id,
         "tags": tags,
-        "metadata": {store.META: meta} if meta else {},
+        "metadata": stored,
         "idempotency_key": key,
         "said": moment,
     }
@@ -136,7 +145,7 @@ async def retain(
     its facts extracted in the background. `async` changes only the answer (an operation id to poll)."""
     check_agent(request, bank_id)
     operation_id = (body.operation_id or str(uuid.uuid4())) if body.is_async else None
-    fields = _prepared(bank_id, body, services, operation_id)
+    fields = _prepared(request, bank_id, body, services, operation_id)
     olds = {p.legacy_key: p.fields["run_id"] for p in fields if p.legacy_key is not None}
     replays = await services.off_loop(store.legacy_replays, services, team, bank_id, olds) if olds else set()
     created_any = False

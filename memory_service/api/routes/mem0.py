@@ -8,8 +8,8 @@ no id, filter or metadata field can reach another team. Anything else mem0 serve
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Annotated, Any, cast
 
@@ -18,7 +18,9 @@ from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
 from ...config import Settings
 from ...contract.ids import MAX_MEMORY_ID_LEN, MEMORY_ID_PATTERN, MEMORY_ID_RULE
 from ...contract.mem0 import (
+    ANY,
     MAX_PAGE_SIZE,
+    MAX_TOP_K,
     AddRequest,
     ListRequest,
     NotServed,
@@ -30,15 +32,15 @@ from ...contract.mem0 import (
 )
 from ...contract.roles import Role
 from ...services import DONE, FAILED, Memory, RecallQuery
-from ..auth import BEARER_OR_TOKEN, Caller, agent_scope, check_agent, hidden_from, open_access, requires
+from ..auth import BEARER_OR_TOKEN, Caller, agent_scope, hidden_from, open_access, requires
 from ..deps import ServicesDep
+from ..write_rules import check_write
 from . import mem0_store as store
 
 router = APIRouter(tags=["mem0"], include_in_schema=False)
 
 PREFIX = "/mem0"
 ORG = "memory-service"  # what ping names as the organization: mem0's clients need one
-MAX_METADATA_BYTES = 8 * 1024  # as /v1/remember
 
 
 def _role(role: Role) -> Callable[[Request], Awaitable[str]]:
@@ -93,6 +95,16 @@ def _scope(filters: dict[str, Any] | None, base: Scope | None = None) -> Scope:
         raise HTTPException(422, str(exc)) from None
 
 
+def _narrowed(request: Request, scope: Scope) -> Scope:
+    """The scope a read or bulk change runs on: a pinned key's own agent (its agent has an id, so `*` is it
+    too), else the agent as asked."""
+    pinned = request.state.caller.agent_id
+    agent = pinned if scope.agent_id == ANY and pinned is not None else scope.agent_id
+    if agent != ANY:
+        agent = agent_scope(request, agent)
+    return replace(scope, agent_id=agent)
+
+
 def _refuse_set(body: Any, names: tuple[str, ...]) -> None:
     for name in names:
         if getattr(body, name) not in (None, []):
@@ -107,14 +119,17 @@ async def _visible(request: Request, services: ServicesDep, team: str, memory_id
     return memory
 
 
-def _check_sizes(text: str, metadata: dict[str, Any] | None, limit: int) -> None:
-    size = len(text.encode("utf-8"))
-    if size > limit:
-        raise HTTPException(
-            413, f"the messages are {size} bytes as one text; the limit is {limit} (MEMORY_MAX_TEXT_BYTES)"
-        )
-    if metadata and len(json.dumps(metadata)) > MAX_METADATA_BYTES:
-        raise HTTPException(413, f"metadata is larger than {MAX_METADATA_BYTES} bytes as JSON")
+def _check(request: Request, services: ServicesDep, agent: str, text: str, stored: dict[str, Any]) -> None:
+    """/v1/remember's rule (write_rules): sizes of the text and of the metadata as stored, the pinned agent."""
+    check_write(
+        request,
+        max_text_bytes=services.settings.max_text_bytes,
+        agent_id=agent,
+        text=text,
+        metadata=stored,
+        what="the messages as one text",
+        metadata_what="metadata (with the entity ids kept beside it)",
+    )
 
 
 @router.get(PREFIX + "/v1/ping/")
@@ -135,11 +150,14 @@ async def add(body: AddRequest, request: Request, team: Writer, services: Servic
     scope = _scope(body.filters, given)
     if scope.since is not None or scope.until is not None:
         raise HTTPException(422, "filters on add name entity ids only, not created_at")
+    if scope.wildcards():
+        raise HTTPException(
+            422, f"filters on add: '*' selects memories; name one id for {', '.join(scope.wildcards())}"
+        )
     agent = scope.agent_id or request.state.caller.agent_id or store.DEFAULT_AGENT
-    check_agent(request, agent)
     text = store.text_of(body.messages)
-    settings = services.settings
-    _check_sizes(text, body.metadata, settings.max_text_bytes)
+    stored = store.stored_meta(scope, body.metadata)
+    _check(request, services, agent, text, stored)
     when = None if body.timestamp is None else datetime.fromtimestamp(body.timestamp, tz=UTC)
     memory, _, _ = await services.off_loop(
         services.remember,
@@ -148,7 +166,7 @@ async def add(body: AddRequest, request: Request, team: Writer, services: Servic
         text=text,
         run_id=scope.run_id,
         tags=scope.tags(),
-        metadata=store.stored_meta(scope, body.metadata, []),
+        metadata=stored,
         idempotency_key=None,
         said=when,
         pinned=request.state.caller.agent_id is not None,
@@ -167,13 +185,13 @@ async def add(body: AddRequest, request: Request, team: Writer, services: Servic
 async def search(body: SearchRequest, request: Request, team: Team, services: ServicesDep) -> dict[str, Any]:
     """A recall within the filters' entities: facts and passages, each named by the memory it came from."""
     _refuse_set(body, ("categories",))
-    scope = _scope(body.filters)
+    scope = _narrowed(request, _scope(body.filters))
     query = RecallQuery(
         team=team,
         query=body.query,
-        k=body.top_k,
+        k=MAX_TOP_K if scope.wildcards() else body.top_k,  # '*' is checked on the hits: room for those it drops
         kinds=("fact", "passage"),
-        agent_id=agent_scope(request, scope.agent_id),
+        agent_id=scope.concrete("agent_id"),
         tags=tuple(scope.tags()),
         since=scope.since,
         until=scope.until,
@@ -185,12 +203,12 @@ async def search(body: SearchRequest, request: Request, team: Team, services: Se
     results = []
     for hit in hits:
         memory = memories.get(hit.memory_id)
-        if memory is None:  # forgotten between the search and this read
+        if memory is None or not store.matches(memory, scope):  # forgotten since the search, or lacks a '*' id
             continue
         score = hit.similarity if hit.similarity is not None else hit.score
         one = store.shape(memory) | {"memory": hit.text, "score": round(score, 6), "type": hit.kind}
         results.append(one | {"fact_id": hit.fact_id})
-    return {"results": results}
+    return {"results": results[: body.top_k]}
 
 
 @router.post(PREFIX + "/v3/memories/")
@@ -214,7 +232,7 @@ async def get_all(
     scope = _scope(body.filters, Scope(since=since, until=until))
     if scope.since is not None and scope.until is not None and scope.since > scope.until:
         raise HTTPException(422, "the created_at window is empty (its start is after its end)")
-    scope = Scope(**{**scope.__dict__, "agent_id": agent_scope(request, scope.agent_id)})
+    scope = _narrowed(request, scope)
     items, count = await services.off_loop(store.listing, services, team, scope, page, page_size)
     url = request.url
     more = page * page_size < count
@@ -234,7 +252,8 @@ async def get(memory_id: MemoryId, request: Request, team: Team, services: Servi
 @router.get(PREFIX + "/v1/memories/{memory_id}/history/")
 async def history(memory_id: MemoryId, request: Request, team: Team, services: ServicesDep) -> list[dict[str, Any]]:
     """ADD, then an UPDATE per update: a saved text never changes, so an update is a new version (see update)."""
-    return store.history(await _visible(request, services, team, memory_id))
+    memory = await _visible(request, services, team, memory_id)
+    return store.history(memory, await services.off_loop(services.versions, team, memory.id))
 
 
 @router.put(PREFIX + "/v1/memories/{memory_id}/")
@@ -242,8 +261,9 @@ async def update(
     memory_id: MemoryId, body: UpdateRequest, request: Request, team: Admin, services: ServicesDep
 ) -> dict[str, Any]:
     """A saved text is never rewritten in place: the new text (or metadata) is saved as a new memory of the same
-    agent, run and tags, carrying the earlier versions for history, and the old one is forgotten. The answer is
-    the new memory: its `id` is the one to use from now on."""
+    agent, run and tags, the earlier versions are carried to it for history (rows of the journal, not its
+    metadata), and the old one is forgotten. The answer is the new memory: its `id` is the one to use from now
+    on."""
     _refuse_set(body, ("timestamp", "expiration_date"))
     if body.text is None and body.metadata is None:
         raise HTTPException(422, "update needs text or metadata")
@@ -252,8 +272,9 @@ async def update(
     meta = store.meta_of(old)
     kept = meta.get("metadata") if meta else old.metadata  # a memory saved by /v1/remember keeps its own
     metadata = body.metadata if body.metadata is not None else kept
-    _check_sizes(text, metadata, services.settings.max_text_bytes)
     scope = Scope(**{k: meta.get(k) for k in ("user_id", "agent_id", "app_id", "run_id")})
+    stored = store.stored_meta(scope, metadata, store.first_at(old))
+    _check(request, services, old.agent_id, text, stored)
     new, _, _ = await services.off_loop(
         services.remember,
         team=team,
@@ -261,13 +282,18 @@ async def update(
         text=text,
         run_id=old.run_id,
         tags=old.tags,
-        metadata=store.stored_meta(scope, metadata, store.versions_before(old)),
+        metadata=stored,
         idempotency_key=None,
         occurred_at=old.occurred_at,
         occurred_day=old.occurred_day,
         pinned=request.state.caller.agent_id is not None,
     )
     services.saved()
+    earlier = store.earlier_in_metadata(old)
+    keep, chars = store.MAX_VERSIONS, store.MAX_VERSION_CHARS
+    await services.off_loop(
+        lambda: services.carry_versions(team, store.version_of(old), earlier, new.id, keep=keep, chars=chars)
+    )
     await services.off_loop(services.forget, team, memory_ids=[old.id])
     return store.shape(new) | {"replaces": old.id}
 
@@ -293,14 +319,15 @@ async def delete_all(
     app_id: Entity = None,
     run_id: Entity = None,
 ) -> dict[str, Any]:
-    """Forget the memories of the given entities ('*': any). At least one is needed: all of a team's memories
-    go only by asking for it ('*')."""
+    """Forget the memories of the given entities ('*': those that have the id, whatever its value, as in mem0).
+    At least one is needed."""
     given = {k: v for k, v in {"user_id": user_id, "agent_id": agent_id, "app_id": app_id, "run_id": run_id}.items()}
     if all(v is None for v in given.values()):
-        raise HTTPException(400, "delete_all needs user_id, agent_id, app_id or run_id ('*' for every one)")
-    scope = _scope({k: v for k, v in given.items() if v is not None})
-    scope = Scope(**{**scope.__dict__, "agent_id": agent_scope(request, scope.agent_id)})
-    if scope.user_id is None and scope.app_id is None and (scope.agent_id or scope.run_id):
+        raise HTTPException(
+            400, "delete_all needs user_id, agent_id, app_id or run_id ('*': every memory with that id)"
+        )
+    scope = _narrowed(request, _scope({k: v for k, v in given.items() if v is not None}))
+    if scope.user_id is None and scope.app_id is None and not scope.wildcards() and (scope.agent_id or scope.run_id):
         deleted = await services.off_loop(services.forget, team, agent_id=scope.agent_id, run_id=scope.run_id)
     else:
         ids = await services.off_loop(store.selected, services, team, scope)

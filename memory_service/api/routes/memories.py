@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated
@@ -21,17 +20,16 @@ from ...contract.models import (
 from ...contract.types import REPLAYED, AgentId, JobStatus, Moment, RunId, Tag
 from ...services import DONE, FAILED, ListFilter, to_epoch
 from .. import cursor as cursors
-from ..auth import Admin, Team, Writer, agent_scope, check_agent, hidden_from
+from ..auth import Admin, Team, Writer, agent_scope, hidden_from
 from ..deps import ServicesDep
 from ..errors import Responses, error_responses
 from ..model_response import ModelResponse
+from ..write_rules import check_write
 
 if TYPE_CHECKING:
     from ...services import Services
 
 router = APIRouter(tags=["memories"])
-
-MAX_METADATA_BYTES = 8 * 1024
 
 
 def _ts(value: float | None) -> datetime | None:
@@ -67,17 +65,14 @@ async def remember(body: RememberRequest, request: Request, team: Writer, servic
     (passage embedding), whether or not extraction ever succeeds.
     """
     started = time.perf_counter()
-    check_agent(request, body.agent_id)
-    settings = services.settings
-    size = len(body.text.encode("utf-8"))
-    if size > settings.max_text_bytes:
-        raise HTTPException(
-            413,
-            f"text is {size} bytes; the limit is {settings.max_text_bytes} bytes (MEMORY_MAX_TEXT_BYTES). "
-            "Split it into several saves.",
-        )
-    if len(json.dumps(body.metadata)) > MAX_METADATA_BYTES:
-        raise HTTPException(413, f"metadata is larger than {MAX_METADATA_BYTES} bytes as JSON")
+    check_write(
+        request,
+        max_text_bytes=services.settings.max_text_bytes,
+        agent_id=body.agent_id,
+        text=body.text,
+        metadata=body.metadata,
+        key=body.idempotency_key,
+    )
     memory, created, ahead = await services.off_loop(
         services.remember,
         team=team,

@@ -11,12 +11,14 @@ from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 from pydantic.json_schema import models_json_schema
 
+from ...contract.hindsight import retain_derives
 from ...contract.models import ExportedMemory, ImportResponse
 from ...services import ImportTally, Services
 from ..auth import Caller, Team, Writer
 from ..deps import ServicesDep
 from ..errors import Responses, describe, error_responses
-from .memories import MAX_METADATA_BYTES
+from ..write_rules import Refused, check_write
+from .hindsight_store import META as HS_META
 
 router = APIRouter(tags=["transfer"])
 
@@ -28,6 +30,7 @@ IMPORT_MIN_LINE_BYTES = 4 * 1024 * 1024
 IMPORT_BATCH = 64
 EXPORT_CHUNK = 100  # lines per body chunk: each chunk is one hop to a worker thread, so not one per line
 MAX_REPORTED_ERRORS = 100
+LINEAGE = "import:"  # the key import derives for a line: `import:<its id>` (storage/catalog.py)
 NDJSON = "application/x-ndjson"
 COMPONENTS = "#/components/schemas/"
 # JSON Lines: each line, not the body, is an ExportedMemory (`itemSchema`, as FastAPI documents JSON Lines)
@@ -106,6 +109,29 @@ async def _lines(request: Request, max_line: int) -> AsyncIterator[tuple[int, by
         yield number + 1, None if too_long else b"".join(parts)
 
 
+def line_key(record: ExportedMemory) -> str | None:
+    """The key a line is imported under. A client's key, or a lineage `import:<id>` (what import itself derives
+    for a line of that id, so it can take nothing a line's id could not), is kept. A Hindsight key is the
+    retain's alone: one a retain of the line's own bank and document derives (the service's own exported
+    line) is dropped, so the line goes in under its lineage and that retain, sent again, stores its item rather
+    than finding the copy; any other is kept, and `check_write` refuses the line for it (docs/api.md)."""
+    key = record.idempotency_key
+    if key is None or not key.startswith("hindsight:"):
+        return key
+    said = record.metadata.get(HS_META)
+    operation = said.get("operation_id") if isinstance(said, dict) else None
+    owned = retain_derives(
+        key, bank=record.agent_id, document_id=record.run_id, operation_id=operation, text=record.text
+    )
+    return None if owned else key
+
+
+def _reason(exc: ValueError) -> str:
+    if isinstance(exc, ValidationError):
+        return "; ".join(describe(e) for e in exc.errors())
+    return str(exc.detail) if isinstance(exc, Refused) else str(exc)
+
+
 @router.post(
     "/v1/import",
     response_model=ImportResponse,
@@ -145,15 +171,20 @@ async def import_route(
             if raw is None:
                 raise ValueError(f"line is longer than {max_line} bytes, far more than an exported memory takes")
             record = ExportedMemory.model_validate_json(raw)
-            if len(record.text.encode()) > settings.max_text_bytes:
-                raise ValueError(f"text is larger than {settings.max_text_bytes} bytes (MEMORY_MAX_TEXT_BYTES)")
-            if len(json.dumps(record.metadata)) > MAX_METADATA_BYTES:
-                raise ValueError(f"metadata is larger than {MAX_METADATA_BYTES} bytes as JSON")
+            record.idempotency_key = line_key(record)
+            check_write(
+                request,
+                max_text_bytes=settings.max_text_bytes,
+                agent_id=record.agent_id,
+                text=record.text,
+                metadata=record.metadata,
+                key=record.idempotency_key,
+                key_is_derived=(record.idempotency_key or "").startswith(LINEAGE),
+            )
         except (ValidationError, ValueError) as exc:
             failed += 1
             if len(errors) < MAX_REPORTED_ERRORS:
-                detail = "; ".join(describe(e) for e in exc.errors()) if isinstance(exc, ValidationError) else str(exc)
-                errors.append({"line": number, "detail": detail})
+                errors.append({"line": number, "detail": _reason(exc)})
             continue
         batch.append(record.model_dump(mode="json"))
         if len(batch) >= IMPORT_BATCH:
