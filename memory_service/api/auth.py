@@ -18,6 +18,7 @@ from fastapi import Depends, HTTPException, Request
 
 from ..config import Settings, is_loopback
 from ..contract.roles import Role, role_allows
+from ..storage.keys import key_hash
 
 if TYPE_CHECKING:
     from ..services import LimitsAndKeys
@@ -47,6 +48,19 @@ def caller_of_key(services: LimitsAndKeys, token: str) -> Caller | None:
     if caller is not None:
         return caller
     stored = services.stored_key(token)
+    return None if stored is None else Caller(stored.team, stored.role, stored.agent_id)
+
+
+def caller_of_key_hash(services: LimitsAndKeys, digest: str) -> Caller | None:
+    """Whose key has sha256 `digest` (a console session's key), or None: as `caller_of_key`, without the key.
+    Reads the store: call it off the event loop."""
+    team = None
+    for key, key_team in services.settings.api_keys.items():
+        if hmac.compare_digest(key_hash(key).encode(), digest.encode()):
+            team = key_team
+    if team is not None:
+        return Caller(team, "admin")
+    stored = services.keys.lookup_hash(digest)
     return None if stored is None else Caller(stored.team, stored.role, stored.agent_id)
 
 
