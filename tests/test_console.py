@@ -86,6 +86,17 @@ def test_every_post_needs_the_sessions_csrf_token_and_the_same_origin(inprocess:
     assert a.post(url, data={"csrf": token}, headers={"Origin": "http://evil.example"}).status_code == 403
     assert a.post(url, data={"csrf": token}, headers={"Sec-Fetch-Site": "cross-site"}).status_code == 403
     assert inprocess.services.journal.get("team-a", saved).status == "failed"
+    b_token = csrf_of(login(inprocess, "key-b"))
+    for data, headers in (  # the logout form too: a cross-site page cannot log the operator out
+        ({}, {}),
+        ({"csrf": "0" * 64}, {}),
+        ({"csrf": b_token}, {}),
+        ({"csrf": token}, {"Origin": "http://evil.example"}),
+        ({"csrf": token}, {"Origin": "null"}),
+        ({"csrf": token}, {"Sec-Fetch-Site": "same-site"}),
+    ):
+        assert a.post("/ui/logout", data=data, headers=headers).status_code == 403, (data, headers)
+    assert a.get("/ui/jobs", follow_redirects=False).status_code == 200  # still logged in
     login_token = CSRF.search(TestClient(inprocess.app).get("/ui/login").text).group(1)
     forged = TestClient(inprocess.app).post(
         "/ui/login", data={"key": "key-a", "csrf": login_token}, headers={"Origin": "http://evil.example"}
