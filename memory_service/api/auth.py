@@ -18,7 +18,6 @@ from fastapi import Depends, HTTPException, Request
 
 from ..config import Settings, is_loopback
 from ..contract.roles import Role, role_allows
-from ..storage.keys import key_hash
 
 if TYPE_CHECKING:
     from ..services import LimitsAndKeys
@@ -56,11 +55,11 @@ def caller_of_key_hash(services: LimitsAndKeys, digest: str) -> Caller | None:
     Reads the store: call it off the event loop."""
     team = None
     for key, key_team in services.settings.api_keys.items():
-        if hmac.compare_digest(key_hash(key).encode(), digest.encode()):
+        if hmac.compare_digest(services.key_digest(key).encode(), digest.encode()):
             team = key_team
     if team is not None:
         return Caller(team, "admin")
-    stored = services.keys.lookup_hash(digest)
+    stored = services.stored_key_by_hash(digest)
     return None if stored is None else Caller(stored.team, stored.role, stored.agent_id)
 
 

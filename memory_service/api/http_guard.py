@@ -258,8 +258,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
                 return f"{address} has {self.max_per_client} connections open (MEMORY_MAX_CONNECTIONS_PER_CLIENT)"
         if len(self.connections) > self.max_connections and not self._make_room():
             return (
-                f"the service has {self.max_connections} connections open (MEMORY_MAX_CONNECTIONS), "
-                "each in a request"
+                f"the service has {self.max_connections} connections open (MEMORY_MAX_CONNECTIONS), each in a request"
             )
         return None
 

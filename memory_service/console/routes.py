@@ -25,8 +25,7 @@ from ..contract.boundary import text_problem
 from ..contract.limit_rules import InvalidInput, LimitNotFound
 from ..contract.models import MemoryOut
 from ..contract.roles import role_allows
-from ..services import ListFilter, RecallQuery
-from ..storage.keys import SESSION_TTL_S
+from ..services import SESSION_TTL_S, ListFilter, RecallQuery
 from . import charts, pages
 from .session import (
     COOKIE,
@@ -120,8 +119,8 @@ async def login(request: Request) -> Response:
         return render(request, "login.html", None, 401, next=target, csrf=login_token(request), error=error)
     planted = request.cookies.get(COOKIE)
     if planted:  # whatever the browser held before is ended, never carried on: a fresh session id each login
-        await services.off_loop(services.keys.end_session, planted)
-    session = await services.off_loop(services.keys.open_session, key)
+        await services.off_loop(services.end_console_session, planted)
+    session = await services.off_loop(services.open_console_session, key)
     response = see_other(target)
     response.set_cookie(
         COOKIE,
@@ -140,7 +139,7 @@ async def logout(request: Request, session: SessionDep) -> Response:
     await checked_form(request, session)
     services = services_of(request)
     if not session.keyless:  # ended server-side: the cookie's value opens nothing any more
-        await services.off_loop(services.keys.end_session, request.cookies.get(COOKIE, ""))
+        await services.off_loop(services.end_console_session, request.cookies.get(COOKIE, ""))
     response = see_other("/ui/login")
     response.delete_cookie(COOKIE, path=COOKIE_PATH, httponly=True, samesite="strict", secure=cookie_secure(request))
     return response

@@ -76,7 +76,7 @@ def resolve(request: Request) -> tuple[Session, str] | None:
     if open_access(services):
         return Session(Settings.LOCAL_TEAM, csrf_token(_secret(request), ""), keyless=True), ""
     session = request.cookies.get(COOKIE, "")
-    digest = services.keys.session_key_hash(session) if session else None
+    digest = services.console_session_key(session) if session else None
     caller = caller_of_key_hash(services, digest) if digest else None
     if caller is None or caller.agent_id is not None:  # a key pinned to an agent sees only its agent: no console
         return None
