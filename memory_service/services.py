@@ -70,11 +70,12 @@ from .storage.journal import DONE as DONE
 from .storage.journal import FAILED as FAILED
 from .storage.journal import Fact, Journal
 from .storage.journal import Memory as Memory
+from .storage.keys import SESSION_TTL_S as SESSION_TTL_S  # the console's cookie lifetime
 from .storage.keys import KeyInfo as KeyInfo
 from .storage.keys import KeyNotFound as KeyNotFound
 from .storage.keys import KeyStore as KeyStore
 from .storage.keys import LastKey as LastKey
-from .storage.keys import NewKey
+from .storage.keys import NewKey, key_hash
 from .storage.limit_views import ConsumeResult
 from .storage.limit_views import LimitView as LimitView
 from .storage.limits import LimitStore, Per
@@ -142,6 +143,24 @@ class LimitsAndKeys:
 
     def stored_key(self, presented: str) -> KeyInfo | None:
         return self.keys.lookup(presented)
+
+    def stored_key_by_hash(self, digest: str) -> KeyInfo | None:
+        return self.keys.lookup_hash(digest)
+
+    @staticmethod
+    def key_digest(key: str) -> str:
+        """sha256 of a key, as the key store and the console's sessions keep it."""
+        return key_hash(key)
+
+    def open_console_session(self, key: str) -> str:
+        return self.keys.open_session(key)
+
+    def console_session_key(self, session: str) -> str | None:
+        """The hash of the key a live console session was opened with, or None."""
+        return self.keys.session_key_hash(session)
+
+    def end_console_session(self, session: str) -> None:
+        self.keys.end_session(session)
 
     def create_key(self, team: str, role: Role, *, agent_id: str | None, label: str | None) -> NewKey:
         return self.keys.create(team, role, agent_id=agent_id, label=label)

@@ -209,3 +209,31 @@ def test_long_commands_show_progress_on_a_terminal_only(service: InProcessServic
     assert code == 0 and "embedding facts" in err and "reindex done" in out, out + err
     quiet = cli("--json", "backup", str(tmp_path / "again"), "--data-dir", str(service.data_dir))
     assert quiet.returncode == 0 and quiet.stderr == "" and json.loads(quiet.stdout)["memories"] >= 3
+
+
+def test_a_key_pinned_to_an_agent_forgets_only_its_own_and_is_told_why(service: InProcessService) -> None:
+    """`forget` with a key pinned to one agent (issue 53): another agent's memory is a 404 like an unknown id, a
+    bulk forget of another agent is refused with a hint about the pin (it said before: "this key's role does
+    not allow it", sending the person to look for a role), a bad --agent-id names the flag (it named
+    `query.agent_id`), a bulk forget by run counts only its own agent's, and no other agent's memory goes."""
+    admin = service.services.keys.create("team-a", "admin", agent_id="pin-mine").key
+    api = service.client("key-a")
+    ids = {
+        agent: [
+            api.post(
+                "/v1/remember", json={"text": f"{agent} filed report {i}.", "agent_id": agent, "run_id": "pin-run"}
+            ).json()["id"]
+            for i in range(n)
+        ]
+        for agent, n in (("pin-mine", 2), ("pin-other", 3))
+    }
+    err = explained(cli("forget", ids["pin-other"][0], *on(service, admin)), 1, "404", "no memory with id")
+    assert "pin-other" not in err
+    err = explained(cli("forget", "--agent-id", "pin-other", "--yes", *on(service, admin)), 1, "403", "pinned")
+    assert "role" not in err and "leave out --agent-id" in err
+    err = explained(cli("forget", "--agent-id", "not an id!", "--yes", *on(service, admin)), 1, "422", "--agent-id")
+    assert "query." not in err
+    result = cli("forget", "--run-id", "pin-run", "--yes", *on(service, admin))
+    assert result.returncode == 0 and result.stdout.strip() == "forgot 2 memories", result.stdout + result.stderr
+    assert [api.get(f"/v1/memories/{i}").status_code for i in ids["pin-other"]] == [200] * 3
+    assert [api.get(f"/v1/memories/{i}").status_code for i in ids["pin-mine"]] == [404] * 2

@@ -87,14 +87,59 @@ def test_unread_large_answers_are_dropped_and_their_memory_freed(served: Service
     assert after - before < 40, (before, after)
 
 
+def in_a_request(port: int) -> socket.socket:
+    """A connection in a request: its headers sent, its body not yet (the app is waiting for it)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(
+        b"POST /v1/remember HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer key-a\r\n"
+        b"content-type: application/json\r\ncontent-length: 1000\r\n\r\n{"
+    )
+    return sock
+
+
+def closed_by_server(sock: socket.socket) -> bool:
+    sock.settimeout(5)
+    try:
+        return sock.recv(1) == b""
+    except OSError:
+        return True
+
+
+def test_idle_connections_at_the_cap_make_room_for_another_client(tmp_path: Path) -> None:
+    """One client holds the whole MEMORY_MAX_CONNECTIONS (4 here) with sockets that send nothing, or that sent
+    a request and now idle between keep-alive requests (issue 53). Before, every other client got a 503 for as
+    long as the holder kept reopening them (at the default 512, 33 of 34 /health and /v1/recall calls in 12 s);
+    now the connection idle longest is closed to make room, and another client's /health and /v1/recall are
+    answered, while a connection in a request is never closed for it."""
+    svc = InProcessService(tmp_path / "data", "http://127.0.0.1:9", env={"MEMORY_MAX_CONNECTIONS": "5"}).start()
+    try:
+        busy = in_a_request(svc.port)
+        silent = [socket.create_connection(("127.0.0.1", svc.port), timeout=10) for _ in range(2)]
+        kept_alive = [socket.create_connection(("127.0.0.1", svc.port), timeout=10) for _ in range(2)]
+        for sock in kept_alive:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+        with httpx.Client(base_url=svc.url, trust_env=False, timeout=10) as other:
+            assert other.get("/health").status_code == 200
+            with httpx.Client(base_url=svc.url, trust_env=False, timeout=10) as recaller:
+                answer = recaller.post("/v1/recall", json={"query": "quota"}, headers={"Authorization": "Bearer key-b"})
+                assert answer.status_code == 200, answer.text
+        assert closed_by_server(silent[0]) and closed_by_server(silent[1])  # idle longest: closed first
+        assert established(busy)
+        for sock in [busy, *silent, *kept_alive]:
+            sock.close()
+    finally:
+        svc.stop()
+
+
 @pytest.mark.parametrize("setting", ["MEMORY_MAX_CONNECTIONS", "MEMORY_MAX_CONNECTIONS_PER_CLIENT"])
 def test_connections_over_the_cap_are_a_json_503(tmp_path: Path, setting: str) -> None:
-    """A cap of 4 (in all, or from one address: here every client is 127.0.0.1): the fifth open connection is
-    answered 503 `too_many_connections` naming the setting, with Retry-After; once one closes, a new one is
-    served."""
+    """A cap of 4 (in all, or from one address: here every client is 127.0.0.1), each held by a request whose
+    body is still coming: the fifth open connection is answered 503 `too_many_connections` naming the
+    setting, with Retry-After; once one closes, a new one is served."""
     svc = InProcessService(tmp_path / "data", "http://127.0.0.1:9", env={setting: "4"}).start()
     try:
-        held = [socket.create_connection(("127.0.0.1", svc.port), timeout=10) for _ in range(4)]
+        held = [in_a_request(svc.port) for _ in range(4)]
         with socket.create_connection(("127.0.0.1", svc.port), timeout=10) as extra:
             extra.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             answer = b""

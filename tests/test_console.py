@@ -9,10 +9,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
+from inprocess import LoopbackServer
 
 from memory_service.console.highlight import Segment, segments
+from memory_service.console.session import COOKIE
 from memory_service.storage.journal import FactPlan, NewFact
 from tests.conftest import InProcessApp
 
@@ -83,6 +86,17 @@ def test_every_post_needs_the_sessions_csrf_token_and_the_same_origin(inprocess:
     assert a.post(url, data={"csrf": token}, headers={"Origin": "http://evil.example"}).status_code == 403
     assert a.post(url, data={"csrf": token}, headers={"Sec-Fetch-Site": "cross-site"}).status_code == 403
     assert inprocess.services.journal.get("team-a", saved).status == "failed"
+    b_token = csrf_of(login(inprocess, "key-b"))
+    for data, headers in (  # the logout form too: a cross-site page cannot log the operator out
+        ({}, {}),
+        ({"csrf": "0" * 64}, {}),
+        ({"csrf": b_token}, {}),
+        ({"csrf": token}, {"Origin": "http://evil.example"}),
+        ({"csrf": token}, {"Origin": "null"}),
+        ({"csrf": token}, {"Sec-Fetch-Site": "same-site"}),
+    ):
+        assert a.post("/ui/logout", data=data, headers=headers).status_code == 403, (data, headers)
+    assert a.get("/ui/jobs", follow_redirects=False).status_code == 200  # still logged in
     login_token = CSRF.search(TestClient(inprocess.app).get("/ui/login").text).group(1)
     forged = TestClient(inprocess.app).post(
         "/ui/login", data={"key": "key-a", "csrf": login_token}, headers={"Origin": "http://evil.example"}
@@ -197,3 +211,54 @@ def test_a_memory_shows_its_spans_rejected_facts_and_superseded_history(inproces
     )
     assert "Wren is &lt;em&gt;great&lt;/em&gt;" in page and "not in the text" in page
     assert 'cached prompt tokens</th><td class="num">80' in page
+
+
+def test_a_login_opens_a_fresh_server_side_session_and_logout_ends_it(inprocess: InProcessApp) -> None:
+    """Session fixation and logout, over real HTTP (issue 53). Before, the cookie held the API key itself: the
+    same value at every login, accepted when planted by someone else (a browser logged in to their team), and
+    still good after logout. Now it holds a random session id, fresh at each login, that only the key store
+    knows (its hash), ended at logout, by a new login in the same browser and by the key's revocation."""
+    with LoopbackServer(inprocess.app, lifespan="off") as server:
+
+        def browser(**cookies: str) -> httpx.Client:
+            return httpx.Client(base_url=server.url, trust_env=False, follow_redirects=False, cookies=cookies)
+
+        def logged_in(key: str, client: httpx.Client) -> str:
+            with browser() as anonymous:  # a browser holding a live session is sent past the form
+                token = CSRF.search(anonymous.get("/ui/login").text).group(1)
+            answer = client.post("/ui/login", data={"key": key, "csrf": token, "next": "/ui/jobs"})
+            assert answer.status_code == 303 and answer.headers["location"] == "/ui/jobs", answer.text
+            return answer.cookies[COOKIE]
+
+        def opens(session: str) -> bool:
+            with browser(**{COOKIE: session}) as client:
+                return client.get("/ui/jobs").status_code == 200
+
+        with browser() as first, browser() as second:
+            one, two = logged_in("key-a", first), logged_in("key-a", second)
+        assert one != two and "key-a" not in (one, two) and opens(one) and opens(two)
+        # a planted cookie opens nothing: neither a key (the old cookie's content) nor an id of one's choosing
+        assert not opens("key-b") and not opens("mss_" + "A" * 43)
+        # someone plants their own live session (team B) in a browser; logging in there ends it
+        planted = logged_in("key-b", browser())
+        with browser() as victim:
+            victim.cookies.set(COOKIE, planted, domain="127.0.0.1", path="/ui")  # as the service would set it
+            mine = logged_in("key-a", victim)
+            assert mine != planted and not opens(planted)
+            assert "team-a" in victim.get("/ui/jobs").text
+            out = victim.post("/ui/logout", data={"csrf": CSRF.search(victim.get("/ui/jobs").text).group(1)})
+            assert out.status_code == 303 and "max-age=0" in out.headers["set-cookie"].lower()
+        assert not opens(mine)  # the value copied before the logout opens nothing after it
+        # a revoked key's sessions end with it; the cookie's flags, and Secure behind an https proxy
+        reader = inprocess.services.keys.create("team-a", "read")
+        with browser() as client:
+            session = logged_in(reader.key, client)
+            assert opens(session)
+            inprocess.services.keys.revoke(reader.info.id, team="team-a", keyless=True)  # MEMORY_API_KEYS stay
+            assert not opens(session)
+            token = CSRF.search(client.get("/ui/login").text).group(1)  # the revoked key's session: the form
+            answer = client.post(
+                "/ui/login", data={"key": "key-a", "csrf": token}, headers={"X-Forwarded-Proto": "https"}
+            )
+        flags = answer.headers["set-cookie"].lower()
+        assert "httponly" in flags and "samesite=strict" in flags and "path=/ui" in flags and "secure" in flags

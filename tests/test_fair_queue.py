@@ -6,11 +6,14 @@ queue had before, each of them fails: a job queued behind another team's (or age
 
 from __future__ import annotations
 
+import sqlite3
 import time
+from pathlib import Path
 
 import pytest
 
-from memory_service.storage.database import Database
+from memory_service.storage.database import Database, SqliteDatabase
+from memory_service.storage.fair_queue import next_due
 from memory_service.storage.journal import Journal
 
 FLOOD = 500
@@ -108,11 +111,12 @@ def test_the_claim_reads_the_queue_through_its_indexes(database: Database) -> No
     if database.dialect != "sqlite":
         pytest.skip("PostgreSQL plans from its statistics")
     Journal(database)
-    from memory_service.storage.fair_queue import QUEUED_ROWS, level_sql, queued
+    from memory_service.storage.fair_queue import AGENT_WINDOW, LAST_SERVED_SQL, QUEUED_ROWS, level_sql, queued
 
     steps = [
         (level_sql("sqlite", agents=False), ()),
-        (level_sql("sqlite", agents=True), ("a",) * 4),
+        (level_sql("sqlite", agents=True), ("a", "x", "a", AGENT_WINDOW, "a", "a")),
+        (LAST_SERVED_SQL, ("a", "a")),
         (
             f"SELECT id FROM {queued('sqlite', 'memories_fair_agent')} WHERE {QUEUED_ROWS} AND team = ? "
             "AND agent_id = ? AND next_attempt_at <= ? ORDER BY next_attempt_at, created_at LIMIT 1",
@@ -125,3 +129,42 @@ def test_the_claim_reads_the_queue_through_its_indexes(database: Database) -> No
             plan = [str(row[-1]) for row in conn.execute("EXPLAIN QUERY PLAN " + sql, args)]
             scans = [step for step in plan if step.startswith("SCAN") and "names" not in step]
             assert not scans and not any("TEMP B-TREE" in step for step in plan), (sql, plan)
+
+
+def _claim_steps(path: Path, now: float) -> int:
+    """SQLite virtual-machine steps (in hundreds) the claim's choice takes on the journal at `path`: a count,
+    not a time, so the comparison holds on a busy machine."""
+    conn = sqlite3.connect(path)
+    steps = [0]
+
+    def count() -> int:
+        steps[0] += 1
+        return 0
+
+    conn.set_progress_handler(count, 100)
+    try:
+        assert next_due(conn, now, "sqlite") is not None
+    finally:
+        conn.close()
+    return steps[0]
+
+
+def test_a_claim_weighs_a_bounded_number_of_agents(tmp_path: Path) -> None:
+    """A team that queues one save under each of many agent ids (their names are the caller's to choose) does
+    not make the claim, a write transaction every save waits for, cost more per agent (issue 53): it weighed
+    every queued agent, 68 ms a claim with 10,000 of them against 4 ms with 10. Here 1,000 agents against 50
+    (the old choice: about 20 times the steps); and every agent is still served, once each, in 1,000 claims."""
+    costs = {}
+    for agents in (50, 1000):
+        journal = Journal(SqliteDatabase(tmp_path / f"j{agents}.sqlite3"))
+        now = time.time()
+        for i in range(agents):
+            save(journal, "many", f"agent-{i:04d}", f"save {i}", now - 1000 + i * 0.01)
+        claims(journal, 3, now)  # the team has been served: its round has a place to go on from
+        costs[agents] = _claim_steps(tmp_path / f"j{agents}.sqlite3", now)
+        if agents == 1000:
+            served = [agent for _, agent, _ in claims(journal, agents - 3, now)]
+            assert len(set(served)) == agents - 3
+            assert journal.claim_next("w", lease_s=600, now=now) is None
+        journal.db.close()
+    assert costs[1000] <= 2 * costs[50], costs

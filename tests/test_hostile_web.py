@@ -22,6 +22,7 @@ from inprocess import LoopbackServer
 from memory_service.app import create_app
 from memory_service.config import ConfigError, Settings
 from memory_service.console.highlight import Segment, highlight
+from memory_service.console.session import COOKIE
 from memory_service.llm.runtime.server import free_port
 from memory_service.services import Services
 from memory_service.storage.database import describe
@@ -91,7 +92,7 @@ def test_a_memory_with_20000_spans_renders_quickly_and_health_answers_meanwhile(
         journal = app.services.journal
         journal.complete(journal.get("team-a", memory_id), FactPlan(new=facts), raw_reply=None, timings=None, report={})
         with LoopbackServer(app.app, lifespan="off") as server:
-            cookie = _login(app, "key-a").cookies.get("memory_console_key")
+            cookie = _login(app, "key-a").cookies.get(COOKIE)
 
             def render_while_probing() -> tuple[httpx.Response, float, float]:
                 """The page fetched in a thread while /health is asked every 20 ms: (page, its seconds, the
@@ -100,7 +101,7 @@ def test_a_memory_with_20000_spans_renders_quickly_and_health_answers_meanwhile(
 
                 def fetch() -> None:
                     started = time.monotonic()
-                    with httpx.Client(base_url=server.url, cookies={"memory_console_key": cookie}, timeout=120) as c:
+                    with httpx.Client(base_url=server.url, cookies={COOKIE: cookie}, timeout=120) as c:
                         page["response"] = c.get(f"/ui/memories/{memory_id}")
                     page["seconds"] = time.monotonic() - started
 

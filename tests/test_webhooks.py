@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -172,6 +173,35 @@ def test_a_receiver_answering_errors_gets_the_event_on_a_retry_and_ready_shows_i
         # the console's jobs page shows the subscription: delivered, failures, the last error
         row = _console_jobs(service).split('id="webhooks"')[1].split("</table>")[0]
         assert receiver.url in row and "HTTP 503" in row and "never" not in row and ">delivering<" in row
+    finally:
+        _unsubscribe_all(service)
+
+
+def test_a_replay_outside_the_window_is_refused_and_a_late_retry_is_not(service, receiver):
+    """Replay (issue 53): a receiver that verifies as docs/webhooks.md says refuses a captured delivery sent again
+    once it is older than its window (here 2 s, the doc's 5 minutes scaled down), and still accepts the
+    service's own retry of an event long after the event: each attempt is signed with its own time."""
+    receiver.tolerance_s = 2
+    receiver.status = 503
+    receiver.secret = _subscribe(service, receiver.url, ["memory.extracted"])["secret"]
+    try:
+        with service.client() as client:
+            mid = client.post("/v1/remember", json={"text": "Sign me anew.", "agent_id": "a"}).json()["id"]
+            wait_status(client, mid)
+            first = eventually("a refused attempt", lambda: receiver.raw and receiver.raw[0])
+            time.sleep(3.5)  # the event and its first attempt are now outside the receiver's window
+            receiver.status = 200
+            event = eventually("the retried delivery, accepted", lambda: receiver.of("memory.extracted"))[0]
+        assert event["data"]["memory_id"] == mid and receiver.forged == 0
+        assert int(event["_headers"]["x-memory-timestamp"]) > int(first[0]["x-memory-timestamp"])
+        # a captured delivery (its headers and body as they were sent) replayed later is refused
+        headers, body = receiver.raw[-1]
+        replayed = {k: v for k, v in headers.items() if k.startswith("x-memory-") or k == "content-type"}
+        assert httpx.post(receiver.url, content=body, headers=replayed, trust_env=False).status_code == 200
+        assert receiver.forged == 0  # inside the window it verifies: the receiver dedups it by its event id
+        time.sleep(3.5)
+        assert httpx.post(receiver.url, content=body, headers=replayed, trust_env=False).status_code == 401
+        assert receiver.forged == 1
     finally:
         _unsubscribe_all(service)
 

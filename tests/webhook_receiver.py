@@ -26,10 +26,12 @@ verify = _doc_snippet()
 
 class Receiver:
     """Records every POST; answers `status` (200 unless a test says otherwise). `secret` set: keeps only the
-    deliveries whose signature verifies, and counts the others in `forged`."""
+    deliveries whose signature verifies within `tolerance_s`, and answers the others 401 (as the doc tells
+    receivers to) and counts them in `forged`."""
 
     def __init__(self, port: int = 0) -> None:
         self.secret: str | None = None
+        self.tolerance_s = 300
         self.status = 200
         self.events: list[dict[str, Any]] = []
         self.raw: list[tuple[dict[str, str], bytes]] = []
@@ -45,10 +47,12 @@ class Receiver:
                     receiver.raw.append((headers, body))
                     status = receiver.status
                     if status < 300:
-                        if receiver.secret is None or verify(receiver.secret, headers, body):
+                        secret = receiver.secret
+                        if secret is None or verify(secret, headers, body, tolerance_s=receiver.tolerance_s):
                             receiver.events.append(json.loads(body) | {"_headers": headers})
                         else:
                             receiver.forged += 1
+                            status = 401
                 self.send_response(status)
                 self.send_header("Content-Length", "0")
                 self.end_headers()

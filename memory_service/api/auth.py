@@ -50,6 +50,19 @@ def caller_of_key(services: LimitsAndKeys, token: str) -> Caller | None:
     return None if stored is None else Caller(stored.team, stored.role, stored.agent_id)
 
 
+def caller_of_key_hash(services: LimitsAndKeys, digest: str) -> Caller | None:
+    """Whose key has sha256 `digest` (a console session's key), or None: as `caller_of_key`, without the key.
+    Reads the store: call it off the event loop."""
+    team = None
+    for key, key_team in services.settings.api_keys.items():
+        if hmac.compare_digest(services.key_digest(key).encode(), digest.encode()):
+            team = key_team
+    if team is not None:
+        return Caller(team, "admin")
+    stored = services.stored_key_by_hash(digest)
+    return None if stored is None else Caller(stored.team, stored.role, stored.agent_id)
+
+
 def _env_caller(services: LimitsAndKeys, token: str) -> Caller | None:
     """The MEMORY_API_KEYS key `token` is, compared in memory (no store read), or None."""
     team = None

@@ -10,7 +10,11 @@ the transport's write buffer for ever (40 such sockets pinned 310 MB). Here a re
 pieces, each sent only once the buffer is below its high-water mark, so at most about 128 KiB of it waits in
 this process beyond the kernel's socket buffer; a connection whose unsent bytes do not move for
 `write_timeout_s` is aborted, which frees them and the rest of the answer. And the number of open
-connections (in all, and from one address) is capped: the one over the cap is a JSON 503.
+connections (in all, and from one address) is capped. Over the cap in all, the connection that has waited
+longest without a request in progress (opened and silent, between keep-alive requests, or still sending its
+headers) is closed to make room, so one client holding the cap with idle sockets no longer shuts every other
+client out (issue 53); only when every open connection is in a request is the new one a JSON 503, as is the
+one over the cap from one address.
 """
 
 from __future__ import annotations
@@ -99,6 +103,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._last_body = 0.0
         self._refusal: tuple[int, str, str] | None = None
         self._lingering = False
+        self._idle_since: float | None = None  # when it last had no request in progress
 
     # ------------------------------------------------------------ timers
 
@@ -212,16 +217,49 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         super().resume_writing()
         self._drained = True
 
+    def _idle(self) -> bool:
+        """No request in progress: opened and silent, between keep-alive requests, or still sending headers."""
+        cycle = self.cycle
+        return (
+            self._idle_since is not None
+            and (cycle is None or cycle.response_complete)
+            and not self.pipeline
+            and not self._lingering
+            and not self.transport.is_closing()
+        )
+
+    def _make_room(self) -> bool:
+        """Close a connection to make room for this one: one refused already (lingering a moment so its answer
+        gets out), else the one idle longest; False if every other one is in a request (or going already)."""
+        others = [c for c in self.connections if c is not self and isinstance(c, GuardedHttpProtocol)]
+        # first one already refused and only lingering to let its answer out, then the one idle longest
+        lingering = [c for c in others if c._lingering and not c.transport.is_closing()]
+        idle = lingering or [c for c in others if c._idle()]
+        if not idle:
+            return False
+        oldest = min(idle, key=lambda c: c._idle_since or 0.0)
+        log.info(
+            "closed an idle connection from %s: %d open (MEMORY_MAX_CONNECTIONS)",
+            oldest.client[0] if oldest.client else "?",
+            len(self.connections),
+        )
+        oldest._disarm()
+        oldest.transport.close()
+        return True
+
     def _over_cap(self) -> str | None:
-        """Why this new connection is one too many (uvicorn has already counted it), or None."""
-        if len(self.connections) > self.max_connections:
-            return f"the service has {self.max_connections} connections open (MEMORY_MAX_CONNECTIONS)"
+        """Why this new connection is one too many (uvicorn has already counted it), or None. Over the cap in
+        all, the connection idle longest is closed instead, if there is one."""
         if self.max_per_client and self.client:
             address = self.client[0]
             peers = (getattr(other, "client", None) for other in self.connections)
             mine = sum(1 for peer in peers if peer is not None and peer[0] == address)
             if mine > self.max_per_client:
                 return f"{address} has {self.max_per_client} connections open (MEMORY_MAX_CONNECTIONS_PER_CLIENT)"
+        if len(self.connections) > self.max_connections and not self._make_room():
+            return (
+                f"the service has {self.max_connections} connections open (MEMORY_MAX_CONNECTIONS), each in a request"
+            )
         return None
 
     # ------------------------------------------------------------ connection and parser callbacks
@@ -235,7 +273,12 @@ class GuardedHttpProtocol(HttpToolsProtocol):
                 503, "too_many_connections", f"{busy}; retry shortly", extra=((b"retry-after", b"1"),)
             )
             return
+        self._idle_since = self.loop.time()
         self._arm(self.header_timeout_s, self._headers_late)
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._idle_since = self.loop.time()
 
     def data_received(self, data: bytes) -> None:
         if not self._lingering:

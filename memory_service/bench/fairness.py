@@ -12,7 +12,7 @@ the checkout's fake llama-server (`tests/fakes/fake_llama_server.py`, real HTTP 
 fixed generation speed, which makes each extraction call take about the same time (~0.2 s here). With
 --llm-url (a real llama-server) the same figures are measured on the real model, only more slowly.
 
-    python -m memory_service.bench.fairness [--quick] [--llm-url URL] [--out DIR]
+    python -m memory_service.bench.fairness [--quick] [--agents N] [--llm-url URL] [--out DIR]
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ A_SAVES, QUICK_A_SAVES = 20, 6
 GOAL_RATIO = 2.0
 FAKE_TOKENS_PER_S = 150.0  # the fake's reply (one short fact) then takes ~0.2 s: the per-call delay
 FLOOD_CLIENTS = 8
+FLOOD_AGENTS = 3  # B's flood is spread over this many agent ids (--agents: one per save)
+CLAIMS = 100  # claims timed by `claim_times`
 
 
 def _text(team: str, i: int) -> str:
@@ -71,14 +73,15 @@ def team_a_saves(
     return times, not_done
 
 
-def flood(url: str, key: str, n: int) -> float:
-    """Team B queues `n` saves as fast as `FLOOD_CLIENTS` clients can send them; seconds it took."""
+def flood(url: str, key: str, n: int, agents: int = FLOOD_AGENTS) -> float:
+    """Team B queues `n` saves under `agents` agent ids as fast as `FLOOD_CLIENTS` clients can send them;
+    seconds it took."""
     started = time.perf_counter()
 
     def one(chunk: range) -> None:
         with service_client(url, key, timeout=60.0) as client:
             for i in chunk:
-                _save(client, f"agent-b{i % 3}", _text("B", i), 0.0)
+                _save(client, f"agent-b{i % agents:05d}", _text("B", i), 0.0)
 
     with ThreadPoolExecutor(FLOOD_CLIENTS) as pool:
         list(pool.map(one, [range(c, n, FLOOD_CLIENTS) for c in range(FLOOD_CLIENTS)]))
@@ -92,10 +95,50 @@ def queued_of(url: str, key: str) -> int | None:
     return None if depth is None else int(depth)
 
 
+def claim_times(workdir: Path, agents: int, claims: int = CLAIMS) -> dict[str, Any]:
+    """The claim's own time with team B's backlog spread over `agents` agent ids (one save each) and team A's
+    over one: `claims` claims on a SQLite journal in this process, B's and A's p50/p95 apart."""
+    from ..storage.database import SqliteDatabase
+    from ..storage.journal import Journal
+
+    database = SqliteDatabase(workdir / f"claims-{agents}.sqlite3")
+    try:
+        journal, now = Journal(database), time.time()
+        for team, count, agent in (("b", agents, lambda i: f"b{i:06d}"), ("a", claims, lambda i: "a")):
+            for i in range(count):
+                journal.insert(
+                    team=team,
+                    agent_id=agent(i),
+                    text=_text(team, i),
+                    run_id=None,
+                    tags=[],
+                    metadata={},
+                    idempotency_key=None,
+                    budget_s=60.0,
+                    now=now - 1000 + i * 0.001,
+                )
+        taken: dict[str, list[float]] = {"a": [], "b": []}
+        for _ in range(claims):
+            started = time.perf_counter()
+            job = journal.claim_next("bench", lease_s=600.0, now=now)
+            assert job is not None
+            taken[job.team].append(time.perf_counter() - started)
+    finally:
+        database.close()
+    return {"b_agents": agents, "b_claims": latency_summary(taken["b"]), "a_claims": latency_summary(taken["a"])}
+
+
 def run(
-    *, llm_url: str, quick: bool = False, workdir: Path, flood_size: int | None = None, a_saves: int | None = None
+    *,
+    llm_url: str,
+    quick: bool = False,
+    workdir: Path,
+    flood_size: int | None = None,
+    a_saves: int | None = None,
+    agents: int | None = None,
 ) -> dict[str, Any]:
-    flood_size = flood_size or (QUICK_FLOOD if quick else FLOOD)
+    """`agents`: B's flood has one agent id per save (and `agents` saves), and the claim's time is measured."""
+    flood_size = agents or flood_size or (QUICK_FLOOD if quick else FLOOD)
     a_saves = a_saves or (QUICK_A_SAVES if quick else A_SAVES)
     key_a, key_b = secrets.token_urlsafe(12), secrets.token_urlsafe(12)
     service = ServiceRunner(workdir / "fairness-data", api_keys={key_a: "team-a", key_b: "team-b"}, llm_url=llm_url)
@@ -107,13 +150,17 @@ def run(
             warm, _ = team_a_saves(client, 2, 0.0, rng)  # first extraction loads what it needs: not measured
             pause_s = min(warm)
             quiet, quiet_missed = team_a_saves(client, a_saves, pause_s, rng, first=100)
-            flood_s = flood(service.url, key_b, flood_size)
+            flood_s = flood(service.url, key_b, flood_size, agents or FLOOD_AGENTS)
             b_before = queued_of(service.url, key_b)
             flooded, flooded_missed = team_a_saves(client, a_saves, pause_s, rng, first=200)
             b_after = queued_of(service.url, key_b)
     finally:
         service.stop()
-    return summarize(quiet, flooded, quiet_missed + flooded_missed, flood_size, flood_s, b_before, b_after, llm_url)
+    result = summarize(quiet, flooded, quiet_missed + flooded_missed, flood_size, flood_s, b_before, b_after, llm_url)
+    result["team_b_flood"]["agents"] = agents or FLOOD_AGENTS
+    if agents:
+        result["claim_ms"] = {"few_agents": claim_times(workdir, 10), "many_agents": claim_times(workdir, agents)}
+    return result
 
 
 def summarize(
@@ -188,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--quick", action="store_true", help="60 saves of flood, 6 of team A")
+    parser.add_argument("--agents", type=int, help="B floods N saves, each under its own agent id; times the claim")
     parser.add_argument("--llm-url", help="a running llama-server (default: the checkout's fake, fixed delay)")
     parser.add_argument("--out", type=Path, help="also write JSON and PNG here")
     args = parser.parse_args(argv)
@@ -198,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         fake, url = fake_llama()
     try:
         with tempfile.TemporaryDirectory(prefix="memory-bench-fairness-") as tmp:
-            result = run(llm_url=url, quick=args.quick, workdir=Path(tmp))
+            result = run(llm_url=url, quick=args.quick, workdir=Path(tmp), agents=args.agents)
     finally:
         if fake is not None:
             fake.terminate()

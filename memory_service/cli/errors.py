@@ -9,6 +9,7 @@ traceback first. Kept light (httpx, argparse): every command imports it.
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Any
 
 import httpx
@@ -38,6 +39,12 @@ HINTS = {
     429: "a limit was reached: wait, or raise it with `memory-service limits set`",
     503: "the service is not ready yet: see `curl <url>/ready`, or try again shortly",
 }
+# a 403 for a key pinned to an agent is about that agent, not the key's role
+PINNED = "is pinned to agent_id"
+PINNED_HINT = (
+    "a key pinned to an agent sees and changes only that agent's memories: leave out --agent-id (it is "
+    "implied), or use a key not pinned to an agent"
+)
 
 
 class CommandFailed(Exception):
@@ -55,8 +62,11 @@ class ServiceAnswered(CommandFailed):
         self.response, self.body = response, _body(response)
         detail = self.body.get("detail") if isinstance(self.body, dict) else None
         status = f"{response.status_code} {response.reason_phrase}".strip()
+        if isinstance(detail, str):  # the CLI's flags carry the query parameters' names: name the flag
+            detail = re.sub(r"\bquery\.([a-z_]+)", lambda m: "--" + m.group(1).replace("_", "-"), detail)
         message = f"the service answered {status}: {detail or response.text.strip()[:300] or '(no detail)'}"
-        hint = HINTS.get(response.status_code)
+        pinned = response.status_code == 403 and isinstance(detail, str) and PINNED in detail
+        hint = PINNED_HINT if pinned else HINTS.get(response.status_code)
         super().__init__(f"{message}\n  {hint}" if hint else message)
 
 

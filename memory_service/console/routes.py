@@ -25,7 +25,7 @@ from ..contract.boundary import text_problem
 from ..contract.limit_rules import InvalidInput, LimitNotFound
 from ..contract.models import MemoryOut
 from ..contract.roles import role_allows
-from ..services import ListFilter, RecallQuery
+from ..services import SESSION_TTL_S, ListFilter, RecallQuery
 from . import charts, pages
 from .session import (
     COOKIE,
@@ -117,14 +117,29 @@ async def login(request: Request) -> Response:
     if caller is None or caller.agent_id is not None:  # the console shows the whole team: not a pinned key's
         error = "Unknown API key." if caller is None else "This key is pinned to an agent: use a team key."
         return render(request, "login.html", None, 401, next=target, csrf=login_token(request), error=error)
+    planted = request.cookies.get(COOKIE)
+    if planted:  # whatever the browser held before is ended, never carried on: a fresh session id each login
+        await services.off_loop(services.end_console_session, planted)
+    session = await services.off_loop(services.open_console_session, key)
     response = see_other(target)
-    response.set_cookie(COOKIE, key, path=COOKIE_PATH, httponly=True, samesite="strict", secure=cookie_secure(request))
+    response.set_cookie(
+        COOKIE,
+        session,
+        path=COOKIE_PATH,
+        httponly=True,
+        samesite="strict",
+        secure=cookie_secure(request),
+        max_age=int(SESSION_TTL_S),
+    )
     return response
 
 
 @router.post("/logout")
 async def logout(request: Request, session: SessionDep) -> Response:
     await checked_form(request, session)
+    services = services_of(request)
+    if not session.keyless:  # ended server-side: the cookie's value opens nothing any more
+        await services.off_loop(services.end_console_session, request.cookies.get(COOKIE, ""))
     response = see_other("/ui/login")
     response.delete_cookie(COOKIE, path=COOKIE_PATH, httponly=True, samesite="strict", secure=cookie_secure(request))
     return response

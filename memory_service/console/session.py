@@ -1,8 +1,12 @@
-"""Who is looking at the console: the API key in a cookie, resolved to a team like a bearer key.
+"""Who is looking at the console: a session id in a cookie, resolved to its key's team like a bearer key.
 
-The key travels in an HttpOnly, SameSite=Strict cookie scoped to /ui, so page scripts cannot read it
-and other sites cannot send it. Every POST also carries a CSRF token: an HMAC of the key under a
-secret made when the app starts, so a token is worthless without the key and dies with a restart.
+The login form takes the API key once; the cookie then holds a session id, never the key: a fresh random id
+at every login (a cookie planted before it is not a session, and is ended by it), of which the key store
+keeps only the hash beside the key's, so logout ends it server-side, a revoked key ends its sessions, and
+none outlives `SESSION_TTL_S` (issue 53: the cookie held the key itself, the same at every login, still good
+after logout, and a planted one was accepted). It is HttpOnly, SameSite=Strict, scoped to /ui, and Secure
+when the console is reached over https, so page scripts cannot read it and other sites cannot send it. Every
+POST also carries a CSRF token derived from the session id, so a token is worthless without the session.
 """
 
 from __future__ import annotations
@@ -15,10 +19,10 @@ from urllib.parse import parse_qsl, urlsplit
 
 from fastapi import Request
 
-from ..api.auth import caller_of_key, open_access
+from ..api.auth import caller_of_key_hash, open_access
 from ..config import Settings
 
-COOKIE = "memory_console_key"
+COOKIE = "memory_console_session"
 COOKIE_PATH = "/ui"
 MAX_FORM_BYTES = 16 * 1024
 LOGIN_PURPOSE = "login"  # the CSRF token of the login form, where there is no key yet
@@ -52,6 +56,11 @@ def csrf_token(secret: bytes, key: str) -> str:
     return hmac.new(secret, b"csrf\x00" + key.encode(), hashlib.sha256).hexdigest()
 
 
+def session_csrf(session: str) -> str:
+    """A session's CSRF token: of its id, so every API process derives the same one, and none without it."""
+    return hashlib.sha256(b"console csrf\x00" + session.encode()).hexdigest()
+
+
 def _secret(request: Request) -> bytes:
     return request.app.state.console_secret
 
@@ -61,15 +70,17 @@ def _settings(request: Request) -> Settings:
 
 
 def resolve(request: Request) -> tuple[Session, str] | None:
-    """The session and its key from the cookie, or None; without API keys everyone is the local team."""
+    """The session and its id from the cookie, or None; without API keys everyone is the local team. A session
+    whose key was revoked (or never was one, or is pinned to an agent) resolves to nothing."""
     services = request.app.state.services
     if open_access(services):
         return Session(Settings.LOCAL_TEAM, csrf_token(_secret(request), ""), keyless=True), ""
-    key = request.cookies.get(COOKIE, "")
-    caller = caller_of_key(services, key) if key else None
+    session = request.cookies.get(COOKIE, "")
+    digest = services.console_session_key(session) if session else None
+    caller = caller_of_key_hash(services, digest) if digest else None
     if caller is None or caller.agent_id is not None:  # a key pinned to an agent sees only its agent: no console
         return None
-    return Session(caller.team, csrf_token(_secret(request), key), caller.role), key
+    return Session(caller.team, session_csrf(session), caller.role), session
 
 
 async def require_session(request: Request) -> Session:

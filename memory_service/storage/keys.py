@@ -40,9 +40,17 @@ CREATE TABLE IF NOT EXISTS api_keys (
     revoked_at REAL
 );
 CREATE INDEX IF NOT EXISTS api_keys_team ON api_keys(team);
+CREATE TABLE IF NOT EXISTS console_sessions (
+    hash TEXT PRIMARY KEY,
+    key_hash TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    expires_at REAL NOT NULL
+);
 """
 _POSTGRES_SCHEMA = _SCHEMA.replace("REAL", "DOUBLE PRECISION").rstrip().rstrip(";")
 POSTGRES_RELOAD_S = 1.0
+SESSION_PREFIX = "mss_"
+SESSION_TTL_S = 12 * 3600.0  # a console login lasts this long at most, then the key is asked for again
 
 
 def key_hash(key: str) -> str:
@@ -153,6 +161,44 @@ class KeyStore:
             row = conn.execute(
                 "SELECT * FROM api_keys WHERE hash = ? AND revoked_at IS NULL", (key_hash(presented),)
             ).fetchone()
+        return None if row is None else _info(row)
+
+    # -- console sessions ------------------------------------------------------------
+    # The web console's cookie holds a session id, not the key: a fresh random id at each login, of which only
+    # sha256 is stored beside the key's hash, ended server-side at logout, at the key's revocation (its hash no
+    # longer resolves) and after SESSION_TTL_S. Kept here so every API process sees the same sessions.
+
+    def open_session(self, key: str, now: float | None = None) -> str:
+        """A new session id for a verified `key` (expired sessions are swept on the way)."""
+        now = time.time() if now is None else now
+        session = f"{SESSION_PREFIX}{secrets.token_urlsafe(32)}"
+        with self.db.transaction() as conn:
+            conn.execute("DELETE FROM console_sessions WHERE expires_at < ?", (now,))
+            conn.execute(
+                "INSERT INTO console_sessions (hash, key_hash, created_at, expires_at) VALUES (?, ?, ?, ?)",
+                (key_hash(session), key_hash(key), now, now + SESSION_TTL_S),
+            )
+        return session
+
+    def session_key_hash(self, session: str, now: float | None = None) -> str | None:
+        """The hash of the key a live session was opened with, or None (unknown, ended or expired)."""
+        now = time.time() if now is None else now
+        if not session.startswith(SESSION_PREFIX):
+            return None
+        with self.db.reading() as conn:
+            row = conn.execute(
+                "SELECT key_hash FROM console_sessions WHERE hash = ? AND expires_at >= ?", (key_hash(session), now)
+            ).fetchone()
+        return None if row is None else str(row[0])
+
+    def end_session(self, session: str) -> None:
+        with self.db.transaction() as conn:
+            conn.execute("DELETE FROM console_sessions WHERE hash = ?", (key_hash(session),))
+
+    def lookup_hash(self, digest: str) -> KeyInfo | None:
+        """The active key whose sha256 is `digest`, or None (as `lookup`, for a console session)."""
+        with self.db.reading() as conn:
+            row = conn.execute("SELECT * FROM api_keys WHERE hash = ? AND revoked_at IS NULL", (digest,)).fetchone()
         return None if row is None else _info(row)
 
     def has_keys(self) -> bool:
