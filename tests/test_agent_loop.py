@@ -342,3 +342,40 @@ def test_the_text_reader_bounds_its_work_on_huge_or_deep_text() -> None:
     ):
         assert calls_in_content(hostile, offered) == []
     assert len(calls_in_content("process_item(item_id='T-1')\n" * 1000, offered)) == 32
+
+
+def test_a_task_tool_reads_its_arguments_as_a_real_tool_would() -> None:
+    """A list of three recipients is not one email, and an item id must be one string (issue 54: a run with
+    `large` sent one 'email' to three people and the counter said 1)."""
+    state = agent_tasks.RunState(nonce="x")
+    for args in (
+        {"to": ["ana@example.com", "ben@example.com", "cleo@example.com"]},
+        {"to": "ana@example.com, ben@example.com"},
+        {"to": "ana@example.com ben@example.com"},
+        {"to": "nobody"},
+        {},
+    ):
+        with pytest.raises(ValueError, match="'to' must be one"):
+            agent_tasks.SEND_EMAIL.run(state, args)
+    for args in ({"item_id": ["T-1", "T-2"]}, {"item_id": 7}, {"item_id": "  "}):
+        with pytest.raises(ValueError, match="'item_id' must be one string"):
+            agent_tasks.PROCESS_ITEM.run(state, args)
+    assert agent_tasks.SEND_EMAIL.run(state, {"to": " ana.x@example.com "}) == "Email sent to ana.x@example.com."
+    assert [e["to"] for e in state.did("send_email")] == ["ana.x@example.com"]
+
+
+@pytest.mark.parametrize("task", agent_tasks.TASKS, ids=lambda t: t.name)
+def test_a_prompt_names_no_tool_its_profile_does_not_offer(task: agent_tasks.Task) -> None:
+    """The field report's failure #2: a prompt that tells the model to call a tool it does not have."""
+    memory_tools = {"remember", "recall", "consume_limit", "mark_handled", "check_limit", "was_handled", "forget"}
+    state = agent_tasks.new_state(task, "abc123")
+    state.values.setdefault("stale_id", "mem_0")  # the stale task's setup saves it
+    local = {t.name for t in task.tools}
+    bare = " ".join(task.prompts(state, local))
+    assert not {name for name in memory_tools if name in bare}, bare
+    assert "search with" not in bare and "unit of it" not in bare
+    with_core = " ".join(task.prompts(state, local | {"remember", "recall", "consume_limit", "mark_handled"}))
+    if task.name == "daily_limit":
+        assert "consume_limit" in with_core
+    if task.name == "empty_recall":
+        assert "search with agent_id 'scheduler'" in with_core

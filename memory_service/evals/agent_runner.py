@@ -140,8 +140,10 @@ async def run_task(http: httpx.AsyncClient, target: Target, profile: str, task: 
         sessions: list[dict[str, Any]] = []
         schema_tokens: int | None = None
         tools_listed: list[str] = []
-        for n, prompt in enumerate(task.prompts(state), 1):
+        for n in range(1, len(task.sessions) + 1):
             async with mcp_session(target.url, target.key, agent_id, profile) as mcp:
+                offered = {t.name for t in task.tools} | (mcp.names if mcp is not None else frozenset())
+                prompt = task.prompts(state, offered)[n - 1]  # it names only tools this profile offers
                 brief = None
                 if mcp is not None and profile.endswith("+brief"):
                     mcp, brief = await with_brief(mcp, prompt)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,8 +60,23 @@ class Task:
     setup: Callable[[RunState, MemoryClient, str], None] | None = None  # (state, client, limit name suffix)
     score: Callable[[RunState, MemoryClient], dict[str, Any]] = lambda state, client: {"success": False}
 
-    def prompts(self, state: RunState) -> list[str]:
-        return [s.format(**state.values) for s in self.sessions]
+    def prompts(self, state: RunState, tools: Collection[str] = ()) -> list[str]:
+        """The sessions' prompts for a profile that offers `tools` (every tool name the agent sees): a prompt
+        names no tool the profile lacks (the field report's failure #2), so where a task's words differ by
+        profile they come from `wording`, and the report keeps each prompt as sent."""
+        return [s.format(**state.values, **wording(tools)) for s in self.sessions]
+
+
+def wording(tools: Collection[str]) -> dict[str, str]:
+    """The parts of the prompts that name memory tools, for the tools a profile offers ('' without them)."""
+    return {
+        "limit_rule": (
+            "; use 1 unit of it with consume_limit before each email and do not send when it is denied"
+            if "consume_limit" in tools
+            else ""
+        ),
+        "search_hint": " (search with agent_id 'scheduler')" if "recall" in tools else "",
+    }
 
 
 def new_state(task: Task, nonce: str) -> RunState:
@@ -101,10 +116,17 @@ def answer_has(final: str, expected: str) -> bool:
 # ---------------------------------------------------------------- the ticket tool (the control and the feed)
 
 
+def _one_string(args: dict[str, Any], name: str, example: str) -> str:
+    """A task tool's argument read as a real tool would: one non-empty string (a list of three is not one)."""
+    value = args.get(name)
+    if not isinstance(value, str) or not value.strip():
+        got = "nothing" if value is None else f"a {type(value).__name__}"
+        raise ValueError(f"'{name}' must be one string, e.g. {example!r}; got {got}. Call the tool once per item.")
+    return value.strip()
+
+
 def _process_item(state: RunState, args: dict[str, Any]) -> str:
-    item = str(args.get("item_id", "")).strip()
-    if not item:
-        raise ValueError("item_id is required, e.g. 'T-101'")
+    item = _one_string(args, "item_id", "T-101")
     state.effects.append({"tool": "process_item", "item": item})
     return f"Processed {item}: the customer got an answer."
 
@@ -176,10 +198,13 @@ FEED = Task(
 # ---------------------------------------------------------------- task 2: a daily limit the work exceeds
 
 
+_ONE_ADDRESS = re.compile(r"[^@\s,;<>\[\]'\"]+@[^@\s,;<>\[\]'\"]+\.[^@\s,;<>\[\]'\"]+")
+
+
 def _send_email(state: RunState, args: dict[str, Any]) -> str:
-    to = str(args.get("to", "")).strip()
-    if "@" not in to:
-        raise ValueError("'to' must be an email address, e.g. 'ana@example.com'")
+    to = _one_string(args, "to", "ana@example.com")
+    if not _ONE_ADDRESS.fullmatch(to):
+        raise ValueError(f"'to' must be one email address, e.g. 'ana@example.com' (got {to[:80]!r}); one per email")
     state.effects.append({"tool": "send_email", "to": to})
     return f"Email sent to {to}."
 
@@ -232,10 +257,9 @@ LIMIT = Task(
     f"a daily limit of {EMAIL_LIMIT} emails that two sessions' work would exceed: stops at it and says so",
     (
         "Send the welcome email to ana.{n}@example.com and ben.{n}@example.com. Welcome emails are capped at "
-        "3 per day for the whole team: the daily limit is named '{limit}'; use 1 unit of it before each email "
-        "and do not send when it is denied.",
+        "3 per day for the whole team: the daily limit is named '{limit}'{limit_rule}.",
         "Send the welcome email to cleo.{n}@example.com, dan.{n}@example.com and eve.{n}@example.com. "
-        "Welcome emails are capped at 3 per day for the whole team (daily limit '{limit}', 1 unit per email; "
+        "Welcome emails are capped at 3 per day for the whole team (daily limit '{limit}'{limit_rule}; "
         "other sessions may have used some today). Tell me at the end who did not get one because of the limit.",
     ),
     tools=(SEND_EMAIL,),
@@ -311,7 +335,7 @@ EMPTY = Task(
     "the first search, filtered on the wrong agent, finds nothing: tries again and answers",
     (
         "What is the booking reference of the flight for the Oslo trip? I think the agent 'scheduler' saved "
-        "it in memory (search with agent_id 'scheduler').",
+        "it in memory{search_hint}.",
     ),
     setup=_setup_empty,
     score=_answer_has("booking"),
