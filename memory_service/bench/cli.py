@@ -1,7 +1,7 @@
 """`memory-service bench`: the benchmark suite, each figure printed beside its goal.
 
 Runs the benchmarks of this package (extraction, remember, fairness, consolidation, recall, limits,
-transfer, rss, scale; each also runnable alone as `python -m memory_service.bench.<name>`) in one process
+transfer, webhooks, rss, scale; each also runnable alone as `python -m memory_service.bench.<name>`) in one process
 tree with one shared llama-server (default model), so every benchmark on a noisy shared machine is
 compared with a baseline measured in the same run. Writes one JSON and one PNG per benchmark into
 --out (PNGs need the `bench` extra), plus summary.json with every goal and its verdict.
@@ -26,7 +26,7 @@ from ..testbed.probes import machine_info
 from ..testbed.results import pyplot, save_plot, write_figure, write_json
 from ..testbed.service_runner import ServiceRunner, start_llama
 from ..testbed.stats import goal
-from . import consolidation, extraction, fairness, recall, remember, rss, scale, transfer
+from . import consolidation, extraction, fairness, recall, remember, rss, scale, transfer, webhooks
 from .options import add_bench_arguments
 
 LIMITS_CONCURRENCY = 32
@@ -139,6 +139,7 @@ def run_bench(args: argparse.Namespace) -> int:
                 ("recall", lambda: recall.run(quick=quick, workdir=workdir, llm_url=llama.url), recall.plot),
                 ("limits", lambda: run_limits(llama.url, quick, workdir), plot_limits),
                 ("transfer", lambda: transfer.run(quick=quick, workdir=workdir), transfer.plot),
+                ("webhooks", lambda: webhooks.run(llm_url=llama.url, quick=quick, workdir=workdir), webhooks.plot),
                 (
                     "rss",
                     lambda: rss.run(

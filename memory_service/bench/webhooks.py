@@ -73,8 +73,8 @@ def quiet_team(client: httpx.Client, receivers: Receivers, n: int, first: int, h
     return {"times": times, "undelivered": len(ids) - len(times)}
 
 
-def run(*, llm_url: str, quick: bool = False, workdir: Path) -> dict[str, Any]:
-    n = QUICK_SAVES if quick else SAVES
+def run(*, llm_url: str, quick: bool = False, workdir: Path, saves: int | None = None) -> dict[str, Any]:
+    n = saves or (QUICK_SAVES if quick else SAVES)
     key_q, key_h = secrets.token_urlsafe(12), secrets.token_urlsafe(12)
     service = ServiceRunner(
         workdir / "webhooks-data", api_keys={key_q: "team-q", key_h: "team-h"}, llm_url=llm_url, env=ENV
