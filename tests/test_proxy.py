@@ -166,6 +166,7 @@ def test_each_user_message_and_final_answer_is_saved_once(
 ) -> None:
     url = proxy()
     chat = client(url, "saver-1", "saver-1-s1")
+    restarted = client(proxy(), "saver-1", "saver-1-s1")  # a proxy that never saw the session: keys alone dedupe
     history: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
     answers = ["Answer one: the backup runs at 02:00.", "Answer two: it keeps 14 days.", "Answer three: yes."]
     for n, (question, answer) in enumerate(
@@ -178,7 +179,7 @@ def test_each_user_message_and_final_answer_is_saved_once(
             text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
             history.append({"role": "assistant", "content": text})
         else:
-            ask(chat, history)
+            ask(chat if n == 0 else restarted, history)
     expected = sorted(
         [f"User: {q}" for q in ("When does the backup run?", "How long is it kept?", "Is it encrypted?")]
         + [f"Assistant: {a}" for a in answers]
