@@ -14,6 +14,10 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
+import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,7 +26,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from conftest import eventually
+from conftest import ROOT, eventually
 from inprocess import InProcessService, LoopbackServer
 
 from memory_service.cli.main import main as cli_main
@@ -326,6 +330,18 @@ def test_the_command_refuses_to_listen_beyond_loopback(capsys: pytest.CaptureFix
     code = cli_main(["proxy", "--upstream", "http://127.0.0.1:9", "--host", "0.0.0.0"])
     err = capsys.readouterr().err
     assert code == 2 and "loopback" in err and "Traceback" not in err
+
+
+@pytest.mark.process  # the snippet runs in a fresh interpreter, as a user runs it
+def test_the_doc_snippet_runs_as_written(proxy: Proxy, service: InProcessService, tmp_path: Any) -> None:
+    [snippet] = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "proxy.md").read_text(), flags=re.S)
+    code = snippet.replace("http://127.0.0.1:8702", proxy())
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORY_")}
+    ran = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert ran.stdout.splitlines() == ["Noted.", "Noted."]
+    said = ["User: Where does the staging deploy key live?", "User: Thanks. Who rotates it?"]
+    eventually("the snippet's messages saved", lambda: set(said) <= set(texts_of(service, "ops")))
 
 
 @pytest.mark.model
