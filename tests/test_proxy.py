@@ -160,7 +160,9 @@ def test_later_turns_carry_the_same_brief_at_the_same_place_and_recall_once(
     briefed = [r["messages"][0]["content"] for r in received]
     assert "ops/deploy-7" in briefed[0] and briefed[0] == briefed[1] == briefed[2]  # byte for byte
     for sent in received:  # the rest is the client's history, as it sent it
-        assert [m["content"] for m in sent["messages"][1:]] == [m["content"] for m in history[1 : len(sent["messages"])]]
+        assert [m["content"] for m in sent["messages"][1:]] == [
+            m["content"] for m in history[1 : len(sent["messages"])]
+        ]
     # the session's first request recalled; its later turns did not (nothing else recalls meanwhile)
     assert recalls(service) - before == 1
 
@@ -233,7 +235,11 @@ def test_stream_and_non_stream_pass_content_finish_and_usage_through(proxy: Prox
     messages = [{"role": "user", "content": "Say the pangram."}]
     via, direct = client(url, "streamer", "st-1"), openai.OpenAI(base_url=f"{upstream.url}/v1", api_key="unused")
     got, want = (c.chat.completions.create(model="any", messages=messages) for c in (via, direct))  # type: ignore[arg-type]
-    assert got.choices[0].message.content == want.choices[0].message.content == "The quick brown fox jumps over the lazy dog."
+    assert (
+        got.choices[0].message.content
+        == want.choices[0].message.content
+        == "The quick brown fox jumps over the lazy dog."
+    )
     assert got.choices[0].finish_reason == "stop" and got.usage == want.usage and got.usage is not None
     chunks = list(via.chat.completions.create(model="any", messages=messages, stream=True))  # type: ignore[arg-type]
     assert len(chunks) > 5  # streamed as it came, not gathered
@@ -318,7 +324,10 @@ def test_requests_out_of_bounds_are_refused_in_words(proxy: Proxy, upstream: Fak
         (post(json={"model": "m"}), "messages"),
         (post(json=too_many), "at most"),
         (post(content=b"x" * (9 << 20), headers={"content-type": "application/json"}), "too large"),
-        (post(json={"messages": [{"role": "user", "content": "hi"}]}, headers={"X-Memory-Agent": "no spaces"}), "X-Memory-Agent"),
+        (
+            post(json={"messages": [{"role": "user", "content": "hi"}]}, headers={"X-Memory-Agent": "no spaces"}),
+            "X-Memory-Agent",
+        ),
         (httpx.post(f"{url}/v1/chat/completions", json={}, headers={"Host": "evil.example"}), "Host"),
     ):
         assert 400 <= response.status_code < 500, response.text
@@ -337,7 +346,9 @@ def test_the_doc_snippet_runs_as_written(proxy: Proxy, service: InProcessService
     [snippet] = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "proxy.md").read_text(), flags=re.S)
     code = snippet.replace("http://127.0.0.1:8702", proxy())
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORY_")}
-    ran = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    ran = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert ran.stdout.splitlines() == ["Noted.", "Noted."]
     said = ["User: Where does the staging deploy key live?", "User: Thanks. Who rotates it?"]

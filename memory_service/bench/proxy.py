@@ -110,7 +110,8 @@ def measure(direct_url: str, proxy_url: str, turns: int, sessions: int) -> dict[
             for _ in range(10):  # warm both connections and paths
                 _turn(direct, "warm", stream=stream)
                 _turn(via, f"bench-{name}", stream=stream)
-            straight, through = [], []
+            straight: list[float] = []
+            through: list[float] = []
             for n in range(turns):
                 pair = [(straight, direct), (through, via)]
                 for times, client in pair if n % 2 == 0 else reversed(pair):

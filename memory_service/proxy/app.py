@@ -95,9 +95,7 @@ class Proxy:
             took_ms = (time.monotonic() - began) * 1000
             if got.failure:
                 session.tries += 1
-                later = (
-                    "tries again at its next request" if session.tries < BRIEF_TRIES else "goes on without one"
-                )
+                later = "tries again at its next request" if session.tries < BRIEF_TRIES else "goes on without one"
                 log.warning(
                     "session %s of agent %s: %s: sent without a brief; the session %s",
                     who.run_id,
