@@ -315,6 +315,18 @@ def test_upstream_errors_pass_through_with_status_and_body(
         assert raised.value.response.json() == direct.json()
 
 
+def test_an_upstream_that_cannot_be_reached_is_a_502_naming_it(proxy: Proxy) -> None:
+    gone = f"http://127.0.0.1:{free_port()}"
+    url = proxy(memory_url=f"http://127.0.0.1:{free_port()}", upstream=gone)
+    for stream in (False, True):
+        with pytest.raises(openai.APIStatusError) as raised:
+            client(url, "lost", "lost-1").chat.completions.create(
+                model="any", messages=[{"role": "user", "content": "hi"}], stream=stream
+            )
+        assert raised.value.status_code == 502
+        assert gone in raised.value.response.json()["error"]["message"]
+
+
 def test_requests_out_of_bounds_are_refused_in_words(proxy: Proxy, upstream: FakeLlamaServer) -> None:
     url = proxy(memory_url=f"http://127.0.0.1:{free_port()}")
     post = lambda **kw: httpx.post(f"{url}/v1/chat/completions", **kw)  # noqa: E731
