@@ -315,8 +315,15 @@ def test_upstream_errors_pass_through_with_status_and_body(
         assert raised.value.response.json() == direct.json()
 
 
-def test_an_upstream_that_cannot_be_reached_is_a_502_naming_it(proxy: Proxy) -> None:
-    gone = f"http://127.0.0.1:{free_port()}"
+@pytest.mark.parametrize("how", ["stopped", "broke off"])
+def test_an_upstream_that_cannot_be_reached_is_a_502_naming_it(
+    how: str, proxy: Proxy, upstream: FakeLlamaServer
+) -> None:
+    if how == "stopped":
+        gone = f"http://127.0.0.1:{free_port()}"
+    else:  # the head of an answer, half its body, then the connection closed
+        gone = upstream.url
+        upstream.set_mode("drop", drop_style="partial")
     url = proxy(memory_url=f"http://127.0.0.1:{free_port()}", upstream=gone)
     for stream in (False, True):
         with pytest.raises(openai.APIStatusError) as raised:

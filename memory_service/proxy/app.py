@@ -12,11 +12,12 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -149,11 +150,13 @@ class Proxy:
             _answer_in(response.content, answered)
         return Response(response.content, response.status_code, headers=passed_back(response.headers))
 
-    async def _streamed(self, request: Request, raw: bytes, answered: Any) -> Response:
+    async def _streamed(self, request: Request, raw: bytes, answered: Callable[[str], None]) -> Response:
         response = await self.upstream.open_stream(CHAT, request.headers, raw)
         if response.status_code != 200 or "text/event-stream" not in response.headers.get("content-type", ""):
             try:
                 content = await response.aread()  # an error (or an upstream that does not stream): whole
+            except httpx.HTTPError as exc:
+                raise self.upstream.failed(exc) from exc
             finally:
                 await response.aclose()
             if response.status_code == 200:
@@ -172,7 +175,7 @@ class Proxy:
         return JSONResponse({"status": "ok", "upstream": self.upstream.url, "sessions": len(self.sessions)})
 
 
-def _answer_in(content: bytes, answered: Any) -> None:
+def _answer_in(content: bytes, answered: Callable[[str], None]) -> None:
     try:
         text = answer_of(json.loads(content))
     except ValueError:

@@ -75,11 +75,12 @@ class Upstream:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    def _failed(self, exc: httpx.HTTPError) -> Unreachable:
+    def failed(self, exc: httpx.HTTPError) -> Unreachable:
+        """The 502 (or 504) for an upstream that did not answer, or broke off its answer."""
         if isinstance(exc, httpx.TimeoutException):
             message = f"the model server at {self.url} did not answer in time ({type(exc).__name__})"
             return Unreachable(504, error_body(message, "upstream_timeout", code=504))
-        message = f"the model server at {self.url} could not be reached ({exc or type(exc).__name__})"
+        message = f"the model server at {self.url} did not answer whole ({exc or type(exc).__name__})"
         return Unreachable(502, error_body(message, "upstream_unreachable", code=502))
 
     async def send(
@@ -89,7 +90,7 @@ class Upstream:
         try:
             return await self._http.request(method, path, headers=sent_on(headers), content=content)
         except httpx.HTTPError as exc:
-            raise self._failed(exc) from exc
+            raise self.failed(exc) from exc
 
     async def open_stream(self, path: str, headers: Mapping[str, str], content: bytes) -> httpx.Response:
         """The answer with only its head read; the caller relays (or reads) its body and closes it."""
@@ -97,7 +98,7 @@ class Upstream:
         try:
             return await self._http.send(request, stream=True)
         except httpx.HTTPError as exc:
-            raise self._failed(exc) from exc
+            raise self.failed(exc) from exc
 
 
 async def relay(response: httpx.Response, on_answer: Callable[[str], None]) -> AsyncIterator[bytes]:
