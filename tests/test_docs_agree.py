@@ -97,17 +97,25 @@ def test_documented_defaults_are_the_real_ones() -> None:
 
 
 def test_loopback_examples_use_the_ports_that_answer() -> None:
-    """A loopback URL in the docs is the service (8700), the MCP server (8701), a server the same page starts
-    with `--port N` (`-p N`: PostgreSQL), or another kind of server named right before it (an eval's model
-    endpoint, Chroma)."""
-    others = ("--agent-url", "--reader-url", "--judge-url", "MEMORY_LLM_URL", "MEMORY_CHROMA_URL", "Chroma server")
+    """A loopback URL in the docs is the service (8700), the MCP server (8701), the memory proxy (8702), a server
+    the same page starts with `--port N` (`-p N`: PostgreSQL), or another kind of server named right before it
+    (an eval's model endpoint, the proxy's upstream, Chroma)."""
+    others = (
+        "--agent-url",
+        "--reader-url",
+        "--judge-url",
+        "--upstream",
+        "MEMORY_LLM_URL",
+        "MEMORY_CHROMA_URL",
+        "Chroma server",
+    )
     wrong = []
     for doc in DOCS:
         text = doc.read_text()
         for match in re.finditer(r"(?:127\.0\.0\.1|localhost):(\d+)", text):
             port, before = match.group(1), text[max(0, match.start() - 60) : match.start()]
             declared = f"--port {port}" in text or f"-p {port}" in text
-            if port in ("8700", "8701") or declared or any(o in before for o in others):
+            if port in ("8700", "8701", "8702") or declared or any(o in before for o in others):
                 continue
             line = text.count("\n", 0, match.start()) + 1
             wrong.append(f"{doc.relative_to(ROOT)}:{line}: {match.group(0)}")

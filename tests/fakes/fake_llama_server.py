@@ -442,6 +442,15 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "llama.cpp"
     sys_version = ""
 
+    def setup(self) -> None:
+        """No Nagle: an answer's head and body are two writes, and a client that delays its ACK (40 ms on
+        Linux) would otherwise hold the body back; llama-server's answers do not wait like that."""
+        super().setup()
+        try:
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass
+
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         if self.server.fake.verbose:
             super().log_message(format, *args)
