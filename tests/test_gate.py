@@ -23,6 +23,7 @@ from limits_helpers import KEYS, Clock, Server, concurrently
 from memory_service.app import create_app
 from memory_service.client import AsyncMemoryClient, MemoryClient, Refused
 from memory_service.config import Settings
+from memory_service.contract.gate import render_key
 from memory_service.services import LimitsAndKeys
 from memory_service.storage.database import Database, PostgresDatabase
 from memory_service.storage.gate import GateCall
@@ -473,3 +474,24 @@ def test_guard_refuses_the_wrong_kind_of_function_and_a_bad_template(sqlite_env:
             memory.guard(once="x:{a!r}")
         with pytest.raises(ValueError, match="once="):
             memory.guard()
+        with pytest.raises(ValueError, match="limit="):
+            memory.guard(once="x:{a}", units=2)
+
+
+# ---------------------------------------------------------------- key templates
+
+
+def test_render_key_trims_and_normalises_the_fields_and_nothing_else() -> None:
+    assert render_key("ticket:{item_id}", {"item_id": 42}) == "ticket:42"
+    assert render_key("ticket:{item_id}", {"item_id": "  42\n"}) == "ticket:42"
+    assert render_key("{a}/{b}", {"a": "Caf\u0065\u0301", "b": "X Y"}) == "Caf\u00e9/X Y"  # NFC; inner space kept
+    assert render_key("t:{a}", {"a": "Ticket-7"}) != render_key("t:{a}", {"a": "ticket-7"})  # case is kept
+    assert render_key("{{literal}}:{a}", {"a": 1, "unused": 2}) == "{literal}:1"
+    for arguments, named in (({}, "'item_id' is missing"), ({"item_id": None}, "missing"), ({"item_id": " "}, "empty")):
+        with pytest.raises(ValueError, match=named):
+            render_key("ticket:{item_id}", arguments)
+    for template in ("t:{a!r}", "t:{a:>3}", "t:{a.b}", "t:{a[0]}", "t:{", "t:{}"):
+        with pytest.raises(ValueError):
+            render_key(template, {"a": 1})
+    with pytest.raises(ValueError, match="1-2048 characters"):
+        render_key("t:{a}", {"a": "x" * 2048})
