@@ -24,6 +24,7 @@ from memory_service.app import create_app
 from memory_service.client import AsyncMemoryClient, MemoryClient, Refused
 from memory_service.config import Settings
 from memory_service.contract.gate import render_key
+from memory_service.contract.limit_rules import InvalidInput
 from memory_service.services import LimitsAndKeys
 from memory_service.storage.database import Database, PostgresDatabase
 from memory_service.storage.gate import GateCall
@@ -303,6 +304,28 @@ def test_bad_input_is_a_422_naming_the_field(env: Env) -> None:
     assert r.status_code == 422 and "counts per agent" in r.json()["detail"]
     assert env.a.post(FINISH, json={"reservation": "res_" + "0" * 24, "result": "x" * 501}).status_code == 422
     assert env.a.post(FINISH, json={"reservation": "res_" + "0" * 24}).status_code == 404
+
+
+def test_the_store_refuses_what_the_api_refuses(database: Database) -> None:
+    """A direct caller (the CLI, a test) cannot write what the API would refuse."""
+    store = LimitStore(database)
+    try:
+        for call in (
+            GateCall(tool="bad tool", key="k"),
+            GateCall(tool="t"),
+            GateCall(tool="t", key="k\x00"),
+            GateCall(tool="t", key="k", scope="agent"),
+            GateCall(tool="t", key="k", lease_s=float("nan")),
+            GateCall(tool="t", limit="a..b"),
+        ):
+            with pytest.raises(InvalidInput):
+                store.reserve("team-a", call)
+        held = store.reserve("team-a", GateCall(tool="t", key="k"))
+        with pytest.raises(InvalidInput):
+            store.finish("team-a", held.reservation or "", "x" * 501)
+        assert store.finish("team-a", held.reservation or "", "x" * 500).key == "k"
+    finally:
+        store.close()
 
 
 # ---------------------------------------------------------------- the upgrade of an older store
