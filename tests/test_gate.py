@@ -181,6 +181,8 @@ def test_a_limit_of_3_allows_3_of_5_and_names_the_limit(env: Env) -> None:
         )
         assert int(refused.headers["Retry-After"]) == 14 * 3600
     assert env.used("emails") == 3
+    events = [payload for _, team, payload, _ in env.store.limit_events() if team == "team-a"]
+    assert [(e["name"], e["agent_id"], e["limit"]) for e in events] == [("emails", "mailer", 3)]  # once
     # a refused limit changes nothing: a key in the same call stays free
     refused = env.reserve(tool="send_email", key="mail:1", limit="emails")
     assert refused.status_code == 429
