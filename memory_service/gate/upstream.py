@@ -7,6 +7,7 @@ secrets: the memory service's API key and the MCP token are the gate's, not the 
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import AsyncIterator, Sequence
@@ -53,6 +54,26 @@ class Upstream:
         return await self.session.call_tool(name, arguments)
 
 
+class NotMcpLine(logging.Filter):
+    """The SDK logs a line of the upstream's stdout that is not MCP with a traceback; a person needs the line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            errors = getattr(exc, "errors", None)
+            given = errors()[0].get("input") if callable(errors) and errors() else None
+            record.msg, record.args = (
+                "the upstream MCP server wrote a line that is not MCP on stdout: %r",
+                (str(given if given is not None else exc)[:200],),
+            )
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+def quiet_sdk_tracebacks() -> None:
+    logging.getLogger("mcp.client.stdio").addFilter(NotMcpLine())
+
+
 def child_environment() -> dict[str, str]:
     return {name: value for name, value in os.environ.items() if name not in SECRETS}
 
@@ -69,6 +90,7 @@ async def start_upstream(command: Sequence[str]) -> AsyncIterator[Upstream]:
     if not command:
         raise UpstreamFailed("no upstream command: give it after `--`, e.g. -- python my_tools.py")
     params = StdioServerParameters(command=command[0], args=list(command[1:]), env=child_environment())
+    quiet_sdk_tracebacks()
     async with AsyncExitStack() as stack:
         try:
             read, write = await stack.enter_async_context(stdio_client(params, errlog=sys.stderr))
