@@ -31,6 +31,7 @@ log = logging.getLogger("memory_service.gate")
 RESULT_CHARS = 200  # what finish keeps of the tool's answer: the ledger's short result
 ERROR_CHARS = 500
 FINISH_TRIES = 3
+META = "memory-service/gate"  # the `_meta` key of the gate's own answers: {"refused": why}
 
 UpstreamCall = Callable[[str, dict[str, Any] | None], Awaitable[types.CallToolResult]]
 
@@ -39,8 +40,12 @@ def text_of(result: types.CallToolResult) -> str:
     return "\n".join(part.text for part in result.content if isinstance(part, types.TextContent))
 
 
-def answer(text: str, *, error: bool) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=error)
+def answer(text: str, reason: str) -> types.CallToolResult:
+    """The gate's own answer in place of the tool's: always `isError` (the tool did not run, and a client checks
+    a tool's output schema only on success), the sentence as text, and why in `_meta` for programs."""
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)], is_error=True, _meta={META: {"refused": reason}}
+    )
 
 
 class Guard:
@@ -54,7 +59,7 @@ class Guard:
         try:
             key = render_key(policy.once, arguments or {}) if policy.once else None
         except ValueError as exc:  # a field the call left out: the model can fix it
-            return answer(f"{tool} was not run: {exc}. Call {tool} again with that argument.", error=True)
+            return answer(f"{tool} was not run: {exc}.", "arguments")
         try:
             granted = await self.memory.gate.reserve(
                 tool,
@@ -68,10 +73,11 @@ class Guard:
         except MemoryServiceError as exc:
             refusal = self._refusal(exc)
             if refusal is not None:
-                return self._refused(tool, key or policy.limit, refusal)
+                return self._refused(tool, key or policy.limit, refusal, str(exc.body.get("reason", "refused")))
             return self._closed(tool, key, policy, exc)
         if not granted.allowed or granted.reservation is None:
-            return self._refused(tool, key or policy.limit, granted.message or f"{tool} was refused; do not run it.")
+            said = granted.message or f"{tool} was refused; do not run it."
+            return self._refused(tool, key or policy.limit, said, granted.reason or "refused")
         reservation = granted.reservation
         try:
             result = await self.upstream(tool, arguments)
@@ -90,7 +96,7 @@ class Guard:
             return answer(
                 f"{tool} did not answer: the tool server stopped ({exc or type(exc).__name__}). Whether it ran is "
                 f"unknown, so it is blocked for {policy.lease_s:.0f} s; tell the user.",
-                error=True,
+                "upstream_stopped",
             )
         if result.is_error:
             await self._release(reservation, tool, text_of(result))
@@ -101,10 +107,10 @@ class Guard:
     # -- refusals and failures, as the model reads them ------------------------------------
 
     @staticmethod
-    def _refused(tool: str, what: str | None, sentence: str) -> types.CallToolResult:
-        """Refused by the ledger or the limit: not an error of the tool, the answer the model acts on."""
+    def _refused(tool: str, what: str | None, sentence: str, reason: str) -> types.CallToolResult:
+        """Refused by the ledger (handled, in_progress) or the limit: the service's sentence is the answer."""
         log.info("gate: %s refused (%s): %s", tool, what, sentence)
-        return answer(sentence, error=False)
+        return answer(sentence, reason)
 
     @staticmethod
     def _refusal(exc: MemoryServiceError) -> str | None:
@@ -119,25 +125,29 @@ class Guard:
         """The call is not made: the service could not say it may be (fail closed, the promise is at most once)."""
         not_run = f"{tool} was not run"
         if exc.status == 404 and policy.limit:
+            reason = "no_such_limit"
             text = (
                 f"{not_run}: the daily limit {policy.limit!r} that guards it does not exist in the memory service. "
                 "Do not retry; tell the user the limit must be set up."
             )
         elif exc.status in (401, 403):
+            reason = "key_refused"
             text = (
                 f"{not_run}: the memory service that guards it refused this gate's key ({exc.message}). "
                 "Do not retry; tell the user to check the gate's API key."
             )
         elif exc.status in (400, 413, 422):
+            reason = "values_refused"
             text = f"{not_run}: the memory service refused its guard's values ({exc.message}). Tell the user."
         else:
+            reason = "unavailable"
             text = (
                 f"{not_run}: the memory service that guards it (at {self.url}) is not answering ({exc.message}), "
                 "so it cannot be checked that it was not done already. Try again in a minute; if it keeps "
                 "failing, tell the user the memory service is down."
             )
         log.warning("gate: %s (%s) not run, failing closed: %s", tool, key or policy.limit, exc)
-        return answer(text, error=True)
+        return answer(text, reason)
 
     async def _release(self, reservation: str, tool: str, error: str) -> None:
         try:
