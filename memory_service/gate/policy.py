@@ -9,8 +9,8 @@
     units = 1
 
 It is read once, at start, and checked whole before anything is served: a mistake found at the first guarded
-call would be found by an agent, mid-task. Every error names the file, the table and the field. Standard
-library only (tomllib), so `memory-service gate --help` stays quick.
+call would be found by an agent, mid-task. Every error names the file, the table and the field. A `once`
+template is checked by the contract's own rule (contract/gate.py), the one the key is rendered by at each call.
 """
 
 from __future__ import annotations
@@ -24,16 +24,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..config import ConfigError
+from ..contract.gate import DEFAULT_LEASE_S, MAX_LEASE_S, template_fields
 from ..contract.limit_rules import MAX_DAILY_LIMIT, MAX_HANDLED_KEY_LEN, NAME_PATTERN, NAME_RULE
 
 Scope = Literal["team", "agent"]
 SCOPES: tuple[Scope, ...] = ("team", "agent")
-DEFAULT_LEASE_S = 300.0
-MAX_LEASE_S = 86400.0
 TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")  # the contract's tool name: what MCP allows a tool's name
 TOOL_NAME_RULE = "1-128 characters of A-Z a-z 0-9 . _ -"
-FIELD_RE = re.compile(r"\{([^{}]*)\}")
-FIELD_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 KEYS = ("once", "scope", "lease_s", "limit", "units")
 
 
@@ -48,14 +45,14 @@ class ToolPolicy:
     tool: str
     once: str | None = None
     scope: Scope = "team"
-    lease_s: float = DEFAULT_LEASE_S
+    lease_s: float = float(DEFAULT_LEASE_S)
     limit: str | None = None
     units: int = 1
 
     @property
     def fields(self) -> tuple[str, ...]:
         """The arguments `once` is built from, in order."""
-        return template_fields(self.once) if self.once else ()
+        return tuple(template_fields(self.once)) if self.once else ()
 
 
 @dataclass(frozen=True)
@@ -68,28 +65,19 @@ class Policy:
         return sorted(set(self.tools) - listed)
 
 
-def template_fields(template: str) -> tuple[str, ...]:
-    return tuple(FIELD_RE.findall(template))
-
-
 def check_template(template: str) -> str | None:
-    """What is wrong with a `once` template, or None. Only `{argument}` is special: no format specs, no
-    attribute access, and no other brace, so what the key will be is plain from the file."""
+    """What is wrong with a `once` template, or None: the contract's rule (`template_fields`, the one `render_key`
+    applies at each call), so a template accepted here renders at every call that has its arguments."""
     if not template.strip():
         return "is empty: write a key such as 'ticket:{item_id}'"
     if len(template) > MAX_HANDLED_KEY_LEN:
         return f"is longer than a handled key may be ({MAX_HANDLED_KEY_LEN} characters)"
     if "\x00" in template:
         return "contains a NUL character"
-    rest = FIELD_RE.sub("", template)
-    if "{" in rest or "}" in rest:
-        return "has a brace that is not part of an {argument} field: only {name} fields are allowed"
-    for name in template_fields(template):
-        if not FIELD_NAME_RE.match(name):
-            return (
-                f"has the field {{{name}}}: a field is an argument's name (letters, digits, _ and -), "
-                "with no format spec or attribute, e.g. {item_id}"
-            )
+    try:
+        template_fields(template)
+    except ValueError as exc:
+        return f"is not a key template: {exc}"
     return None
 
 
@@ -147,14 +135,14 @@ def parse_tool(name: str, table: Any, where: str) -> ToolPolicy:
         raise PolicyError(f"{at}: scope must be 'team' or 'agent', not {scope!r}")
     if "scope" in table and once is None:
         raise PolicyError(f"{at}: scope says whose ledger holds once's key, and this tool has no once")
-    lease = table.get("lease_s", DEFAULT_LEASE_S)
+    lease = table.get("lease_s", float(DEFAULT_LEASE_S))
     if (
         isinstance(lease, bool)
         or not isinstance(lease, int | float)
         or not math.isfinite(lease)
         or not 1 <= lease <= MAX_LEASE_S
     ):
-        raise PolicyError(f"{at}: lease_s must be a number of seconds from 1 to {int(MAX_LEASE_S)}, not {lease!r}")
+        raise PolicyError(f"{at}: lease_s must be a number of seconds from 1 to {MAX_LEASE_S}, not {lease!r}")
     if limit is not None and (not isinstance(limit, str) or not re.match(NAME_PATTERN, limit) or ".." in limit):
         raise PolicyError(f"{at}: limit must be a daily limit's name ({NAME_RULE}), not {limit!r}")
     units = table.get("units", 1)
