@@ -36,6 +36,7 @@ pytestmark = pytest.mark.process  # the gate and its upstream are subprocesses
 
 UPSTREAM = ROOT / "tests" / "fakes" / "mcp_upstream.py"
 CORE = ["remember", "recall", "consume_limit", "mark_handled"]
+UPSTREAM_TOOLS = ["process_item", "send_email", "fail_item", "broken_item", "slow_item", "crash_item", "lookup"]
 
 
 @pytest.fixture(scope="module")
@@ -133,14 +134,7 @@ def test_the_tools_are_the_upstreams_and_unguarded_calls_pass_through(service: I
             fronted = (await client.list_tools()).tools
             through = await client.call_tool("lookup", {"item_id": "A-1"})
         assert [t.model_dump() for t in fronted] == [t.model_dump() for t in bare]  # names, descriptions, schemas
-        assert [t.name for t in fronted] == [
-            "process_item",
-            "send_email",
-            "fail_item",
-            "broken_item",
-            "slow_item",
-            "lookup",
-        ]
+        assert [t.name for t in fronted] == UPSTREAM_TOOLS
         assert through.content == bare_lookup.content and through.structured_content == {
             "item_id": "A-1",
             "state": "open",
@@ -157,7 +151,7 @@ def test_memory_tools_core_adds_the_core_memory_tools(service: InProcessService,
     async def scenario() -> None:
         async with gate(service.url, scene, "--memory-tools", "core") as client:
             names = [t.name for t in (await client.list_tools()).tools]
-            assert names == ["process_item", "send_email", "fail_item", "broken_item", "slow_item", "lookup", *CORE]
+            assert names == [*UPSTREAM_TOOLS, *CORE]
             failed, said = await call(client, "remember", text="Closed ticket 9 as a duplicate of ticket 4.")
             assert not failed and said.startswith("Saved as mem_"), said
             failed, said = await call(client, "consume_limit", name="no-such-limit")
@@ -267,6 +261,32 @@ limit = "{limit}"
     assert len(scene.runs("fail_item")) == 2 and len(scene.runs("broken_item")) == 2, scene.runs()
     assert memory.limits.get(limit).used == 0  # every unit refunded
     assert memory.handled.check(f"fail:{item}") is None and memory.handled.check(f"broken:{item}") is None
+
+
+def test_an_upstream_that_dies_mid_call_keeps_the_key_until_the_lease_and_the_unit_used(
+    service: InProcessService, memory: MemoryClient, tmp_path: Path
+):
+    """No answer is not an error answer: the tool may have done its work, so nothing is released."""
+    limit = unique("crashes")
+    memory.limits.set(limit, daily_limit=5)
+    scene = Scene(tmp_path, f'[tools.crash_item]\nonce = "crash:{{item_id}}"\nlimit = "{limit}"\nlease_s = 60\n')
+    item = unique("C")
+
+    async def scenario() -> tuple[bool, str]:
+        async with gate(service.url, scene) as client:
+            return await call(client, "crash_item", item_id=item)
+
+    failed, said = run(scenario)
+    assert failed and said.startswith("crash_item did not answer: the tool server stopped"), said
+    assert "blocked for 60 s" in said, said
+
+    async def again() -> tuple[bool, str]:
+        async with gate(service.url, scene, agent="gate-2") as client:
+            return await call(client, "crash_item", item_id=item)
+
+    failed, said = run(again)
+    assert failed and f"crash:{item} is being handled right now by gate-1" in said, said
+    assert len(scene.runs("crash_item")) == 1 and memory.limits.get(limit).used == 1
 
 
 def test_an_unreachable_service_fails_guarded_calls_closed_and_passes_the_others(tmp_path: Path):

@@ -21,6 +21,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
+from mcp_types.jsonrpc import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
 from ..client import AsyncMemoryClient, MemoryServiceError
 from ..contract.gate import render_key
@@ -34,6 +35,12 @@ FINISH_TRIES = 3
 META = "memory-service/gate"  # the `_meta` key of the gate's own answers: {"refused": why}
 
 UpstreamCall = Callable[[str, dict[str, Any] | None], Awaitable[types.CallToolResult]]
+
+
+def lost(exc: MCPError) -> bool:
+    """No answer came (the connection closed, or the request timed out): the tool may have run. The SDK raises
+    these itself, with codes a server may also send, so its own message is what tells them apart."""
+    return (exc.code, exc.message) == (CONNECTION_CLOSED, "Connection closed") or exc.code == REQUEST_TIMEOUT
 
 
 def text_of(result: types.CallToolResult) -> str:
@@ -81,28 +88,33 @@ class Guard:
         reservation = granted.reservation
         try:
             result = await self.upstream(tool, arguments)
-        except MCPError as exc:  # the upstream answered an error: it did not do the job
-            await self._release(reservation, tool, exc.message)
-            raise
+        except MCPError as exc:
+            if not lost(exc):  # the upstream answered an error: it did not do the job
+                await self._release(reservation, tool, exc.message)
+                raise
+            stopped = exc.message
         except (anyio.get_cancelled_exc_class(), KeyboardInterrupt):
             raise  # the caller gave up: whether the tool ran is unknown, so the lease decides
-        except Exception as exc:  # it stopped answering: it may have run, so keep the reservation
-            log.error(
-                "gate: the upstream stopped answering during %s (%s): reservation %s kept until its lease ends",
-                tool,
-                exc or type(exc).__name__,
-                reservation,
-            )
-            return answer(
-                f"{tool} did not answer: the tool server stopped ({exc or type(exc).__name__}). Whether it ran is "
-                f"unknown, so it is blocked for {policy.lease_s:.0f} s; tell the user.",
-                "upstream_stopped",
-            )
-        if result.is_error:
-            await self._release(reservation, tool, text_of(result))
+        except Exception as exc:
+            stopped = str(exc) or type(exc).__name__
         else:
-            await self._finish(reservation, tool, text_of(result)[:RESULT_CHARS])
-        return result
+            if result.is_error:
+                await self._release(reservation, tool, text_of(result))
+            else:
+                await self._finish(reservation, tool, text_of(result)[:RESULT_CHARS])
+            return result
+        # no answer: the tool may have run, so the reservation is kept (its lease frees the key; units stay used)
+        log.error(
+            "gate: the upstream stopped answering during %s (%s): reservation %s kept until its lease ends",
+            tool,
+            stopped,
+            reservation,
+        )
+        return answer(
+            f"{tool} did not answer: the tool server stopped ({stopped}). Whether it ran is unknown, so it is "
+            f"blocked for {policy.lease_s:.0f} s; tell the user.",
+            "upstream_stopped",
+        )
 
     # -- refusals and failures, as the model reads them ------------------------------------
 

@@ -3,7 +3,7 @@
 Every tool RUN appends one JSON line to the file named by GATE_UPSTREAM_LOG (tool, arguments, its pid and its
 parent's: the gate), before it does anything else: the upstream's own log is what proves how often a guarded
 tool ran, whatever the gate says. `slow_item` then sleeps GATE_UPSTREAM_SLOW_S seconds (default 30), so a test
-can kill the gate while the tool runs.
+can kill the gate while the tool runs; `crash_item` kills the upstream itself mid-run.
 
     python tests/fakes/mcp_upstream.py
 """
@@ -61,6 +61,12 @@ async def slow_item(item_id: str) -> str:
     ran("slow_item", item_id=item_id)
     await anyio.sleep(float(os.environ.get("GATE_UPSTREAM_SLOW_S", "30")))
     return f"slowly processed {item_id}"
+
+
+@server.tool(description="Process an item; the server dies while it runs.")
+def crash_item(item_id: str) -> str:
+    ran("crash_item", item_id=item_id)
+    os._exit(3)
 
 
 @server.tool(description="Look an item up (changes nothing).")
