@@ -7,6 +7,7 @@ Every count is read from the upstream's own log (one JSON line per run of a tool
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import signal
@@ -119,6 +120,24 @@ PROCESS = """
 [tools.process_item]
 once = "ticket:{item_id}"
 """
+
+# ---------------------------------------------------------------- what the gate loads
+
+PURITY_PROBE = (
+    "import sys, memory_service.gate.server, memory_service.cli.gate; "
+    "print(sorted({m.split('.')[0] if not m.startswith('memory_service.') else '.'.join(m.split('.')[:2]) "
+    "for m in sys.modules}))"
+)
+
+
+def test_importing_the_gate_loads_no_store_and_no_service() -> None:
+    """The gate is a client of the HTTP API, like `memory-service mcp` (import contract `gate`)."""
+    out = subprocess.run([sys.executable, "-c", PURITY_PROBE], cwd=ROOT, capture_output=True, text=True, check=True)
+    loaded = set(ast.literal_eval(out.stdout.strip()))
+    forbidden = {"memory_service.storage", "memory_service.services", "psycopg", "chromadb", "sqlite3", "fastapi"}
+    assert loaded & forbidden == set(), out.stderr
+    assert {"memory_service.gate", "memory_service.client", "mcp"} <= loaded  # the probe sees what it should
+
 
 # ---------------------------------------------------------------- what passes through
 
