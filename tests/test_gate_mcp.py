@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -507,3 +508,62 @@ def test_the_gate_over_streamable_http(service: InProcessService, tmp_path: Path
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(20)
         log.close()
+
+
+# ---------------------------------------------------------------- docs/gate.md's snippets, as written
+
+DOC = ROOT / "docs" / "gate.md"
+
+
+def doc_section() -> str:
+    return DOC.read_text().split("## MCP: memory-service gate", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_docs_commands_and_flags_exist() -> None:
+    from test_readme import commands, unknown_cli
+
+    from memory_service.cli.main import build_parser
+
+    found = commands(doc_section())
+    assert any(words[:1] == ["gate"] for words in found), found
+    parser = build_parser()
+    # what follows `--` is the upstream's command line, not ours
+    problems = [
+        p for words in found for p in unknown_cli(words[: words.index("--")] if "--" in words else words, parser)
+    ]
+    assert problems == []
+
+
+def console_script(tmp_path: Path) -> Path:
+    """A `memory-service` on PATH that runs this checkout's package, as the venv's console script runs the
+    installed one (the harness passes the gate no PYTHONPATH: the SDK hands a child only HOME, PATH, ...)."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    script = folder / "memory-service"
+    script.write_text(f'#!/bin/sh\nPYTHONPATH="{ROOT}" exec "{sys.executable}" -m memory_service "$@"\n')
+    script.chmod(0o755)
+    return folder
+
+
+def test_the_docs_snippets_run_as_written(service: InProcessService, tmp_path: Path) -> None:
+    """The policy file, the tool server and the harness of docs/gate.md, in a fresh interpreter: only the URL and
+    the key are put in, and `memory-service` is found on PATH."""
+    policies = re.findall(r"```toml\n(.*?)```", doc_section(), flags=re.S)
+    tools, harness = re.findall(r"```python\n(.*?)```", doc_section(), flags=re.S)
+    assert len(policies) == 1 and "MCPServer" in tools and "StdioServerParameters" in harness
+    (tmp_path / "gate.toml").write_text(policies[0])
+    (tmp_path / "my_tools.py").write_text(tools)
+    code = harness.replace("http://127.0.0.1:8700", service.url).replace('"KEY"', '"key-a"')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORY_")}
+    env["PATH"] = os.pathsep.join((str(console_script(tmp_path)), env.get("PATH", "")))
+    ran = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    lines = ran.stdout.splitlines()
+    assert lines[0] == "['process_item', 'send_email']", ran.stdout
+    assert lines[1] == "process_item ran: processed 42: closed as duplicate", ran.stdout
+    assert lines[2].startswith("process_item refused: ticket:42 was already handled by triage-2 at "), ran.stdout
+    assert lines[2].endswith("(process_item: 'processed 42: closed as duplicate'); do not handle it again."), ran.stdout
+    assert lines[3] == "send_email ran: sent 'Your ticket' to ana@example.com", ran.stdout
+    assert lines[4].startswith("send_email refused: The daily limit 'emails' is used up: 1 of 1 today"), ran.stdout

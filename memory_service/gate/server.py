@@ -140,7 +140,7 @@ async def check_limits(memory: AsyncMemoryClient, policy: Policy, found: Probe) 
     for name in sorted(named - existing):
         log.warning(
             "gate: policy file %s names the daily limit %r, which this team does not have: calls to its tools are "
-            "refused until it exists (memory-service limits set %s --daily N)",
+            "refused until it exists (memory-service limits set %s --daily-limit N --timezone UTC)",
             policy.path,
             name,
             name,
