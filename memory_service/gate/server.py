@@ -162,6 +162,11 @@ async def serve(
                 found.problem,
                 found.remedy.replace("this MCP server", "the gate") if config.memory_tools == "core" else "",
             )
+        if found.team is not None and found.team.role == "read":
+            log.warning(
+                "gate: the API key may only read (role read): every guarded call is refused; give the gate a "
+                "write key (memory-service keys create --team TEAM --role write)"
+            )
         await check_limits(memory, config.policy, found)
         async with start_upstream(config.command) as upstream:
             guard = Guard(memory, url=mcp.url, agent_id=mcp.agent_id, upstream=upstream.call_tool)
