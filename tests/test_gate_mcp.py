@@ -180,6 +180,24 @@ def test_memory_tools_core_adds_the_core_memory_tools(service: InProcessService,
     run(scenario)
 
 
+def test_an_upstream_tool_named_like_a_memory_tool_stops_the_gate_with_memory_tools(
+    service: InProcessService, tmp_path: Path
+):
+    scene = Scene(tmp_path, PROCESS)
+    done = subprocess.run(
+        [sys.executable, *gate_args(scene, "--memory-tools", "core")],
+        env=gate_env(service.url, scene, GATE_UPSTREAM_RECALL="1"),
+        cwd=str(ROOT),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "memory-service gate: the upstream lists recall, a name of the memory tools too" in done.stderr
+    assert "--memory-tools none" in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
 # ---------------------------------------------------------------- once per key
 
 
