@@ -441,6 +441,20 @@ def test_two_gates_on_one_service_share_the_ledger_and_the_limits(
     assert len({line["ppid"] for line in scene.runs("send_email")}) == 2  # one run through each gate
 
 
+def test_scope_agent_gives_each_agent_its_own_ledger(service: InProcessService, tmp_path: Path):
+    scene = Scene(tmp_path, '[tools.process_item]\nonce = "ticket:{item_id}"\nscope = "agent"\n')
+    item = unique("T")
+
+    async def scenario() -> list[tuple[bool, str]]:
+        async with gate(service.url, scene, agent="gate-1") as one, gate(service.url, scene, agent="gate-2") as two:
+            return [await call(client, "process_item", item_id=item) for client in (one, two, one, two)]
+
+    answers = run(scenario)
+    assert [failed for failed, _ in answers] == [False, False, True, True], answers
+    assert "was already handled by gate-1" in answers[2][1] and "was already handled by gate-2" in answers[3][1]
+    assert len(scene.runs("process_item")) == 2
+
+
 # ---------------------------------------------------------------- start-up, and the HTTP transport
 
 
