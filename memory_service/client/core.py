@@ -8,19 +8,15 @@ the server: an agent that imports the client pays for no FastAPI, storage, Chrom
 from __future__ import annotations
 
 import builtins
-import functools
 import json
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import httpx
 from pydantic import TypeAdapter
 
-from ..contract.gate import DEFAULT_LEASE_S, FinishAnswer, ReleaseAnswer, ReserveAnswer
 from ..contract.limits import ConsumeAnswer, HandledOut, LimitOut
 from ..contract.models import (
     ExportedMemory,
@@ -32,48 +28,16 @@ from ..contract.models import (
     RememberResponse,
     TeamOut,
 )
+from .calls import REQUEST_ID, Call, T, drop_none, read_as, read_nothing
 from .errors import MemoryServiceError, Unavailable, error_for
+from .gate_calls import GateRequests
 from .service import path_segment
-
-T = TypeVar("T")
 
 RETRIED_STATUSES = (429, 503)
 MAX_RETRIES = 4  # resends of one call at most, however short the waits asked for
-REQUEST_ID = "X-Request-ID"
 # no answer because the request never reached a service (refused, unknown host, no connection in time) or it
 # never answered in time: resending only makes the caller wait longer, so these raise at once
 _NOT_RESENT = (httpx.ConnectError, httpx.TimeoutException, httpx.UnsupportedProtocol, httpx.ProxyError)
-
-
-@dataclass
-class Call(Generic[T]):
-    """One request and how to read its answer."""
-
-    method: str
-    path: str
-    parse: Callable[[httpx.Response], T]
-    params: dict[str, Any] | None = None
-    json: Any = None
-    content: bytes | None = None
-    extra_timeout_s: float = 0.0
-    idempotent: bool = True  # safe to resend when the answer was lost
-    accept: tuple[int, ...] = ()  # error statuses that are answers, not failures (a denied consume)
-    headers: dict[str, str] = field(default_factory=lambda: {REQUEST_ID: uuid.uuid4().hex})
-
-
-@functools.cache
-def _adapter(kind: Any) -> TypeAdapter:
-    return TypeAdapter(kind)
-
-
-def _model(kind: Any) -> Callable[[httpx.Response], Any]:
-    """Read an answer as `kind`: a pydantic model or a dataclass (the ledger's record), one way for both."""
-    adapter = _adapter(kind)
-    return lambda response: adapter.validate_python(response.json())
-
-
-def _none(response: httpx.Response) -> None:
-    return None
 
 
 def _lines(response: httpx.Response) -> list[ExportedMemory]:
@@ -82,10 +46,6 @@ def _lines(response: httpx.Response) -> list[ExportedMemory]:
 
 def _iso(value: datetime | str | None) -> str | None:
     return value.isoformat() if isinstance(value, datetime) else value
-
-
-def _drop_none(values: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in values.items() if v is not None}
 
 
 _LIMITS = TypeAdapter(list[LimitOut])
@@ -174,7 +134,7 @@ def lost(call: Call[Any], exc: Exception, base_url: str) -> MemoryServiceError:
     return Unavailable(0, f"{what}; {todo}", call.headers.get(REQUEST_ID))
 
 
-class Requests:
+class Requests(GateRequests):
     """Builds every call of the API, and is where the clients' methods are written: each method's parameters,
     docstring and result type are those of `MemoryClient`'s (and, awaited, `AsyncMemoryClient`'s) method of the
     same name (`limits_set` is `client.limits.set`, `import_` is `client.import_memories`).
@@ -198,7 +158,7 @@ class Requests:
         """Save a text for `agent_id`: the RememberResponse (`id`, `status`, `created`). `wait_s` (≤ 120) waits
         for its extraction before answering; `idempotency_key` makes a resend return the first save."""
         # a key of our own, so a resend after a lost answer returns the first save instead of a second one
-        body = _drop_none(
+        body = drop_none(
             {
                 "text": text,
                 "agent_id": agent_id,
@@ -209,11 +169,11 @@ class Requests:
                 "idempotency_key": idempotency_key or "client-" + uuid.uuid4().hex,
             }
         )
-        return Call("POST", "/v1/remember", _model(RememberResponse), json=body, extra_timeout_s=wait_s)
+        return Call("POST", "/v1/remember", read_as(RememberResponse), json=body, extra_timeout_s=wait_s)
 
     def get(self, memory_id: str) -> Call[MemoryOut]:
         """One memory (MemoryOut): its status, facts with their spans, errors and timings."""
-        return Call("GET", f"/v1/memories/{path_segment(memory_id, 'memory_id')}", _model(MemoryOut))
+        return Call("GET", f"/v1/memories/{path_segment(memory_id, 'memory_id')}", read_as(MemoryOut))
 
     def recall(
         self,
@@ -233,7 +193,7 @@ class Requests:
         """The RecallResponse: ranked `items`, and `context`, those items as dated lines to paste into a prompt.
         `agent_id` searches only that agent's memories; `max_tokens`: only the best items whose lines fit;
         `as_of`: when the question is asked (default now): its 'last week' or '3 days ago' count from it."""
-        body = _drop_none(
+        body = drop_none(
             {
                 "query": query,
                 "k": k,
@@ -249,7 +209,7 @@ class Requests:
                 "as_of": _iso(as_of),
             }
         )
-        return Call("POST", "/v1/recall", _model(RecallResponse), json=body)
+        return Call("POST", "/v1/recall", read_as(RecallResponse), json=body)
 
     def list(
         self,
@@ -264,7 +224,7 @@ class Requests:
         cursor: str | None = None,
     ) -> Call[MemoryPage]:
         """The team's memories (a MemoryPage), newest first; `cursor` is the previous page's `next_cursor`."""
-        params = _drop_none(
+        params = drop_none(
             {
                 "agent_id": agent_id,
                 "run_id": run_id,
@@ -276,7 +236,7 @@ class Requests:
                 "cursor": cursor,
             }
         )
-        return Call("GET", "/v1/memories", _model(MemoryPage), params=params)
+        return Call("GET", "/v1/memories", read_as(MemoryPage), params=params)
 
     def forget(
         self,
@@ -290,8 +250,8 @@ class Requests:
         if memory_id is not None:
             path = f"/v1/memories/{path_segment(memory_id, 'memory_id')}"
             return Call("DELETE", path, lambda r: ForgetResponse(deleted=1))
-        params = _drop_none({"agent_id": agent_id, "run_id": run_id, "confirm": str(confirm).lower()})
-        return Call("DELETE", "/v1/memories", _model(ForgetResponse), params=params)
+        params = drop_none({"agent_id": agent_id, "run_id": run_id, "confirm": str(confirm).lower()})
+        return Call("DELETE", "/v1/memories", read_as(ForgetResponse), params=params)
 
     def export(self) -> Call[builtins.list[ExportedMemory]]:  # `list` here is the method above
         """The team's memories with their facts, oldest first, as `import_memories` takes them."""
@@ -303,7 +263,7 @@ class Requests:
         return Call(
             "POST",
             "/v1/import",
-            _model(ImportResponse),
+            read_as(ImportResponse),
             params={"re_extract": str(re_extract).lower()},
             content=content,
             extra_timeout_s=300,
@@ -311,7 +271,7 @@ class Requests:
 
     def team(self) -> Call[TeamOut]:
         """This key's team and role, the memory count, the busiest agent ids and tags."""
-        return Call("GET", "/v1/team", _model(TeamOut))
+        return Call("GET", "/v1/team", read_as(TeamOut))
 
     # -- daily limits and the handled ledger --------------------------------------
 
@@ -320,7 +280,7 @@ class Requests:
         return Call(
             "PUT",
             f"/v1/limits/{_limit(name)}",
-            _model(LimitOut),
+            read_as(LimitOut),
             json={"daily_limit": daily_limit, "timezone": timezone, "per": per},
         )
 
@@ -329,14 +289,14 @@ class Requests:
         return Call(
             "GET",
             f"/v1/limits/{_limit(name)}",
-            _model(LimitOut),
-            params=_drop_none({"agent_id": agent_id, "days": days}),
+            read_as(LimitOut),
+            params=drop_none({"agent_id": agent_id, "days": days}),
         )
 
     def limits_list(self, *, agent_id: str | None = None) -> Call[builtins.list[LimitOut]]:
         """Every limit of the team with today's count."""
         return Call(
-            "GET", "/v1/limits", lambda r: _LIMITS.validate_python(r.json()), params=_drop_none({"agent_id": agent_id})
+            "GET", "/v1/limits", lambda r: _LIMITS.validate_python(r.json()), params=drop_none({"agent_id": agent_id})
         )
 
     def limits_consume(
@@ -348,15 +308,15 @@ class Requests:
         return Call(
             "POST",
             f"/v1/limits/{_limit(name)}/consume",
-            _model(ConsumeAnswer),
-            json=_drop_none({"agent_id": agent_id, "amount": amount, "idempotency_key": idempotency_key}),
+            read_as(ConsumeAnswer),
+            json=drop_none({"agent_id": agent_id, "amount": amount, "idempotency_key": idempotency_key}),
             idempotent=idempotency_key is not None,
             accept=(429,),
         )
 
     def limits_delete(self, name: str) -> Call[None]:
         """Remove a limit and its counts."""
-        return Call("DELETE", f"/v1/limits/{_limit(name)}", _none)
+        return Call("DELETE", f"/v1/limits/{_limit(name)}", read_nothing)
 
     def handled_mark(self, key: str, *, agent_id: str | None = None, ttl_days: int | None = None) -> Call[HandledOut]:
         """Mark an item handled: a HandledOut whose `first_time` says whether no one had marked it before."""
@@ -364,67 +324,16 @@ class Requests:
         return Call(
             "POST",
             "/v1/handled",
-            _model(HandledOut),
-            json=_drop_none({"key": key, "agent_id": agent_id, "ttl_days": ttl_days}),
+            read_as(HandledOut),
+            json=drop_none({"key": key, "agent_id": agent_id, "ttl_days": ttl_days}),
             idempotent=False,
         )
 
     def handled_check(self, key: str, *, agent_id: str | None = None) -> Call[HandledOut | None]:
         """The HandledOut of a key marked before, or None."""
-        record = _model(HandledOut)
+        record = read_as(HandledOut)
 
         def parse(response: httpx.Response) -> HandledOut | None:
             return None if response.status_code == 404 else record(response)
 
-        return Call("GET", "/v1/handled", parse, params=_drop_none({"key": key, "agent_id": agent_id}), accept=(404,))
-
-    # -- the gate: reserve -> finish (or release) a guarded tool call ----------------
-
-    def gate_reserve(
-        self,
-        tool: str,
-        *,
-        key: str | None = None,
-        scope: str = "team",
-        limit: str | None = None,
-        units: int | None = None,
-        agent_id: str | None = None,
-        lease_s: float = DEFAULT_LEASE_S,
-    ) -> Call[ReserveAnswer]:
-        """Before running `tool`: hold `key` (a handled-ledger key, in the team's or, scope="agent", the agent's
-        ledger) and consume `units` of the daily `limit`, in one step. A ReserveAnswer: `allowed` with a
-        `reservation` to finish or release, or refused (an answer, not an exception) with `reason` ("handled",
-        "in_progress", "limit") and `message`, one sentence to hand to the model."""
-        # not resent after a lost answer: the resend would find our own reservation and answer in_progress
-        body = _drop_none(
-            {
-                "tool": tool,
-                "key": key,
-                "scope": scope,
-                "limit": limit,
-                "units": units,
-                "agent_id": agent_id,
-                "lease_s": lease_s,
-            }
-        )
-        return Call("POST", "/v1/gate/reserve", _model(ReserveAnswer), json=body, idempotent=False, accept=(409, 429))
-
-    def gate_finish(self, reservation: str, *, result: str | None = None) -> Call[FinishAnswer]:
-        """The tool ran: record the reservation's key handled with a short `result` (at most 500 chars)."""
-        return Call(
-            "POST",
-            "/v1/gate/finish",
-            _model(FinishAnswer),
-            json=_drop_none({"reservation": reservation, "result": result}),
-            idempotent=False,  # a resend after a lost answer would be a 404: the first one finished it
-        )
-
-    def gate_release(self, reservation: str, *, error: str | None = None) -> Call[ReleaseAnswer]:
-        """The tool failed: free the reservation's key and give back its units (`refunded`)."""
-        return Call(
-            "POST",
-            "/v1/gate/release",
-            _model(ReleaseAnswer),
-            json=_drop_none({"reservation": reservation, "error": error}),
-            idempotent=False,
-        )
+        return Call("GET", "/v1/handled", parse, params=drop_none({"key": key, "agent_id": agent_id}), accept=(404,))

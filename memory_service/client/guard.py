@@ -22,13 +22,27 @@ import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 from ..contract.gate import ReserveAnswer, render_key, template_fields
 from .errors import MemoryServiceError, Refused
 
-if TYPE_CHECKING:
-    from .memory_client import AsyncMemoryClient, MemoryClient
+
+class SyncGate(Protocol):
+    """`MemoryClient.gate` as the wrapper uses it (named here, not imported: the client imports this module)."""
+
+    def reserve(self, *args: Any, **kwargs: Any) -> ReserveAnswer: ...
+    def finish(self, *args: Any, **kwargs: Any) -> Any: ...
+    def release(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+class AsyncGate(Protocol):
+    """`AsyncMemoryClient.gate`, likewise."""
+
+    async def reserve(self, *args: Any, **kwargs: Any) -> ReserveAnswer: ...
+    async def finish(self, *args: Any, **kwargs: Any) -> Any: ...
+    async def release(self, *args: Any, **kwargs: Any) -> Any: ...
+
 
 log = logging.getLogger("memory_service.client")
 
@@ -117,7 +131,7 @@ def _error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:500]
 
 
-def guard_sync(client: MemoryClient, policy: Policy) -> Callable[[Callable[P, R]], Callable[P, R]]:
+def guard_sync(gate: SyncGate, policy: Policy) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """MemoryClient.guard's decorator: for plain (sync) functions."""
 
     def decorate(func: Callable[P, R]) -> Callable[P, R]:
@@ -128,19 +142,19 @@ def guard_sync(client: MemoryClient, policy: Policy) -> Callable[[Callable[P, R]
         @functools.wraps(func)
         def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
             key = _key(policy, signature, args, kwargs)
-            answer = client.gate.reserve(tool, **_reserve_args(policy, tool, key))
+            answer = gate.reserve(tool, **_reserve_args(policy, tool, key))
             if not answer.allowed or answer.reservation is None:
                 raise _refused(answer)
             try:
                 value = func(*args, **kwargs)
             except BaseException as exc:
                 try:
-                    client.gate.release(answer.reservation, error=_error(exc))
+                    gate.release(answer.reservation, error=_error(exc))
                 except MemoryServiceError as lost:
                     log.warning("guard: %s raised, and its release failed too: %s", tool, lost)
                 raise
             try:
-                client.gate.finish(answer.reservation, result=_short(value))
+                gate.finish(answer.reservation, result=_short(value))
             except MemoryServiceError as lost:
                 log.warning("guard: %s ran but its finish failed (the key frees when its lease ends): %s", tool, lost)
             return value
@@ -150,9 +164,7 @@ def guard_sync(client: MemoryClient, policy: Policy) -> Callable[[Callable[P, R]
     return decorate
 
 
-def guard_async(
-    client: AsyncMemoryClient, policy: Policy
-) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
+def guard_async(gate: AsyncGate, policy: Policy) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
     """AsyncMemoryClient.guard's decorator: for async functions."""
 
     def decorate(func: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
@@ -163,19 +175,19 @@ def guard_async(
         @functools.wraps(func)
         async def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
             key = _key(policy, signature, args, kwargs)
-            answer = await client.gate.reserve(tool, **_reserve_args(policy, tool, key))
+            answer = await gate.reserve(tool, **_reserve_args(policy, tool, key))
             if not answer.allowed or answer.reservation is None:
                 raise _refused(answer)
             try:
                 value = await func(*args, **kwargs)
             except BaseException as exc:
                 try:
-                    await client.gate.release(answer.reservation, error=_error(exc))
+                    await gate.release(answer.reservation, error=_error(exc))
                 except MemoryServiceError as lost:
                     log.warning("guard: %s raised, and its release failed too: %s", tool, lost)
                 raise
             try:
-                await client.gate.finish(answer.reservation, result=_short(value))
+                await gate.finish(answer.reservation, result=_short(value))
             except MemoryServiceError as lost:
                 log.warning("guard: %s ran but its finish failed (the key frees when its lease ends): %s", tool, lost)
             return value

@@ -199,7 +199,7 @@ class MemoryClient(_Sends):
         from the call's arguments) and within `units` of the daily `limit`; a refused call raises `Refused`
         (hand `exc.message` to the model) without running it, an exception releases the key and the units.
         `tool` names it in the ledger (default: the function's name). See client/guard.py."""
-        return guard_sync(self, Policy(once, limit, units, scope, agent_id, lease_s, tool))
+        return guard_sync(self.gate, Policy(once, limit, units, scope, agent_id, lease_s, tool))
 
     def _run(self, call: Call[T]) -> T:
         started, attempt = time.monotonic(), 0
@@ -276,7 +276,7 @@ class AsyncMemoryClient(_AwaitsSends):
         tool: str | None = None,
     ) -> Callable[[Callable[P, Awaitable[T]]], Callable[P, Awaitable[T]]]:
         """MemoryClient.guard for async functions: the same policy, awaited."""
-        return guard_async(self, Policy(once, limit, units, scope, agent_id, lease_s, tool))
+        return guard_async(self.gate, Policy(once, limit, units, scope, agent_id, lease_s, tool))
 
     async def _run(self, call: Call[T]) -> T:
         started, attempt = time.monotonic(), 0
