@@ -108,6 +108,9 @@ class Settings(BaseSettings):
     # recall's relevance floor: items less similar to the query than this (cosine) are left out, so an unrelated
     # question is not answered with k items of noise (recall/floor.py; a request's min_score replaces it). -1: off
     recall_floor: float = Field(default=0.25, ge=-1, le=1)
+    # the most bytes one llama-server reply may hold (a streamed one: at least 2 KiB per output token; a tokenize
+    # of the largest text always fits): beyond it the reply is refused, so a broken server cannot fill memory
+    llm_max_reply_bytes: int = Field(default=8 << 20, ge=64 << 10, le=1 << 30)
     # how long a recall with max_tokens waits for llama-server's /tokenize before counting by the estimate
     recall_tokenize_timeout_s: float = Field(default=0.2, gt=0, le=10)
     # threads for the requests' blocking store work (SQLite, PostgreSQL, Chroma calls): one pool, Services'
