@@ -118,7 +118,7 @@ class BoundedTransport(httpx.BaseTransport):
                     target=request.url.raw_path,
                 ),
                 headers=request.headers.raw,
-                content=request.stream,  # type: ignore[arg-type]
+                content=request.stream,
                 extensions=request.extensions,
             )
             answer = self._pool.handle_request(core)
@@ -162,7 +162,7 @@ class _BoundedBody(httpx.SyncByteStream):
         for name, value in declared:
             if name.lower() == b"content-length" and value.isdigit() and int(value) > cap:
                 raise self._too_large(cap)
-        pieces = iter(self._answer.stream)  # type: ignore[call-overload]
+        pieces = iter(self._answer.stream)  # type: ignore[arg-type]
         while True:
             _deadline.at = self._deadline
             try:

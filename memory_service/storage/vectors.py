@@ -273,7 +273,7 @@ def _http_client(url: str, call_timeout_s: float, max_reply_bytes: int) -> Any:
     if not isinstance(session, httpx.Client):  # a chromadb whose client we do not know: refuse, never run unbounded
         raise ChromaUnreachable(f"this chromadb's HTTP client cannot be given a deadline ({type(server).__name__})")
     transport = BoundedTransport(url, total_s=call_timeout_s, max_reply_bytes=max_reply_bytes)
-    server._session = httpx.Client(
+    server._session = httpx.Client(  # type: ignore[union-attr]
         transport=transport, headers=session.headers, timeout=call_timeout_s, trust_env=False
     )
     session.close()
