@@ -621,10 +621,13 @@ class _Handler(BaseHTTPRequestHandler):
                     self.wfile.write(b" ")
                     self.wfile.flush()
                 return
-            delta = json.dumps({"choices": [{"index": 0, "delta": {"content": "x" * 65000}}]})
-            piece = f"data: {delta}\n\n".encode() if streamed else b" " * 65536
             sent = 0
             while sent < settings.endless_bytes and not self.fake._stop_event.is_set():
+                if streamed:  # text that never repeats: a repetition loop would be cut by the client's LoopGuard
+                    delta = {"choices": [{"index": 0, "delta": {"content": os.urandom(32500).hex()}}]}
+                    piece = f"data: {json.dumps(delta)}\n\n".encode()
+                else:
+                    piece = b" " * 65536
                 self.wfile.write(piece)
                 sent += len(piece)
             self.wfile.flush()
