@@ -9,8 +9,9 @@ So every request to the server goes through `BoundedTransport`:
   5,000 rows is ~20 MB), from the connect to the last byte of the answer: every socket read and write is
   given only what is left of it;
 - a bounded read: an answer past MEMORY_CHROMA_MAX_REPLY_BYTES is refused as it arrives;
-- a bounded share: at most `slots` calls wait on the server at once; one more waits `SLOT_WAIT_S` for a
-  turn and then fails, so threads stuck on the server never hold the whole pool.
+- a bounded share: at most `slots` calls wait on the server at once; one more waits for a turn up to
+  `SLOT_WAIT_S`, but fails at once when the server has answered nothing for `STALLED_S` while all turns are
+  taken (it is stuck: waiting would only hold a thread), so threads stuck on the server never hold the pool.
 
 A call that fails so raises `ChromaServerFault`, which the API answers as 503 (storage unavailable).
 """
@@ -26,7 +27,8 @@ import httpcore
 import httpx
 
 BYTES_PER_S_ALLOWED = 400_000  # an upload's allowance: ~10 ms a row of ~4 KB, as the embedded child's per-row
-SLOT_WAIT_S = 1.0  # how long a call waits for a turn while `slots` others wait on the server
+SLOT_WAIT_S = 1.0  # how long a call waits for a turn while `slots` others wait on a server that answers
+STALLED_S = 0.5  # all turns taken and no answer for this long: the server is stuck, a call fails at once
 DEFAULT_SLOTS = 4  # of the blocking pool's threads (min(32, cores + 4)): the rest stay for saves and lookups
 
 _deadline = threading.local()  # the deadline (monotonic) of the request this thread is sending or reading
@@ -93,15 +95,17 @@ class BoundedTransport(httpx.BaseTransport):
 
     def __init__(self, url: str, *, total_s: float, max_reply_bytes: int, slots: int = DEFAULT_SLOTS) -> None:
         self.url, self.total_s, self.max_reply_bytes = url, total_s, max_reply_bytes
-        self._slots = threading.BoundedSemaphore(slots)
         self._n_slots = slots
+        self._turns = threading.Condition()
+        self._in_flight = 0
+        self._full_since = self._last_answer = time.monotonic()
         self._pool = httpcore.ConnectionPool(network_backend=_DeadlineBackend(), max_connections=slots + 4)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         path = request.url.path
         size = int(request.headers.get("content-length") or 0)
         total = self.total_s + size / BYTES_PER_S_ALLOWED
-        if not self._slots.acquire(timeout=min(SLOT_WAIT_S, total)):
+        if not self._take_turn(total):
             raise ChromaServerFault(
                 f"{self._n_slots} calls are already waiting on the Chroma server at MEMORY_CHROMA_URL={self.url}: "
                 f"it is stuck or overloaded, so {request.method} {path} was not sent; check the server"
@@ -123,12 +127,32 @@ class BoundedTransport(httpx.BaseTransport):
             )
             answer = self._pool.handle_request(core)
         except Exception as exc:
-            self._slots.release()
+            self._give_turn()
             raise self._fault(request, total, exc) from None
         finally:
             _deadline.at = None
+        self._last_answer = time.monotonic()
         body = _BoundedBody(self, request, answer, deadline, total)
         return httpx.Response(answer.status, headers=answer.headers, stream=body, extensions=answer.extensions)
+
+    def _take_turn(self, total: float) -> bool:
+        """A turn to call the server: at once if one is free; else wait while the server still answers."""
+        give_up = time.monotonic() + min(SLOT_WAIT_S, total)
+        with self._turns:
+            while self._in_flight >= self._n_slots:
+                now = time.monotonic()
+                if now >= give_up or now - max(self._last_answer, self._full_since) > STALLED_S:
+                    return False
+                self._turns.wait(0.05)
+            self._in_flight += 1
+            if self._in_flight == self._n_slots:
+                self._full_since = time.monotonic()
+            return True
+
+    def _give_turn(self) -> None:
+        with self._turns:
+            self._in_flight -= 1
+            self._turns.notify()
 
     def _fault(self, request: httpx.Request, total: float, exc: BaseException) -> BaseException:
         where = f"the Chroma server at MEMORY_CHROMA_URL={self.url}"
@@ -191,4 +215,4 @@ class _BoundedBody(httpx.SyncByteStream):
         try:
             self._answer.close()
         finally:
-            self._owner._slots.release()
+            self._owner._give_turn()
