@@ -104,10 +104,16 @@ class Settings(BaseSettings):
     chroma_process: bool = True
     # how long a call to that child may take (plus an allowance per row) before the child counts as hung and is
     # replaced: chromadb hung after the disk filled up, and every vector call queued behind it
+    # (a Chroma server's calls: the total deadline of each, plus an allowance for the bytes it uploads)
     vector_call_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    # the most bytes a Chroma server's answer may hold: past it the call fails, so a broken server cannot fill memory
+    chroma_max_reply_bytes: int = Field(default=256 << 20, ge=1 << 20, le=1 << 34)
     # recall's relevance floor: items less similar to the query than this (cosine) are left out, so an unrelated
     # question is not answered with k items of noise (recall/floor.py; a request's min_score replaces it). -1: off
     recall_floor: float = Field(default=0.25, ge=-1, le=1)
+    # the most bytes one llama-server reply may hold (a streamed one: at least 2 KiB per output token; a tokenize
+    # of the largest text always fits): beyond it the reply is refused, so a broken server cannot fill memory
+    llm_max_reply_bytes: int = Field(default=8 << 20, ge=64 << 10, le=1 << 30)
     # how long a recall with max_tokens waits for llama-server's /tokenize before counting by the estimate
     recall_tokenize_timeout_s: float = Field(default=0.2, gt=0, le=10)
     # threads for the requests' blocking store work (SQLite, PostgreSQL, Chroma calls): one pool, Services'
@@ -117,6 +123,9 @@ class Settings(BaseSettings):
     # postgresql://user@host/db: the journal, jobs, limits, handled ledger and keys live there instead of
     # the data dir's SQLite files, so several API processes can share them (see "Outgrowing one machine")
     database_url: str | None = None
+    # the longest one statement may run there (lock waits included): PostgreSQL ends it, and a server too stuck to
+    # do so is cut off 10 s later by the service, so a stuck database holds a thread for a bounded time. 0: none
+    database_statement_timeout_s: float = Field(default=300.0, ge=0, le=86400)
     # how long a worker holds a job without renewing (it renews every third of this while the job runs): a job
     # held by a process that died goes to another worker after at most this long
     job_lease_s: float = Field(default=60.0, ge=1.0, le=3600)

@@ -268,7 +268,10 @@ class Services(LimitsAndKeys):
                 log.info("resumed %d job(s) that were mid-extraction at the last stop", recovered)
         # shared database: jobs held by processes that died come back when their lease runs out
         vectors = data.open_vectors(
-            settings.chroma_url, process=settings.chroma_process, call_timeout_s=settings.vector_call_timeout_s
+            settings.chroma_url,
+            process=settings.chroma_process,
+            call_timeout_s=settings.vector_call_timeout_s,
+            max_reply_bytes=settings.chroma_max_reply_bytes,
         )
         forgetter = Forgetter(journal, vectors, store_for(journal))
         purged = forgetter.finish_pending()

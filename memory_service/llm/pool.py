@@ -31,7 +31,12 @@ class ModelPool:
     @classmethod
     def open(cls, settings: Settings, *, speed_prior: tuple[float, float] | None = None) -> ModelPool:
         """One handle per URL, in the order given; the first is the primary while it is up."""
-        return cls([ModelHandle(settings, LlamaClient(url), speed_prior=speed_prior) for url in settings.llm_urls])
+        return cls(
+            [
+                ModelHandle(settings, LlamaClient.for_settings(url, settings), speed_prior=speed_prior)
+                for url in settings.llm_urls
+            ]
+        )
 
     def __post_init__(self) -> None:
         if not self.handles:

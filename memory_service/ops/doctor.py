@@ -120,7 +120,7 @@ def _finish(report: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _diagnose_url(url: str, settings: Settings) -> dict[str, Any]:
-    client = LlamaClient(url)
+    client = LlamaClient.for_settings(url, settings)
     try:
         return await diagnose(client, settings)
     finally:

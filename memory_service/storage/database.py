@@ -19,12 +19,14 @@ import re
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from .chroma_http import ChromaServerFault
 from .chroma_process import ChromaCallError
+from .pg_bounds import GRACE_S, Watchdog, with_statement_timeout
 
 Dialect = Literal["sqlite", "postgresql"]
 
@@ -76,12 +78,15 @@ def storage_unavailable(exc: BaseException) -> bool:
 
     Only what really passes counts: a locked or busy SQLite file, a failing or full disk, a PostgreSQL
     connection refused or lost (psycopg raises those, and the pool's timeout, with no SQLSTATE), a closed
-    store, the vector store's child reporting its disk full or failing. "no such column", a syntax error or a constraint is a bug and never counts.
+    store, the vector store's child reporting its disk full or failing, a Chroma server past a call's deadline
+    or broken off. "no such column", a syntax error or a constraint is a bug and never counts.
     """
     if isinstance(exc, StorageClosed):
         return True
     if isinstance(exc, ChromaCallError):  # the vector store's disk: full or failing, as SQLite's below
         return exc.storage_full_or_failing
+    if isinstance(exc, ChromaServerFault):  # the Chroma server stuck past a call's deadline, gone, or sending junk
+        return True
     if isinstance(exc, sqlite3.OperationalError):
         code = getattr(exc, "sqlite_errorcode", None)
         if code is not None:
@@ -271,16 +276,24 @@ def to_postgres(sql: str) -> str:
 
 
 class _PgConn:
-    def __init__(self, conn: Any) -> None:
-        self._conn = conn
+    def __init__(self, conn: Any, watchdog: Watchdog | None = None) -> None:
+        self._conn, self._watchdog = conn, watchdog
+
+    def _watched(self) -> Any:
+        return self._watchdog.statement(self._conn) if self._watchdog is not None else nullcontext()
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        return self._conn.execute(to_postgres(sql), tuple(params))
+        with self._watched():  # psycopg reads the whole result here: fetching later is no round trip
+            return self._conn.execute(to_postgres(sql), tuple(params))
 
     def executemany(self, sql: str, params: Iterable[Sequence[Any]]) -> Any:
-        with self._conn.cursor() as cur:
+        with self._conn.cursor() as cur, self._watched():
             cur.executemany(to_postgres(sql), [tuple(p) for p in params])
             return cur
+
+
+CONNECT_TIMEOUT_S = 5  # a new connection, handshake included (libpq's connect_timeout)
+POOL_TIMEOUT_S = 5  # waiting for a free connection of the pool
 
 
 class PostgresDatabase(Database):
@@ -289,20 +302,26 @@ class PostgresDatabase(Database):
     # a worker storing facts holds up to three at once (the team's decision lock, its reads, the commit),
     # next to the API's requests and the passage indexer: 16 a process, well under PostgreSQL's default 100
     # connections for a few processes
-    def __init__(self, url: str, *, max_size: int = 16) -> None:
+    # `statement_timeout_s` (MEMORY_DATABASE_STATEMENT_TIMEOUT_S for the service; 0: none, the one-shot commands'
+    # default) bounds every statement: the server ends it at that, and a server too stuck to do so is cut off
+    # GRACE_S later by the watchdog (pg_bounds.py). Connecting is bounded by CONNECT_TIMEOUT_S, taking a
+    # connection from the pool by POOL_TIMEOUT_S: a stuck server holds a thread for a bounded time, never for good.
+    def __init__(self, url: str, *, max_size: int = 16, statement_timeout_s: float = 0) -> None:
         if psycopg is None:
             raise PostgresDriverMissing(url)
         from psycopg_pool import ConnectionPool
 
         self.url = url
-        psycopg.connect(url, connect_timeout=5).close()  # fail fast, with the server's own words
+        psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT_S).close()  # fail fast, with the server's own words
+        bounded = with_statement_timeout(url, statement_timeout_s) if statement_timeout_s > 0 else {}
+        self._watchdog = Watchdog(statement_timeout_s + GRACE_S, describe(url)) if statement_timeout_s > 0 else None
         self._pool = ConnectionPool(
             url,
             min_size=1,
             max_size=max_size,
             open=False,
-            timeout=5,
-            kwargs={"autocommit": True, "row_factory": _row_factory},
+            timeout=POOL_TIMEOUT_S,
+            kwargs={"autocommit": True, "row_factory": _row_factory, "connect_timeout": CONNECT_TIMEOUT_S, **bounded},
         )
         self._pool.open(wait=True, timeout=10)
 
@@ -316,18 +335,31 @@ class PostgresDatabase(Database):
     @contextmanager
     def transaction(self, *, durable: bool = True) -> Iterator[_PgConn]:
         with self._pool.connection() as conn:
-            with conn.transaction():
+            pg = _PgConn(conn, self._watchdog)
+            tx = conn.transaction()
+            with pg._watched():  # BEGIN and COMMIT are round trips too
+                tx.__enter__()
+            try:
                 if not durable:
-                    conn.execute("SET LOCAL synchronous_commit TO OFF")
-                yield _PgConn(conn)
+                    pg.execute("SET LOCAL synchronous_commit TO OFF")
+                yield pg
+            except BaseException as exc:
+                with pg._watched():
+                    if not tx.__exit__(type(exc), exc, exc.__traceback__):
+                        raise
+            else:
+                with pg._watched():
+                    tx.__exit__(None, None, None)
 
     @contextmanager
     def reading(self) -> Iterator[_PgConn]:
         with self._pool.connection() as conn:
-            yield _PgConn(conn)
+            yield _PgConn(conn, self._watchdog)
 
     def close(self) -> None:
         self._pool.close()
+        if self._watchdog is not None:
+            self._watchdog.close()
 
 
 def is_postgres_url(url: str | None) -> bool:
@@ -357,7 +389,7 @@ def open_database(settings: Any) -> Database | None:
             "leave it unset for the embedded SQLite files"
         )
     try:
-        return PostgresDatabase(url)
+        return PostgresDatabase(url, statement_timeout_s=settings.database_statement_timeout_s)
     except PostgresDriverMissing as exc:
         raise ValueError(f"MEMORY_DATABASE_URL={exc}") from None
     except Exception as exc:

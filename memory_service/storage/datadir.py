@@ -24,7 +24,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .datalock import LOCK_NAME, DataDirBusy, DataDirLock
 
@@ -214,12 +214,19 @@ class DataDir:
         return file
 
     def open_vectors(
-        self, url: str | None = None, *, process: bool = False, call_timeout_s: float | None = None
+        self,
+        url: str | None = None,
+        *,
+        process: bool = False,
+        call_timeout_s: float | None = None,
+        max_reply_bytes: int | None = None,
     ) -> VectorStore:
         """The Chroma server at `url`, or the embedded store in `chroma/` (in a child process with `process`)."""
         from .vectors import VectorStore
 
-        more = {} if call_timeout_s is None else {"call_timeout_s": call_timeout_s}
+        more: dict[str, Any] = {} if call_timeout_s is None else {"call_timeout_s": call_timeout_s}
+        if max_reply_bytes is not None:
+            more["max_reply_bytes"] = max_reply_bytes
         store = VectorStore(self.vectors_dir, url=url, process=process, **more)
         if url is None:  # files from before `private_umask` (or made by another umask) are tightened here
             make_private(self.vectors_dir)

@@ -12,7 +12,8 @@
 - Embedded `PersistentClient` allows one writer process per path; pointing
   `MEMORY_CHROMA_URL` at a Chroma server is the multi-process deployment. Its client gets a
   heartbeat at start-up (an unreachable server is one clear error, not a traceback mid-request)
-  and timeouts on every request (chromadb's own HTTP client waits for ever).
+  and, on every request, a total deadline, a capped answer and a bounded share of the threads
+  (`chroma_http`; chromadb's own HTTP client waits for ever).
 """
 
 from __future__ import annotations
@@ -26,11 +27,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from .chroma_http import BoundedTransport, ChromaServerFault
 from .chroma_process import CALL_TIMEOUT_S, ChromaProcess, chroma_settings
 
 MAX_BATCH = 5000  # Chroma refuses more than 5,461 rows per call
-CONNECT_TIMEOUT_S = 5.0
-REQUEST_TIMEOUT_S = 120.0  # an upsert of MAX_BATCH rows to a busy server, with room to spare
+CONNECT_TIMEOUT_S = 5.0  # the heartbeat at start-up, in all
+MAX_REPLY_BYTES = 256 << 20  # MEMORY_CHROMA_MAX_REPLY_BYTES' default: a get of MAX_BATCH embeddings is ~40 MB
 
 
 @dataclass
@@ -87,9 +89,10 @@ class VectorStore:
         url: str | None = None,
         process: bool = False,
         call_timeout_s: float = CALL_TIMEOUT_S,
+        max_reply_bytes: int = MAX_REPLY_BYTES,
     ) -> None:
         if url:
-            self._client = _http_client(url)
+            self._client = _http_client(url, call_timeout_s, max_reply_bytes)
         else:
             assert path is not None
             path.mkdir(parents=True, exist_ok=True)
@@ -236,12 +239,12 @@ def probe_server(url: str) -> tuple[str, int, bool]:
     parsed = urlparse(url)
     host, ssl = parsed.hostname or "127.0.0.1", parsed.scheme == "https"
     port = parsed.port or (443 if ssl else 8000)
+    transport = BoundedTransport(url, total_s=CONNECT_TIMEOUT_S, max_reply_bytes=64 << 10, slots=1)
     try:
-        response = httpx.get(
-            f"{parsed.scheme}://{host}:{port}/api/v2/heartbeat", timeout=CONNECT_TIMEOUT_S, trust_env=False
-        )
-        response.raise_for_status()
-    except httpx.HTTPError as exc:
+        with httpx.Client(transport=transport, timeout=CONNECT_TIMEOUT_S, trust_env=False) as http:
+            response = http.get(f"{parsed.scheme}://{host}:{port}/api/v2/heartbeat")
+            response.raise_for_status()
+    except (httpx.HTTPError, ChromaServerFault) as exc:
         why = (
             f"HTTP {exc.response.status_code}"
             if isinstance(exc, httpx.HTTPStatusError)
@@ -254,8 +257,9 @@ def probe_server(url: str) -> tuple[str, int, bool]:
     return host, port, ssl
 
 
-def _http_client(url: str) -> Any:
-    """A client of the Chroma server at `url`, after its heartbeat answered, with timeouts on every request."""
+def _http_client(url: str, call_timeout_s: float, max_reply_bytes: int) -> Any:
+    """A client of the Chroma server at `url`, after its heartbeat answered, whose every request goes through a
+    `BoundedTransport`: a total deadline of `call_timeout_s` (plus an upload's allowance), a capped answer."""
     import chromadb
     import httpx
 
@@ -264,9 +268,15 @@ def _http_client(url: str) -> Any:
         client = chromadb.HttpClient(host=host, port=port, ssl=ssl, settings=chroma_settings())
     except ValueError as exc:  # chromadb's words for a server that went away or lacks the default tenant
         raise ChromaUnreachable(f"the Chroma server at MEMORY_CHROMA_URL={url} refused the client: {exc}") from None
-    session = getattr(getattr(client, "_server", None), "_session", None)
-    if isinstance(session, httpx.Client):
-        session.timeout = httpx.Timeout(REQUEST_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
+    server = getattr(client, "_server", None)
+    session = getattr(server, "_session", None)
+    if not isinstance(session, httpx.Client):  # a chromadb whose client we do not know: refuse, never run unbounded
+        raise ChromaUnreachable(f"this chromadb's HTTP client cannot be given a deadline ({type(server).__name__})")
+    transport = BoundedTransport(url, total_s=call_timeout_s, max_reply_bytes=max_reply_bytes)
+    server._session = httpx.Client(  # type: ignore[union-attr]
+        transport=transport, headers=session.headers, timeout=call_timeout_s, trust_env=False
+    )
+    session.close()
     return client
 
 

@@ -28,6 +28,10 @@ pieces get a normal answer, and so does a request with DRY sampling on when ``dr
 Mode ``script`` plays a tool-calling agent model: ``set_mode("script", script=[turns])`` replays assistant
 turns with ``tool_calls`` chosen by the conversation (see `scripted_reply`), for the agent eval's smoke test.
 
+Option ``fault`` (any mode) plays a broken peer on the paths in ``fault_on``: ``silent`` (accepts, never
+answers), ``trickle_headers`` / ``trickle_body`` (a byte every ``trickle_s``), ``endless`` (a body, or stream
+events, of ``endless_bytes``): what the client's total deadlines and read caps are for (issue 53).
+
 Tokens are approximated deterministically (runs of up to 4 word characters,
 or one punctuation character; whitespace is free), the same way for
 ``/tokenize``, ``prompt_n`` (the ``/apply-template`` rendering of the
@@ -76,6 +80,8 @@ MODES: frozenset[str] = frozenset(
         "loop",
     }
 )
+
+FAULTS = ("silent", "trickle_headers", "trickle_body", "endless")
 
 BUILD_INFO = "b11434-fake0000"
 MODEL_ALIAS = "fake-qwen3-0.6b-q4_k_m.gguf"
@@ -203,6 +209,14 @@ class Settings:
     loop_above: int = 0
     loop_head: int = 2  # complete facts before the loop
     dry_breaks_loop: bool = False  # a request with dry_multiplier > 0 gets a normal answer (DRY broke the loop)
+    # any mode: a peer fault on the paths in `fault_on` (None: every path but the control ones), issue 53's:
+    # "silent" accepts and never answers; "trickle_headers" sends the status line then a header byte every
+    # `trickle_s`; "trickle_body" sends a 200 then a body byte every `trickle_s`; "endless" sends a 200 then
+    # `endless_bytes` of body as fast as the client reads (stream events on a streamed chat), then closes
+    fault: str | None = None
+    fault_on: list[str] | None = None
+    trickle_s: float = 0.5
+    endless_bytes: int = 64 << 20
 
     def check(self) -> None:
         if self.mode not in MODES:
@@ -217,6 +231,8 @@ class Settings:
             raise ValueError("tool_style must be 'hermes' or 'qwen_xml'")
         if self.drop_style not in ("close", "partial"):
             raise ValueError("drop_style must be 'close' or 'partial'")
+        if self.fault not in (None, *FAULTS):
+            raise ValueError(f"fault must be one of {FAULTS} or None")
 
 
 _OPTION_NAMES = frozenset(f.name for f in fields(Settings)) - {"mode"}
@@ -561,6 +577,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._control(method, path)
             return
         settings = self.fake._snapshot()
+        if settings.fault and (settings.fault_on is None or path in settings.fault_on):
+            self._fault(settings, path)
+            return
         if settings.mode == "loading":
             self._read_body()
             self._error(503, "Loading model", "unavailable_error")
@@ -582,6 +601,47 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(404, "File Not Found", "not_found_error")
             return
         handler(settings)
+
+    def _fault(self, settings: Settings, path: str) -> None:
+        """A peer that never answers, answers a byte at a time, or never stops: what a total deadline and a
+        bounded read are for (a per-read timeout outlives a trickle; a body read whole outgrows memory)."""
+        body, _ = self._read_json()
+        self.close_connection = True
+        try:
+            if settings.fault == "silent":
+                self._wait(None)
+                return
+            if settings.fault == "trickle_headers":
+                self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Slow: ")
+                self.wfile.flush()
+                while self._wait(settings.trickle_s):
+                    self.wfile.write(b"x")
+                    self.wfile.flush()
+                return
+            streamed = bool(body and body.get("stream"))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream" if streamed else "application/json")
+            if settings.fault == "trickle_body":
+                self.send_header("Content-Length", str(1 << 20))
+            self.end_headers()
+            self.wfile.flush()
+            if settings.fault == "trickle_body":
+                while self._wait(settings.trickle_s):
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                return
+            sent = 0
+            while sent < settings.endless_bytes and not self.fake._stop_event.is_set():
+                if streamed:  # text that never repeats: a repetition loop would be cut by the client's LoopGuard
+                    delta = {"choices": [{"index": 0, "delta": {"content": os.urandom(32500).hex()}}]}
+                    piece = f"data: {json.dumps(delta)}\n\n".encode()
+                else:
+                    piece = b" " * 65536
+                self.wfile.write(piece)
+                sent += len(piece)
+            self.wfile.flush()
+        except OSError:
+            pass
 
     def _control(self, method: str, path: str) -> None:
         if path == "/_fake/mode" and method == "GET":
