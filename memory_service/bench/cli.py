@@ -1,7 +1,7 @@
 """`memory-service bench`: the benchmark suite, each figure printed beside its goal.
 
 Runs the benchmarks of this package (extraction, remember, fairness, consolidation, recall, limits,
-transfer, webhooks, proxy, rss, scale; each also runnable alone as `python -m memory_service.bench.<name>`)
+transfer, webhooks, proxy, gate, rss, scale; each also runnable alone as `python -m memory_service.bench.<name>`)
 in one process tree with one shared llama-server (default model), so every benchmark on a noisy shared machine is
 compared with a baseline measured in the same run. Writes one JSON and one PNG per benchmark into
 --out (PNGs need the `bench` extra), plus summary.json with every goal and its verdict.
@@ -26,7 +26,7 @@ from ..testbed.probes import machine_info
 from ..testbed.results import pyplot, save_plot, write_figure, write_json
 from ..testbed.service_runner import ServiceRunner, start_llama
 from ..testbed.stats import goal
-from . import consolidation, extraction, fairness, proxy, recall, remember, rss, scale, transfer, webhooks
+from . import consolidation, extraction, fairness, gate, proxy, recall, remember, rss, scale, transfer, webhooks
 from .options import add_bench_arguments
 
 LIMITS_CONCURRENCY = 32
@@ -142,6 +142,8 @@ def run_bench(args: argparse.Namespace) -> int:
                 ("webhooks", lambda: webhooks.run(llm_url=llama.url, quick=quick, workdir=workdir), webhooks.plot),
                 # against the checkout's fake llama-server: what the proxy adds, not what the model costs
                 ("proxy", lambda: proxy.run(quick=quick, workdir=workdir), proxy.plot),
+                # the same fake: what the gate adds to a tool call (an MCP server of the package as the upstream)
+                ("gate", lambda: gate.run(quick=quick, workdir=workdir), gate.plot),
                 (
                     "rss",
                     lambda: rss.run(

@@ -10,8 +10,8 @@ own client. Each round makes, in a rotating order,
   - unguarded: a call through the gate of a tool the policy does not name (stdio hop only);
   - once:      a guarded call of a `once` tool, a new key each call (reserve -> tool -> finish);
   - limit:     a guarded call of a `limit` tool (reserve of 1 unit -> tool -> finish);
-and, apart, reserve and finish straight from this process (what the service answers in, without the gate),
-and a repeat of a handled key (refused: the tool does not run). The goal: a guarded call adds at most 3 ms p50
+  - alone:     reserve, finish and GET /health straight from this process (the service's share, no gate);
+and at the end a repeat of some handled keys (refused: the tool does not run). The goal: a guarded call adds at most 3 ms p50
 over the bare one. The upstream's own log counts the runs: each `once` key must have run exactly once.
 
     python -m memory_service.bench.gate [--quick] [--calls N] [--out DIR]
@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
@@ -56,6 +57,7 @@ limit = "{LIMIT}"
 """
 UPSTREAM = "memory_service.testbed.mcp_upstream"
 PATHS = ("bare", "unguarded", "once", "limit")
+ALONE = ("alone_reserve", "alone_finish", "alone_health")  # from this process, no gate: the service's share
 ROOT = Path(__file__).resolve().parents[2]  # so the children import this checkout, wherever they start
 
 
@@ -90,48 +92,61 @@ async def timed(call: Callable[[], Awaitable[Any]]) -> tuple[float, Any]:
     return time.perf_counter() - began, result
 
 
-def ok(result: Any, path: str) -> None:
-    if getattr(result, "is_error", False):
-        said = " ".join(getattr(part, "text", "") for part in result.content)
-        raise RuntimeError(f"a {path} call failed: {said}")
-
-
 async def measure(url: str, key: str, policy: Path, logs: Path, calls: int) -> dict[str, Any]:
-    """Interleaved rounds of the four paths; then the service's own reserve/finish and refused repeats."""
-    times: dict[str, list[float]] = {path: [] for path in PATHS}
+    """Interleaved rounds of the four paths and of the service alone; then repeats of handled keys."""
+    times: dict[str, list[float]] = {path: [] for path in (*PATHS, *ALONE)}
     run_id = secrets.token_hex(4)
     keys: list[str] = []
-    async with upstream_client(logs / "bare.jsonl") as bare, gate_client(url, key, policy, logs / "gate.jsonl") as via:
+    async with (
+        upstream_client(logs / "bare.jsonl") as bare,
+        gate_client(url, key, policy, logs / "gate.jsonl") as via,
+        AsyncMemoryClient(url, api_key=key) as memory,
+        httpx.AsyncClient(base_url=url, trust_env=False) as plain,
+    ):
         counter = 0
 
-        def call_of(path: str) -> Callable[[], Awaitable[Any]]:
+        async def one(path: str) -> None:
             nonlocal counter
             counter += 1
             item = f"{run_id}-{counter}"
+            if path == "alone":  # reserve and finish straight from here, each timed
+                took, granted = await timed(lambda: memory.gate.reserve("alone", key=item, agent_id="bench"))
+                assert granted.reservation is not None, granted
+                finished, _ = await timed(lambda: memory.gate.finish(granted.reservation, result="done"))
+                health, _ = await timed(lambda: plain.get("/health"))
+                for name, value in zip(ALONE, (took, finished, health), strict=True):
+                    times[name].append(value)
+                return
             if path == "bare":
-                return lambda: bare.call_tool("process_item", {"item_id": item})
-            if path == "unguarded":
-                return lambda: via.call_tool("lookup", {"item_id": item})
-            if path == "once":
+                call = bare.call_tool("process_item", {"item_id": item})
+            elif path == "unguarded":
+                call = via.call_tool("lookup", {"item_id": item})
+            elif path == "once":
                 keys.append(item)
-                return lambda: via.call_tool("process_item", {"item_id": item})
-            return lambda: via.call_tool("send_email", {"to": f"{item}@example.com", "subject": "bench"})
+                call = via.call_tool("process_item", {"item_id": item})
+            else:
+                call = via.call_tool("send_email", {"to": f"{item}@example.com", "subject": "bench"})
+            began = time.perf_counter()
+            result = await call
+            times[path].append(time.perf_counter() - began)
+            if result.is_error:
+                said = " ".join(getattr(part, "text", "") for part in result.content)
+                raise RuntimeError(f"a {path} call failed: {said}")
 
+        rounds = (*PATHS, "alone")
         for _ in range(WARMUP):  # connections, imports, first queries: not measured
-            for path in PATHS:
-                ok((await timed(call_of(path)))[1], path)
+            for path in rounds:
+                await one(path)
+        for values in times.values():
+            values.clear()
         warm_keys = len(keys)
         for n in range(calls):
-            order = PATHS[n % len(PATHS) :] + PATHS[: n % len(PATHS)]
-            for path in order:
-                took, result = await timed(call_of(path))
-                ok(result, path)
-                times[path].append(took)
+            for path in rounds[n % len(rounds) :] + rounds[: n % len(rounds)]:
+                await one(path)
         refused = 0
         for item in keys[warm_keys : warm_keys + REPEATS]:
             result = await via.call_tool("process_item", {"item_id": item})
             refused += bool(result.is_error)
-    alone = await service_alone(url, key, calls)
     runs = [json.loads(line) for line in (logs / "gate.jsonl").read_text().splitlines() if line.strip()]
     ran = [r["arguments"]["item_id"] for r in runs if r["tool"] == "process_item"]
     per_key = {k: ran.count(k) for k in keys}
@@ -144,7 +159,7 @@ async def measure(url: str, key: str, policy: Path, logs: Path, calls: int) -> d
             }
             for path in PATHS[1:]
         },
-        "service_alone": alone,
+        "service_alone": {name.removeprefix("alone_"): latency_summary(times[name]) for name in ALONE},
         "once_keys": {
             "keys": len(keys),
             "ran_once": sum(1 for count in per_key.values() if count == 1),
@@ -154,24 +169,6 @@ async def measure(url: str, key: str, policy: Path, logs: Path, calls: int) -> d
             "repeats_refused": refused,
         },
     }
-
-
-async def service_alone(url: str, key: str, calls: int) -> dict[str, Any]:
-    """reserve and finish straight from this process, on one connection: what the gate's two calls cost
-    without the gate around them."""
-    reserve: list[float] = []
-    finish: list[float] = []
-    async with AsyncMemoryClient(url, api_key=key) as memory:
-        for n in range(WARMUP + calls):
-            took, granted = await timed(
-                lambda n=n: memory.gate.reserve("alone", key=f"alone-{secrets.token_hex(4)}-{n}", agent_id="bench")
-            )
-            assert granted.reservation is not None
-            finished, _ = await timed(lambda g=granted.reservation: memory.gate.finish(g, result="done"))
-            if n >= WARMUP:
-                reserve.append(took)
-                finish.append(finished)
-    return {"reserve": latency_summary(reserve), "finish": latency_summary(finish)}
 
 
 def run(*, quick: bool, workdir: Path, calls: int | None = None) -> dict[str, Any]:
@@ -199,6 +196,7 @@ def run(*, quick: bool, workdir: Path, calls: int | None = None) -> dict[str, An
         fake_proc.wait(10)
     added = measured["added_over_bare"]
     keys = measured["once_keys"]
+    measured["breakdown_p50_ms"] = breakdown(measured)
     failed = []
     if keys["ran_once"] != keys["keys"]:
         failed.append(f"of {keys['keys']} once keys, {keys['keys'] - keys['ran_once']} did not run exactly once")
@@ -216,6 +214,24 @@ def run(*, quick: bool, workdir: Path, calls: int | None = None) -> dict[str, An
         "failed_checks": failed,
         "machine": machine_info(),
     }
+
+
+def breakdown(measured: dict[str, Any]) -> dict[str, Any]:
+    """Where a guarded call's added p50 goes: the gate's extra stdio hop (unguarded over bare), the service's
+    reserve and finish as this process sees them, and the rest (the gate's own work and waiting)."""
+    paths, alone = measured["paths"], measured["service_alone"]
+    hop = round(paths["unguarded"]["p50_ms"] - paths["bare"]["p50_ms"], 2)
+    reserve, finish = alone["reserve"]["p50_ms"], alone["finish"]["p50_ms"]
+    out: dict[str, Any] = {
+        "stdio_hop": hop,
+        "reserve": reserve,
+        "finish": finish,
+        "http_floor": alone["health"]["p50_ms"],
+    }
+    for path in ("once", "limit"):
+        added = measured["added_over_bare"][path]["p50_ms"]
+        out[f"{path}_rest"] = round(added - hop - reserve - finish, 2)
+    return out
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
