@@ -265,6 +265,11 @@ def test_a_limit_of_3_runs_3_of_5_calls_and_the_refusal_names_it(
     for failed, refusal in answers[3:]:
         assert failed and f"daily limit '{limit}'" in refusal and "3 of 3" in refusal, refusal
     assert memory.limits.get(limit).used == 3
+    # a limit alone's finish goes beside the answer (gate/guard.py); the gate waits for them all before it exits
+    assert service.services is not None
+    with service.services.limits.db.reading() as conn:
+        left = conn.execute("SELECT id FROM gate_reservations WHERE limit_name = ?", (limit,)).fetchall()
+    assert left == []
 
 
 # ---------------------------------------------------------------- failures

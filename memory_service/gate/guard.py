@@ -5,6 +5,8 @@
       granted  -> call the upstream tool
                     error (isError, or an MCP error) -> release: the key is free again, the units refunded
                     success                          -> finish: the key is handled, with a short result
+                                                        (a limit alone: finish only drops the reservation, so it
+                                                        is sent beside the answer, not before it)
 
 The promise is at most once per key and at most N units a day, so every doubt fails closed: a service that
 does not answer, refuses the key or the values means the tool is not run, and the model reads one sentence
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import mcp_types as types
@@ -38,6 +40,12 @@ META = "memory-service/gate"  # the `_meta` key of the gate's own answers: {"ref
 UpstreamCall = Callable[[str, dict[str, Any] | None], Awaitable[types.CallToolResult]]
 
 
+class Background(Protocol):
+    """Where a finish that need not hold up the answer runs: the gate's task group, which is waited for at exit."""
+
+    def start_soon(self, func: Callable[..., Awaitable[Any]], *args: Any) -> None: ...
+
+
 def lost(exc: MCPError) -> bool:
     """No answer came (the connection closed, or the request timed out): the tool may have run. The SDK raises
     these itself, with codes a server may also send, so its own message is what tells them apart."""
@@ -57,10 +65,21 @@ def answer(text: str, reason: str) -> types.CallToolResult:
 
 
 class Guard:
-    """The guarded calls of one gate: one service client, one agent id, the policy's tools."""
+    """The guarded calls of one gate: one service client (one pooled keep-alive connection, reused by every
+    call), one agent id, the policy's tools. `background`: where the finish of a call without a key runs
+    (none: it is awaited like the others)."""
 
-    def __init__(self, memory: AsyncMemoryClient, *, url: str, agent_id: str, upstream: UpstreamCall) -> None:
+    def __init__(
+        self,
+        memory: AsyncMemoryClient,
+        *,
+        url: str,
+        agent_id: str,
+        upstream: UpstreamCall,
+        background: Background | None = None,
+    ) -> None:
         self.memory, self.url, self.agent_id, self.upstream = memory, url, agent_id, upstream
+        self.background = background
 
     async def call(self, policy: ToolPolicy, arguments: dict[str, Any] | None) -> types.CallToolResult:
         tool = policy.tool
@@ -101,6 +120,11 @@ class Guard:
         else:
             if result.is_error:
                 await self._release(reservation, tool, text_of(result))
+            elif key is None and self.background is not None:
+                # a limit alone: its units were taken at reserve and stay used; finish records nothing, it only
+                # drops the reservation (a lost one expires with its lease, blocking no key), so the model need
+                # not wait for it. A key's finish is awaited: the answer never comes before the key is handled.
+                self.background.start_soon(self._finish_later, reservation, tool, text_of(result)[:RESULT_CHARS])
             else:
                 await self._finish(reservation, tool, text_of(result)[:RESULT_CHARS])
             return result
@@ -175,6 +199,13 @@ class Guard:
             log.error(
                 "gate: could not release %s after %s failed (%s): it expires with its lease", reservation, tool, exc
             )
+
+    async def _finish_later(self, reservation: str, tool: str, result: str) -> None:
+        """`_finish` beside the answer: what goes wrong is logged, it cannot reach a caller, nor stop the gate."""
+        try:
+            await self._finish(reservation, tool, result)
+        except Exception:
+            log.exception("gate: dropping reservation %s of %s failed; it expires with its lease", reservation, tool)
 
     async def _finish(self, reservation: str, tool: str, result: str) -> None:
         """Record the key handled. A service that blinks here is retried: an unrecorded key would let the item

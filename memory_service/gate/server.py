@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
+import anyio
 import mcp_types as types
 from mcp.server.lowlevel import Server
 from mcp.server.mcpserver import MCPServer
@@ -168,8 +169,9 @@ async def serve(
                 "write key (memory-service keys create --team TEAM --role write)"
             )
         await check_limits(memory, config.policy, found)
-        async with start_upstream(config.command) as upstream:
-            guard = Guard(memory, url=mcp.url, agent_id=mcp.agent_id, upstream=upstream.call_tool)
+        # `pending`: the finishes sent beside an answer (guard.py), waited for after the upstream is stopped
+        async with anyio.create_task_group() as pending, start_upstream(config.command) as upstream:
+            guard = Guard(memory, url=mcp.url, agent_id=mcp.agent_id, upstream=upstream.call_tool, background=pending)
             memory_server, said = None, None
             if config.memory_tools == "core":
                 toolbox = Toolbox(memory, url=mcp.url, agent_id=mcp.agent_id)
