@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 import mcp_types as types
+from anyio.abc import TaskGroup
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
@@ -41,12 +42,6 @@ UNREACHABLE = (0, 502, 503, 504)  # no answer, or none from the service itself: 
 META = "memory-service/gate"  # the `_meta` key of the gate's own answers: {"refused": why}
 
 UpstreamCall = Callable[[str, dict[str, Any] | None], Awaitable[types.CallToolResult]]
-
-
-class Background(Protocol):
-    """Where a finish that need not hold up the answer runs: the gate's task group, which is waited for at exit."""
-
-    def start_soon(self, func: Callable[..., Awaitable[Any]], *args: Any) -> None: ...
 
 
 def lost(exc: MCPError) -> bool:
@@ -69,8 +64,8 @@ def answer(text: str, reason: str) -> types.CallToolResult:
 
 class Guard:
     """The guarded calls of one gate: one service client (one pooled keep-alive connection, reused by every
-    call), one agent id, the policy's tools. `background`: where the finish of a call without a key runs
-    (none: it is awaited like the others)."""
+    call), one agent id, the policy's tools. `background`: the gate's task group, where the finish of a call
+    without a key runs, waited for at exit (none: it is awaited like the others)."""
 
     def __init__(
         self,
@@ -79,7 +74,7 @@ class Guard:
         url: str,
         agent_id: str,
         upstream: UpstreamCall,
-        background: Background | None = None,
+        background: TaskGroup | None = None,
     ) -> None:
         self.memory, self.url, self.agent_id, self.upstream = memory, url, agent_id, upstream
         self.background = background
