@@ -66,6 +66,9 @@ from .storage.database import storage_unavailable as storage_unavailable
 from .storage.datadir import KEYS_FILE as KEYS_FILE  # named from here by the app and the CLI
 from .storage.datadir import DataDir, DataDirBusy
 from .storage.datalock import DataDirLock
+from .storage.gate import Finished as Finished
+from .storage.gate import GateCall as GateCall
+from .storage.gate import Reserved as Reserved
 from .storage.journal import DONE as DONE
 from .storage.journal import FAILED as FAILED
 from .storage.journal import Fact, Journal
@@ -136,6 +139,18 @@ class LimitsAndKeys:
     def handled_record(self, team: str, key: str, agent_id: str | None = None) -> HandledRecord | None:
         """The live record of `key`, or None if never seen or expired."""
         return self.limits.get_handled(team, key, agent_id)
+
+    def gate_reserve(self, team: str, call: GateCall) -> Reserved:
+        """The gate's reserve: ledger, live reservations and limit checked, the key held, in one transaction."""
+        return self.limits.reserve(team, call)
+
+    def gate_finish(self, team: str, reservation: str, result: str | None, pinned: str | None) -> Finished:
+        """The tool ran: its key recorded handled (by, tool, result); the units stay used."""
+        return self.limits.finish(team, reservation, result, pinned)
+
+    def gate_release(self, team: str, reservation: str, pinned: str | None) -> int:
+        """The tool failed: the key freed and the units given back; how many were."""
+        return self.limits.release(team, reservation, pinned)
 
     def has_stored_keys(self) -> bool:
         """Whether the key store holds an active key (MEMORY_API_KEYS aside)."""

@@ -122,6 +122,15 @@ def test_everything_shown_is_escaped(inprocess: InProcessApp, saved: str) -> Non
     assert "&lt;script&gt;alert(" in detail and "&lt;b&gt;prose&lt;/b&gt;" in detail
 
 
+def test_a_key_the_gate_finished_shows_who_with_which_tool_and_the_result(inprocess: InProcessApp) -> None:
+    api = inprocess.client("key-a")
+    held = api.post("/v1/gate/reserve", json={"tool": "process_item", "key": "ticket:77", "agent_id": "triage"})
+    api.post("/v1/gate/finish", json={"reservation": held.json()["reservation"], "result": "<b>closed</b> as dup"})
+    page = login(inprocess, "key-a").get("/ui/handled?key=ticket:77").text
+    assert re.search(r'id="handled-by">triage with <code>process_item</code>', page)
+    assert 'id="handled-result">&lt;b&gt;closed&lt;/b&gt; as dup' in page
+
+
 def test_a_second_team_sees_nothing_and_cannot_retry(inprocess: InProcessApp, saved: str) -> None:
     b = login(inprocess, "key-b")
     assert b.get(f"/ui/memories/{saved}").status_code == 404

@@ -24,6 +24,7 @@ INJECTED = {
     "wire": ("client/core.py", "from ..storage import journal"),
     "mcp": ("mcp_server/tools.py", "from ..storage import keys"),
     "proxy": ("proxy/brief.py", "from ..recall import context"),
+    "gate": ("gate/guard.py", "from ..services import Services"),
     "storage": ("storage/catalog.py", "from ..extraction import grounding"),
     "leaves": ("llm/runtime/__init__.py", "from ...storage import datadir"),
     "extraction": ("extraction/prompt.py", "from ..llm import client"),

@@ -26,6 +26,9 @@ MATRIX: list[tuple[str, str, dict[str, Any] | None, str]] = [
     ("POST", "/v1/remember", {"text": "Invoice 12 paid.", "agent_id": "bot"}, "write"),
     ("POST", "/v1/limits/emails/consume", {"agent_id": "bot"}, "write"),
     ("POST", "/v1/handled", {"key": "new-item"}, "write"),
+    ("POST", "/v1/gate/reserve", {"tool": "t", "key": "gated", "limit": "emails"}, "write"),
+    ("POST", "/v1/gate/finish", {"reservation": "res_" + "0" * 24}, "write"),
+    ("POST", "/v1/gate/release", {"reservation": "res_" + "0" * 24}, "write"),
     ("POST", "/v1/import", None, "write"),
     ("PUT", "/v1/limits/posts", {"daily_limit": 5, "timezone": "UTC"}, "admin"),
     ("DELETE", "/v1/limits/emails", None, "admin"),
@@ -57,8 +60,11 @@ def _state(app: InProcessApp, team: str) -> dict[str, Any]:
     journal = app.services.journal
     with journal.reading() as conn:
         memories = conn.execute("SELECT id, status FROM memories WHERE team = ? ORDER BY id", (team,)).fetchall()
+    with app.services.limits.db.reading() as conn:
+        reservations = conn.execute("SELECT id FROM gate_reservations WHERE team = ? ORDER BY id", (team,)).fetchall()
     return {
         "memories": [tuple(r) for r in memories],
+        "reservations": [tuple(r) for r in reservations],
         "limits": [(v.name, v.used, v.daily_limit) for v in app.services.limits.list_limits(team, None)],
         "handled": app.services.limits.get_handled(team, "new-item", None) is not None,
         "keys": [(k.id, k.revoked_at) for k in app.services.keys.list(team, include_revoked=True)],

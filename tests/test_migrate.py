@@ -12,6 +12,7 @@ import pytest
 
 from memory_service.storage.catalog import export_records
 from memory_service.storage.database import PostgresDatabase
+from memory_service.storage.gate import GateCall
 from memory_service.storage.journal import QUEUED, FactPlan, Journal, NewFact
 from memory_service.storage.keys import KeyStore
 from memory_service.storage.limits import LimitStore
@@ -75,10 +76,14 @@ def build_data_dir(data: Path) -> dict:
     first = limits.consume("team-a", "emails", "agent-1", idempotency_key="send-1")
     limits.mark_handled("team-a", "https://example.com/item/1")
     limits.mark_handled("team-a", "https://example.com/item/1")
+    done = limits.reserve("team-a", GateCall(tool="process_item", key="ticket:1", agent_id="agent-0"))
+    limits.finish("team-a", done.reservation or "", "closed")
+    held = limits.reserve("team-a", GateCall(tool="process_item", key="ticket:2", limit="emails", agent_id="agent-0"))
     limits.close()
     keys = KeyStore(data / "keys.sqlite3")
     made = keys.create("team-a", "write", agent_id="agent-0", label="ci")
     keys.close()
+    assert held.allowed
     return {"ids": ids, "first_consume": first, "key": made.key}
 
 
@@ -135,11 +140,19 @@ def test_migrate_copies_everything_and_reindexes(tmp_path: Path, postgres_url: s
 
         limits = LimitStore(db)
         view = limits.get_limit("team-a", "emails", agent_id="agent-0")
-        assert (view.used, view.timezone, view.per) == (3, "Europe/Madrid", "agent")
+        assert (view.used, view.timezone, view.per) == (4, "Europe/Madrid", "agent")
         replay = limits.consume("team-a", "emails", "agent-1", idempotency_key="send-1")
         assert replay.replayed and replay.used == made["first_consume"].used  # the idempotency record came too
         handled = limits.get_handled("team-a", "https://example.com/item/1")
         assert handled is not None and handled.seen_count == 2
+        # the gate's records and its reservation in progress came too: the held key still refuses
+        finished = limits.get_handled("team-a", "ticket:1")
+        assert finished is not None and (finished.by, finished.tool, finished.result) == (
+            "agent-0",
+            "process_item",
+            "closed",
+        )
+        assert limits.reserve("team-a", GateCall(tool="process_item", key="ticket:2")).reason == "in_progress"
         assert KeyStore(db).lookup(made["key"]).team == "team-a"
     finally:
         db.close()

@@ -239,6 +239,30 @@ def test_handled_routes(contract: Contract, a, anon) -> None:
     c(anon.get(f"/v1/handled/{key}"), "/v1/handled/{key}", 401)
 
 
+def test_gate_routes(contract: Contract, a, anon) -> None:
+    c = contract.check
+    reserve, finish, release = "/v1/gate/reserve", "/v1/gate/finish", "/v1/gate/release"
+    c(a.put("/v1/limits/gated", json={"daily_limit": 1, "timezone": "UTC"}), "/v1/limits/{name}", 201)
+    held = c(a.post(reserve, json={"tool": "send", "key": "gate:1", "limit": "gated"}), reserve, 200).json()
+    c(a.post(reserve, json={"tool": "send", "key": "gate:1"}), reserve, 409)  # in progress
+    denied = c(a.post(reserve, json={"tool": "send", "limit": "gated"}), reserve, 429)
+    assert int(denied.headers["Retry-After"]) > 0
+    c(a.post(reserve, json={"tool": "send", "limit": "nope"}), reserve, 404)
+    c(a.post(reserve, json={"tool": "send"}), reserve, 422)
+    c(a.post(reserve, content=b"{", headers={"content-type": "application/json"}), reserve, 400)
+    c(anon.post(reserve, json={"tool": "send", "key": "gate:1"}), reserve, 401)
+    c(a.post(finish, json={"reservation": held["reservation"], "result": "sent"}), finish, 200)
+    c(a.post(reserve, json={"tool": "send", "key": "gate:1"}), reserve, 409)  # handled
+    c(a.post(finish, json={"reservation": held["reservation"]}), finish, 404)
+    c(a.post(finish, json={"reservation": "res_x"}), finish, 422)
+    c(anon.post(finish, json={"reservation": held["reservation"]}), finish, 401)
+    again = c(a.post(reserve, json={"tool": "send", "key": "gate:2"}), reserve, 200).json()
+    c(a.post(release, json={"reservation": again["reservation"], "error": "timed out"}), release, 200)
+    c(a.post(release, json={"reservation": again["reservation"]}), release, 404)
+    c(a.post(release, json={"reservation": again["reservation"], "extra": 1}), release, 422)
+    c(anon.post(release, json={"reservation": again["reservation"]}), release, 401)
+
+
 def test_team_and_keys_routes(contract: Contract, inprocess, a, anon) -> None:
     c = contract.check
     c(a.get("/v1/team"), "/v1/team", 200)
@@ -258,6 +282,9 @@ def test_team_and_keys_routes(contract: Contract, inprocess, a, anon) -> None:
             ("/v1/remember", "post", "/v1/remember"),
             ("/v1/limits/mails/consume", "post", "/v1/limits/{name}/consume"),
             ("/v1/handled", "post", "/v1/handled"),
+            ("/v1/gate/reserve", "post", "/v1/gate/reserve"),
+            ("/v1/gate/finish", "post", "/v1/gate/finish"),
+            ("/v1/gate/release", "post", "/v1/gate/release"),
             ("/v1/import", "post", "/v1/import"),
             ("/v1/limits/mails", "put", "/v1/limits/{name}"),
             ("/v1/limits/mails", "delete", "/v1/limits/{name}"),

@@ -45,12 +45,14 @@ def _seed(app: InProcessApp) -> dict[str, str]:
         assert http.post("/v1/limits/emails/consume", json={"agent_id": "ceo", "amount": 2}).status_code == 200
         assert http.post("/v1/handled", json={"key": "item-1"}).status_code == 200  # the team's ledger
         assert http.post("/v1/handled", json={"key": "item-2", "agent_id": "ceo"}).status_code == 200
+        held = http.post("/v1/gate/reserve", json={"tool": "t", "key": "item-3", "agent_id": "ceo"}).json()
     keys = app.services.keys
     return {
         "ceo_memory": ceo,
         "my_memory": mine,
         "ceo_key": keys.create(TEAM, "write", agent_id="ceo").info.id,
         "team_key": keys.create(TEAM, "read").info.id,
+        "ceo_reservation": held["reservation"],
     }
 
 
@@ -66,8 +68,13 @@ def _others(app: InProcessApp) -> dict[str, Any]:
             "SELECT agent_id, key, seen_count FROM handled WHERE team = ? AND agent_id != 'mailer' ORDER BY 1, 2",
             (TEAM,),
         ).fetchall()
+        reservations = conn.execute(
+            "SELECT id, agent_id, key FROM gate_reservations WHERE team = ? AND agent_id != 'mailer' ORDER BY id",
+            (TEAM,),
+        ).fetchall()
     return {
         "memories": [tuple(r) for r in memories],
+        "reservations": [tuple(r) for r in reservations],
         "handled": [tuple(r) for r in handled],
         "limits": [(v.name, v.daily_limit, v.per, v.timezone) for v in services.limits.list_limits(TEAM, None)],
         "ceo_used": [(v.name, v.used) for v in services.limits.list_limits(TEAM, "ceo") if v.per == "agent"],
@@ -125,13 +132,20 @@ ROWS: list[Row] = [
     ("GET", "/v1/webhooks", None, 403, 403, None),
     ("POST", "/v1/webhooks", {"url": "https://93.184.215.14/", "events": ["memory.extracted"]}, 403, 403, None),
     ("DELETE", "/v1/webhooks/wh_x", None, 403, 403, None),
+    # the gate: a pinned key reserves in its own agent's ledger, as itself, and finishes only its own
+    ("POST", "/v1/gate/reserve", {"tool": "t", "key": "item-3"}, 200, 200, lambda r: r.json()["allowed"] is True),
+    ("POST", "/v1/gate/reserve", {"tool": "t", "key": "item-3", "scope": "agent", "agent_id": "ceo"}, 403, 403, None),
+    ("POST", "/v1/gate/reserve", {"tool": "t", "limit": "emails", "agent_id": "ceo"}, 403, 403, None),
+    ("POST", "/v1/gate/reserve", {"tool": "t", "limit": "emails"}, 200, 200, None),  # its own counter
+    ("POST", "/v1/gate/finish", {"reservation": "{ceo_reservation}"}, 404, 404, None),
+    ("POST", "/v1/gate/release", {"reservation": "{ceo_reservation}"}, 404, 404, None),
     ("DELETE", "/v1/memories?run_id=shared-run&confirm=true", None, 403, 200, lambda r: r.json()["deleted"] == 1),
     ("DELETE", "/v1/memories/{my_memory}", None, 403, 404, None),  # forgotten by the row above: gone
 ]
 
 
 def test_the_table_covers_every_route(app: InProcessApp) -> None:
-    ids = {"ceo_memory": "m1", "my_memory": "m2", "ceo_key": "k1", "team_key": "k2"}
+    ids = {"ceo_memory": "m1", "my_memory": "m2", "ceo_key": "k1", "team_key": "k2", "ceo_reservation": "r1"}
     urls = {(method, path.format(**ids).split("?")[0]) for method, path, *_ in ROWS}
     # from the OpenAPI document: FastAPI 0.165's `app.routes` holds included routers as opaque entries
     paths = [(p, re.compile(re.sub(r"\{[^}]+\}", "[^/]+", p) + "$")) for p in app.app.openapi()["paths"]]
@@ -149,6 +163,8 @@ def test_a_pinned_key_neither_sees_nor_changes_another_agents_data(app: InProces
     wrong = []  # every row is tried, so a failure names all the routes that misbehave
     for method, path, body, as_writer, as_admin, check in ROWS:
         url, expected = path.format(**ids), as_admin if role == "admin" else as_writer
+        if body is not None:  # a reservation id in a body
+            body = {k: v.format(**ids) if isinstance(v, str) else v for k, v in body.items()}
         before = _others(app)
         with app.client(pinned) as http:
             if path == "/v1/import":

@@ -3,9 +3,9 @@
 Modelled on Datasette's tests/test_docs.py: the document is read as data. Every `memory-service ...` command
 (in ```bash/```sh blocks and in `inline code`) is walked through the real parser (memory_service.cli.main.
 build_parser): its subcommands and flags must exist. Every script path must exist, every `MEMORY_*` name
-must be read by config.py (or, for set-up, by the scripts). And every ```python block of README.md and
-docs/client.md runs unchanged against `memory-service serve` in a subprocess, keyless as `./scripts/serve.sh`
-starts it, with MEMORY_URL pointing at it and the fake llama-server as its model.
+must be read by config.py (or, for set-up, by the scripts). And every ```python block of README.md,
+docs/client.md and docs/gate.md runs unchanged against `memory-service serve` in a subprocess, keyless as
+`./scripts/serve.sh` starts it, with MEMORY_URL pointing at it and the fake llama-server as its model.
 """
 
 from __future__ import annotations
@@ -28,7 +28,11 @@ from memory_service.testbed.service_runner import ServiceRunner
 from tests.fakes.fake_llama_server import FakeLlamaServer
 
 README = ROOT / "README.md"
-RUNNABLE = (README, ROOT / "docs" / "client.md")  # the documents whose Python an agent copies
+RUNNABLE = (
+    README,
+    ROOT / "docs" / "client.md",
+    ROOT / "docs" / "gate.md",
+)  # the documents whose Python an agent copies
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.M | re.S)
 SPAN = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
 SHELL = ("bash", "sh", "shell", "console")
@@ -189,10 +193,17 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             service.stop()
 
 
+# a section whose Python needs files beside it (a tool server, a policy file): its own test runs it with them
+RUN_ELSEWHERE = {ROOT / "docs" / "gate.md": "## MCP: memory-service gate"}  # tests/test_gate_mcp.py
+
+
 def python_blocks() -> list[tuple[str, int, str]]:
     found = []
     for path in RUNNABLE:
-        for n, body in enumerate(blocks(path.read_text(), ("python",))):
+        text = path.read_text()
+        if path in RUN_ELSEWHERE:
+            text = text.split(RUN_ELSEWHERE[path], 1)[0]
+        for n, body in enumerate(blocks(text, ("python",))):
             found.append((path.relative_to(ROOT).as_posix(), n, body))
     return found
 

@@ -18,6 +18,7 @@ from ..services import KEYS_FILE, KeyStore, Services
 from . import docs_pages, errors
 from .host_guard import HostGuard
 from .request_id import RequestId
+from .routes import gate as routes_gate
 from .routes import health as routes_health
 from .routes import hindsight as routes_hindsight
 from .routes import keys as routes_keys
@@ -208,6 +209,7 @@ def create_api(
         routes_recall,
         routes_transfer,
         routes_limits,
+        routes_gate,
         routes_team,
         routes_keys,
         routes_webhooks,

@@ -21,7 +21,13 @@ from starlette.responses import Response
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..contract.limit_rules import IdempotencyConflict, InvalidInput, LimitNotFound
+from ..contract.limit_rules import (
+    IdempotencyConflict,
+    InvalidInput,
+    LimitNotFound,
+    ReservationConflict,
+    ReservationNotFound,
+)
 from ..contract.models import ErrorOut
 from ..logs import REQUEST_ID
 from ..services import ChromaProcessFailed, KeyNotFound, LastKey, storage_unavailable
@@ -166,9 +172,9 @@ def classify(exc: BaseException) -> Problem:
     a database error that is a bug ("no such column") is a 500 like any other."""
     if isinstance(exc, InvalidInput):
         return Problem(422, str(exc))
-    if isinstance(exc, LimitNotFound | KeyNotFound):
+    if isinstance(exc, LimitNotFound | KeyNotFound | ReservationNotFound):
         return Problem(404, str(exc))
-    if isinstance(exc, IdempotencyConflict | LastKey):
+    if isinstance(exc, IdempotencyConflict | LastKey | ReservationConflict):
         return Problem(409, str(exc))
     if isinstance(exc, ChromaProcessFailed) or storage_unavailable(exc):
         reason = " ".join(str(exc).split())[:300]

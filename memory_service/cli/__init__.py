@@ -8,7 +8,8 @@
 - keys.py: `keys`, API keys in the key store (no service needed, no restart after a change);
 - data.py: doctor, backup, restore, reindex, migrate: work on the data dir and the model server directly;
 - reindex.py: the vector rebuild itself, shared by `reindex` and `migrate`;
-- harness.py: `mcp`, the memory tools for agent harnesses; measure.py: `bench` and `eval`;
+- harness.py: `mcp`, the memory tools for agent harnesses; gate.py: `gate`, an MCP server's tools behind the
+  handled ledger and daily limits; measure.py: `bench` and `eval`;
 - common.py: the flags and printing the commands share; errors.py: the one error handler and the exit codes.
 
 Heavy imports (uvicorn, the app, the stores, the model runtime) happen inside the commands that need them,

@@ -15,12 +15,12 @@ from collections.abc import Callable
 
 from ..config import early_log_level
 from ..logs import TEXT_FORMAT
-from . import data, harness, keys, limits, measure, memories, proxy, serve
+from . import data, gate, harness, keys, limits, measure, memories, proxy, serve
 from .common import Subcommands, package_version
 from .errors import EXIT_CODES, EXIT_INTERRUPTED, explain
 
 DESCRIPTION = """`memory-service` command line: serve | doctor | remember | recall | get | list | forget | export | import |
-limits | keys | backup | restore | reindex | migrate | llama-server | mcp | proxy | bench | eval."""
+limits | keys | backup | restore | reindex | migrate | llama-server | mcp | gate | proxy | bench | eval."""
 
 # every command, in the order `memory-service --help` lists them
 COMMANDS: tuple[Callable[[Subcommands], object], ...] = (
@@ -32,6 +32,7 @@ COMMANDS: tuple[Callable[[Subcommands], object], ...] = (
     data.add_data_dir_parsers,  # backup, restore, reindex, migrate
     serve.add_llama_server_parser,
     harness.add_mcp_parser,
+    gate.add_gate_parser,
     proxy.add_proxy_parser,
     measure.add_measure_parsers,  # bench, eval
 )

@@ -11,6 +11,7 @@ from .errors import (
     MemoryServiceError,
     NotFound,
     RateLimited,
+    Refused,
     Unauthorized,
     Unavailable,
 )
@@ -25,6 +26,7 @@ __all__ = [
     "MemoryServiceError",
     "NotFound",
     "RateLimited",
+    "Refused",
     "Unauthorized",
     "Unavailable",
 ]

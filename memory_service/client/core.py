@@ -20,6 +20,7 @@ from typing import Any, Generic, TypeVar
 import httpx
 from pydantic import TypeAdapter
 
+from ..contract.gate import DEFAULT_LEASE_S, FinishAnswer, ReleaseAnswer, ReserveAnswer
 from ..contract.limits import ConsumeAnswer, HandledOut, LimitOut
 from ..contract.models import (
     ExportedMemory,
@@ -376,3 +377,54 @@ class Requests:
             return None if response.status_code == 404 else record(response)
 
         return Call("GET", "/v1/handled", parse, params=_drop_none({"key": key, "agent_id": agent_id}), accept=(404,))
+
+    # -- the gate: reserve -> finish (or release) a guarded tool call ----------------
+
+    def gate_reserve(
+        self,
+        tool: str,
+        *,
+        key: str | None = None,
+        scope: str = "team",
+        limit: str | None = None,
+        units: int | None = None,
+        agent_id: str | None = None,
+        lease_s: float = DEFAULT_LEASE_S,
+    ) -> Call[ReserveAnswer]:
+        """Before running `tool`: hold `key` (a handled-ledger key, in the team's or, scope="agent", the agent's
+        ledger) and consume `units` of the daily `limit`, in one step. A ReserveAnswer: `allowed` with a
+        `reservation` to finish or release, or refused (an answer, not an exception) with `reason` ("handled",
+        "in_progress", "limit") and `message`, one sentence to hand to the model."""
+        # not resent after a lost answer: the resend would find our own reservation and answer in_progress
+        body = _drop_none(
+            {
+                "tool": tool,
+                "key": key,
+                "scope": scope,
+                "limit": limit,
+                "units": units,
+                "agent_id": agent_id,
+                "lease_s": lease_s,
+            }
+        )
+        return Call("POST", "/v1/gate/reserve", _model(ReserveAnswer), json=body, idempotent=False, accept=(409, 429))
+
+    def gate_finish(self, reservation: str, *, result: str | None = None) -> Call[FinishAnswer]:
+        """The tool ran: record the reservation's key handled with a short `result` (at most 500 chars)."""
+        return Call(
+            "POST",
+            "/v1/gate/finish",
+            _model(FinishAnswer),
+            json=_drop_none({"reservation": reservation, "result": result}),
+            idempotent=False,  # a resend after a lost answer would be a 404: the first one finished it
+        )
+
+    def gate_release(self, reservation: str, *, error: str | None = None) -> Call[ReleaseAnswer]:
+        """The tool failed: free the reservation's key and give back its units (`refunded`)."""
+        return Call(
+            "POST",
+            "/v1/gate/release",
+            _model(ReleaseAnswer),
+            json=_drop_none({"reservation": reservation, "error": error}),
+            idempotent=False,
+        )

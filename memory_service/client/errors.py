@@ -11,6 +11,7 @@ model).
 | 409 | `Conflict` | an idempotency key reused with other values: choose another |
 | 429 | `RateLimited` | wait `retry_after_s` (the client already waited what fitted its budget) |
 | 503, no answer | `Unavailable` | the service is down, starting or busy: start it or retry later |
+| 409, 429 of a guard | `Refused` | the guarded function did not run: hand `exc.message` to the model |
 
 Anything else (a 500) is a plain `MemoryServiceError`.
 """
@@ -26,6 +27,7 @@ __all__ = [
     "MemoryServiceError",
     "NotFound",
     "RateLimited",
+    "Refused",
     "Unauthorized",
     "Unavailable",
     "error_for",
@@ -75,6 +77,34 @@ class RateLimited(MemoryServiceError):
 
 class Unavailable(MemoryServiceError):
     """503, or no answer at all (status 0: refused, unknown host, timed out): the message names the URL."""
+
+
+class Refused(MemoryServiceError):
+    """A guarded call the gate refused (memory.guard): the function did not run.
+
+    `reason` is "handled" (the key was handled already), "in_progress" (another call holds it), "limit" (the
+    daily limit is used up) or "arguments" (the key could not be built from the call's arguments); `message`
+    is one plain sentence a model can act on; `handled` (who, when, which tool, the result) or `limit` (used,
+    allowed, resets_at) say more. `except Refused as exc: return exc.message` hands the sentence to the model.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        request_id: str | None = None,
+        body: Any = None,
+        *,
+        reason: str,
+        handled: Any = None,
+        limit: Any = None,
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(status, message, request_id, body, retry_after_s=retry_after_s)
+        self.reason, self.handled, self.limit = reason, handled, limit
+
+    def __str__(self) -> str:
+        return self.message
 
 
 _BY_STATUS: dict[int, type[MemoryServiceError]] = {

@@ -19,14 +19,16 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Concatenate, ParamSpec, TypeVar
 from urllib.parse import urlsplit
 
 import httpx
 
+from ..contract.gate import DEFAULT_LEASE_S
 from .core import Call, Requests, finish, lost, retry_delay
 from .errors import MemoryServiceError
+from .guard import Policy, guard_async, guard_sync
 
 __all__ = ["AsyncMemoryClient", "MemoryClient", "MemoryServiceError"]
 
@@ -111,6 +113,14 @@ class _Handled(_SentBy):
     check = _blocking(Requests.handled_check)
 
 
+class _Gate(_SentBy):
+    """`client.gate`: reserve -> finish (or release) a guarded tool call; `client.guard` wraps a function."""
+
+    reserve = _blocking(Requests.gate_reserve)
+    finish = _blocking(Requests.gate_finish)
+    release = _blocking(Requests.gate_release)
+
+
 class _AsyncLimits(_AwaitedBy):
     """`client.limits`, awaited."""
 
@@ -126,6 +136,14 @@ class _AsyncHandled(_AwaitedBy):
 
     mark = _awaited(Requests.handled_mark)
     check = _awaited(Requests.handled_check)
+
+
+class _AsyncGate(_AwaitedBy):
+    """`client.gate`, awaited."""
+
+    reserve = _awaited(Requests.gate_reserve)
+    finish = _awaited(Requests.gate_finish)
+    release = _awaited(Requests.gate_release)
 
 
 def _http_options(base_url: str, api_key: str | None, timeout_s: float) -> dict[str, Any]:
@@ -155,6 +173,7 @@ class MemoryClient(_Sends):
         self._timeout_s, self.retry_budget_s = timeout_s, retry_budget_s
         self.limits = _Limits(self)
         self.handled = _Handled(self)
+        self.gate = _Gate(self)
 
     remember = _blocking(Requests.remember)
     get = _blocking(Requests.get)
@@ -164,6 +183,23 @@ class MemoryClient(_Sends):
     export = _blocking(Requests.export)
     team = _blocking(Requests.team)
     import_memories = _blocking(Requests.import_)
+
+    def guard(
+        self,
+        once: str | None = None,
+        *,
+        limit: str | None = None,
+        units: int = 1,
+        scope: str = "team",
+        agent_id: str | None = None,
+        lease_s: float = DEFAULT_LEASE_S,
+        tool: str | None = None,
+    ) -> Callable[[Callable[P, T]], Callable[P, T]]:
+        """A decorator: the function runs at most once per key rendered from `once` (e.g. "ticket:{item_id}",
+        from the call's arguments) and within `units` of the daily `limit`; a refused call raises `Refused`
+        (hand `exc.message` to the model) without running it, an exception releases the key and the units.
+        `tool` names it in the ledger (default: the function's name). See client/guard.py."""
+        return guard_sync(self, Policy(once, limit, units, scope, agent_id, lease_s, tool))
 
     def _run(self, call: Call[T]) -> T:
         started, attempt = time.monotonic(), 0
@@ -217,6 +253,7 @@ class AsyncMemoryClient(_AwaitsSends):
         self._timeout_s, self.retry_budget_s = timeout_s, retry_budget_s
         self.limits = _AsyncLimits(self)
         self.handled = _AsyncHandled(self)
+        self.gate = _AsyncGate(self)
 
     remember = _awaited(Requests.remember)
     get = _awaited(Requests.get)
@@ -226,6 +263,20 @@ class AsyncMemoryClient(_AwaitsSends):
     export = _awaited(Requests.export)
     team = _awaited(Requests.team)
     import_memories = _awaited(Requests.import_)
+
+    def guard(
+        self,
+        once: str | None = None,
+        *,
+        limit: str | None = None,
+        units: int = 1,
+        scope: str = "team",
+        agent_id: str | None = None,
+        lease_s: float = DEFAULT_LEASE_S,
+        tool: str | None = None,
+    ) -> Callable[[Callable[P, Awaitable[T]]], Callable[P, Awaitable[T]]]:
+        """MemoryClient.guard for async functions: the same policy, awaited."""
+        return guard_async(self, Policy(once, limit, units, scope, agent_id, lease_s, tool))
 
     async def _run(self, call: Call[T]) -> T:
         started, attempt = time.monotonic(), 0

@@ -43,6 +43,14 @@ class IdempotencyConflict(LimitError):
     """An idempotency key was reused today with a different agent or amount."""
 
 
+class ReservationNotFound(LimitError, LookupError):
+    """No live reservation of that id in the caller's team (never made, finished or released already)."""
+
+
+class ReservationConflict(LimitError):
+    """A reservation whose lease ran out cannot be finished: another caller holds or finished its key."""
+
+
 # ---------------------------------------------------------------- validation
 
 

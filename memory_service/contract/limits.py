@@ -82,7 +82,8 @@ class LimitOut(BaseModel):
 
 
 # The ledger's own record is the response: one definition of its fields, used by the store too. A lookup
-# (GET) is never a first time, so it answers first_time=false.
+# (GET) is never a first time, so it answers first_time=false. `by`, `tool` and `result` are the gate's (who
+# finished it, with which tool, its short result); null for a key marked through POST /v1/handled.
 @dataclass(frozen=True)
 class HandledRecord:
     key: str
@@ -92,6 +93,9 @@ class HandledRecord:
     last_seen_at: str
     seen_count: int
     expires_at: str | None
+    by: str | None = None
+    tool: str | None = None
+    result: str | None = None
 
 
 HandledOut = HandledRecord

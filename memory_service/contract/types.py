@@ -195,6 +195,14 @@ HandledKey = Annotated[
     _UNICODE,
 ]
 
+TOOL_NAME_PATTERN = r"^[A-Za-z0-9._-]{1,128}$"
+TOOL_NAME_RULE = "1-128 characters of A-Z a-z 0-9 . _ -"
+ToolName = Annotated[
+    str,
+    Field(min_length=1, max_length=128, pattern=TOOL_NAME_PATTERN, description=f"A tool's name: {TOOL_NAME_RULE}"),
+    _rule(TOOL_NAME_RULE),
+]
+
 # Free text (a memory, a query, a fact): anything but NUL, which is never meaningful in text and whose
 # handling SQLite leaves undefined (its functions may cut a string there). The pattern documents the rule;
 # the validator words it.

@@ -11,6 +11,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from mcp.server.lowlevel import Server
 from mcp.server.mcpserver import MCPServer
 from mcp_types import ToolAnnotations
 
@@ -185,8 +186,9 @@ async def serve(
             await serve_http(server, config, host, port)
 
 
-async def serve_http(server: MCPServer, config: McpConfig, host: str, port: int) -> None:
-    """Streamable HTTP behind `McpAccess` (token, or Host and Origin), on the API's guarded connection."""
+async def serve_http(server: MCPServer | Server[Any], config: McpConfig, host: str, port: int) -> None:
+    """Streamable HTTP behind `McpAccess` (token, or Host and Origin), on the API's guarded connection; for
+    `memory-service mcp` (an MCPServer) and `memory-service gate` (a low-level Server) alike."""
     import uvicorn
     from mcp.server.transport_security import TransportSecuritySettings
 

@@ -1,8 +1,8 @@
 """`memory-service migrate --to postgresql://…`: move an embedded data dir's SQLite stores into PostgreSQL.
 
 Every row is copied as it is (ids, timestamps, statuses, facts with their supersession links and sources,
-limit counters and idempotency records, handled keys, API key hashes), oldest first, so listing and
-keyword search order stay the same. Re-running is safe: rows already there are skipped. Jobs that were
+limit counters and idempotency records, handled keys, the gate's reservations, API key hashes), oldest first,
+so listing and keyword search order stay the same. Re-running is safe: rows already there are skipped. Jobs that were
 mid-extraction go back to the queue. Then the vectors are rebuilt from the copied journal into the store
 the settings name (MEMORY_CHROMA_URL, or the data dir's `chroma/`): Chroma is derived state.
 
@@ -22,7 +22,7 @@ from ..storage.datadir import JOURNAL_FILE, KEYS_FILE, LIMITS_FILE, DataDir, Dat
 # (SQLite file, tables in copy order); each table is copied in its rowid order
 SOURCES: tuple[tuple[str, tuple[str, ...]], ...] = (
     (JOURNAL_FILE, ("memories", "facts", "fact_sources", "fact_purges", "job_attempts", "memory_versions")),
-    (LIMITS_FILE, ("limit_defs", "limit_usage", "limit_idempotency", "handled")),
+    (LIMITS_FILE, ("limit_defs", "limit_usage", "limit_idempotency", "handled", "gate_reservations")),
     (KEYS_FILE, ("api_keys",)),
 )
 BATCH = 500

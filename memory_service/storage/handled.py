@@ -60,7 +60,7 @@ class HandledLedger:
         now_us = to_us(self._now())
         with self._read() as db:
             row = db.execute(
-                "SELECT first_seen_us, last_seen_us, seen_count, expires_us FROM handled"
+                "SELECT first_seen_us, last_seen_us, seen_count, expires_us, done_by, tool, result FROM handled"
                 " WHERE team = ? AND agent_id = ? AND key = ? AND (expires_us IS NULL OR expires_us > ?)",
                 (team, TEAM_SCOPE if agent_id is None else agent_id, key, now_us),
             ).fetchone()
@@ -68,9 +68,18 @@ class HandledLedger:
 
 
 def _record(key: str, agent_id: str | None, row: Any) -> HandledRecord:
-    first_us, last_us, count, exp_us = row
+    first_us, last_us, count, exp_us, by, tool, result = row
     return HandledRecord(
-        key, agent_id, count == 1, iso(first_us), iso(last_us), count, None if exp_us is None else iso(exp_us)
+        key,
+        agent_id,
+        count == 1,
+        iso(first_us),
+        iso(last_us),
+        count,
+        None if exp_us is None else iso(exp_us),
+        by,
+        tool,
+        result,
     )
 
 

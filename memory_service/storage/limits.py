@@ -28,6 +28,7 @@ import math
 import threading
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -46,9 +47,10 @@ from ..contract.limit_rules import (
     check_timezone,
 )
 from .database import Conn, Database, SqliteDatabase, StorageClosed
+from .gate import RESERVATION_RETENTION, Gate
 from .handled import HandledLedger
 from .limit_days import local_day, next_midnight, to_us, utc_now
-from .limit_schema import CONSUME, POSTGRES_SCHEMA, SCHEMA, UPSERT_LIMIT
+from .limit_schema import CONSUME, POSTGRES_SCHEMA, SCHEMA, UPSERT_LIMIT, upgrade
 from .limit_views import TEAM_SCOPE, ConsumeResult, LimitView, ViewQuery, not_found, read_view
 
 __all__ = ["LimitStore", "Per"]
@@ -61,7 +63,7 @@ PURGE_EVERY = timedelta(hours=1)
 Per = Literal["team", "agent"]
 
 
-class LimitStore(HandledLedger):
+class LimitStore(HandledLedger, Gate):
     """Limits and the handled ledger on a `Database` (SQLite file or PostgreSQL); safe to share between threads.
 
     Every check-and-count is one statement inside one transaction, so it stays atomic with several
@@ -92,6 +94,7 @@ class LimitStore(HandledLedger):
             store if isinstance(store, Database) else SqliteDatabase(Path(store), synchronous=synchronous)
         )
         self.db.create_schema(SCHEMA, POSTGRES_SCHEMA)
+        upgrade(self.db)
         self._closed = False
 
     # ------------------------------------------------------------ plumbing
@@ -206,50 +209,67 @@ class LimitStore(HandledLedger):
                 db.execute(
                     "SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", (f"{team}\x1f{name}\x1f{idempotency_key}",)
                 )
-            row = db.execute(
-                "SELECT daily_limit, timezone, per FROM limit_defs WHERE team = ? AND name = ?", (team, name)
-            ).fetchone()
-            if row is None:
-                raise not_found(name)
-            daily_limit, tz, per = row
-            zone = self._zone(tz)
-            today = local_day(now, zone)
-            day = today.isoformat()
-            resets = next_midnight(today, zone)
-            retry_after = max(1, math.ceil((resets - now).total_seconds()))
+            today = self._today(db, team, name, now)
             if idempotency_key is not None:
-                replay = _replay(db, (team, name, day, idempotency_key), agent_id, amount)
+                replay = _replay(db, (team, name, today.day, idempotency_key), agent_id, amount)
                 if replay is not None:
-                    return ConsumeResult(**replay, retry_after_s=retry_after, replayed=True)
-            scope = agent_id if per == "agent" else TEAM_SCOPE
-            hit = None
-            if amount <= daily_limit:
-                hit = db.execute(CONSUME, (team, name, day, scope, amount, daily_limit)).fetchone()
-            if hit is None:  # denied: the upsert changed nothing
-                used = _used(db, team, name, day, scope)
-                return ConsumeResult(
-                    False, used, daily_limit, max(0, daily_limit - used), resets.isoformat(), retry_after
-                )
-            used = hit[0]
-            result = ConsumeResult(True, used, daily_limit, daily_limit - used, resets.isoformat(), retry_after)
-            if used == daily_limit:  # this consume used the last of the day: `limit.exhausted`, in this transaction
-                payload = {"name": name, "per": per, "agent_id": agent_id, "day": day, "limit": daily_limit}
-                db.execute(
-                    "INSERT INTO limit_events (event_id, team, payload, created_us) VALUES (?, ?, ?, ?)",
-                    (
-                        "evt_" + uuid.uuid4().hex,
-                        team,
-                        json.dumps(payload | {"resets_at": resets.isoformat()}),
-                        to_us(now),
-                    ),
-                )
-            if idempotency_key is not None:
+                    return ConsumeResult(**replay, retry_after_s=today.retry_after_s, replayed=True)
+            result, _ = self._count(db, today, agent_id, amount, now)
+            if idempotency_key is not None and result.allowed:
                 db.execute(
                     "INSERT INTO limit_idempotency (team, name, day, idem_key, agent_id, amount, response,"
                     " created_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (team, name, day, idempotency_key, agent_id, amount, json.dumps(result.body()), to_us(now)),
+                    (team, name, today.day, idempotency_key, agent_id, amount, json.dumps(result.body()), to_us(now)),
                 )
             return result
+
+    def _today(self, db: Conn, team: str, name: str, now: datetime) -> Today:
+        """The limit's definition and its local day at `now`; LimitNotFound if the team has no such limit."""
+        row = db.execute(
+            "SELECT daily_limit, timezone, per FROM limit_defs WHERE team = ? AND name = ?", (team, name)
+        ).fetchone()
+        if row is None:
+            raise not_found(name)
+        daily_limit, tz, per = row
+        zone = self._zone(tz)
+        today = local_day(now, zone)
+        resets = next_midnight(today, zone)
+        retry_after = max(1, math.ceil((resets - now).total_seconds()))
+        return Today(team, name, daily_limit, per, today.isoformat(), resets.isoformat(), retry_after)
+
+    def _count(
+        self, db: Conn, today: Today, agent_id: str | None, amount: int, now: datetime
+    ) -> tuple[ConsumeResult, str]:
+        """Add `amount` to today's counter inside the caller's transaction if it stays within the limit; also
+        the counter's agent column (a release refunds that row). A denial changes nothing. `agent_id` may be
+        None only for a per-team limit (the gate's call with no agent)."""
+        team, name, daily_limit, day = today.team, today.name, today.daily_limit, today.day
+        if today.per == "agent" and agent_id is None:
+            raise InvalidInput(f"the limit {name!r} counts per agent: give the agent_id whose counter to use")
+        scope = agent_id if today.per == "agent" and agent_id is not None else TEAM_SCOPE
+        hit = None
+        if amount <= daily_limit:
+            hit = db.execute(CONSUME, (team, name, day, scope, amount, daily_limit)).fetchone()
+        if hit is None:  # denied: the upsert changed nothing
+            used = _used(db, team, name, day, scope)
+            denied = ConsumeResult(
+                False, used, daily_limit, max(0, daily_limit - used), today.resets_at, today.retry_after_s
+            )
+            return denied, scope
+        used = hit[0]
+        result = ConsumeResult(True, used, daily_limit, daily_limit - used, today.resets_at, today.retry_after_s)
+        if used == daily_limit:  # this consume used the last of the day: `limit.exhausted`, in this transaction
+            payload = {"name": name, "per": today.per, "agent_id": agent_id, "day": day, "limit": daily_limit}
+            db.execute(
+                "INSERT INTO limit_events (event_id, team, payload, created_us) VALUES (?, ?, ?, ?)",
+                (
+                    "evt_" + uuid.uuid4().hex,
+                    team,
+                    json.dumps(payload | {"resets_at": today.resets_at}),
+                    to_us(now),
+                ),
+            )
+        return result, scope
 
     def limit_events(self, limit: int = 100) -> list[tuple[str, str, dict[str, Any], float]]:
         """(event id, team, payload, Unix time) of the oldest `limit.exhausted` events not yet handed on."""
@@ -267,7 +287,7 @@ class LimitStore(HandledLedger):
     # ------------------------------------------------------------ housekeeping
 
     def _maybe_purge(self, now: datetime) -> None:
-        """Drop stale idempotency records and expired handled keys, hourly (per process: harmless twice)."""
+        """Drop stale idempotency records, expired handled keys and long-expired reservations, hourly (per process: harmless twice)."""
         now_us = to_us(now)
         with self._purge_lock:
             if now_us - self._last_purge_us < PURGE_EVERY // timedelta(microseconds=1):
@@ -276,6 +296,20 @@ class LimitStore(HandledLedger):
         with self._write() as db:
             db.execute("DELETE FROM limit_idempotency WHERE created_us < ?", (to_us(now - IDEMPOTENCY_RETENTION),))
             db.execute("DELETE FROM handled WHERE expires_us IS NOT NULL AND expires_us <= ?", (now_us,))
+            db.execute("DELETE FROM gate_reservations WHERE expires_us <= ?", (to_us(now - RESERVATION_RETENTION),))
+
+
+@dataclass(frozen=True)
+class Today:
+    """A limit's definition and its local day at one moment: what a count needs, read once per transaction."""
+
+    team: str
+    name: str
+    daily_limit: int
+    per: str
+    day: str  # the local date, YYYY-MM-DD: the counter's bucket
+    resets_at: str
+    retry_after_s: int
 
 
 def _replay(db: Conn, where: tuple[str, str, str, str], agent_id: str, amount: int) -> dict[str, Any] | None:
