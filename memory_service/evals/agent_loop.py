@@ -213,6 +213,7 @@ async def _chat(
     messages: list[Any],
     tools: list[Any],
     sampling: Mapping[str, Any],
+    headers: Mapping[str, str] | None = None,
 ) -> Any:
     body: dict[str, Any] = {"messages": messages, "max_tokens": MAX_REPLY_TOKENS, **sampling}
     if model:
@@ -220,7 +221,7 @@ async def _chat(
     if tools:
         body["tools"] = tools
         body["parallel_tool_calls"] = True  # as agent harnesses allow; llama-server otherwise keeps only the first
-    response = await http.post(url.rstrip("/") + "/v1/chat/completions", json=body)
+    response = await http.post(url.rstrip("/") + "/v1/chat/completions", json=body, headers=dict(headers or {}))
     if response.status_code != 200:
         raise RuntimeError(f"the agent model answered {response.status_code}: {response.text[:300]}")
     return response.json()
@@ -272,11 +273,12 @@ async def run_session(
     mcp: Any,
     deadline: float,
     sampling: Mapping[str, Any] | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> SessionResult:
     """One session from a fresh context until the model answers without a tool call (or a bound is hit).
 
     `sampling`: fields merged into every request body (seed, temperature, top_p...); DEFAULT_SAMPLING when
-    None."""
+    None. `headers`: sent with every model request (the proxy's X-Memory-Agent and X-Memory-Session)."""
     started = time.monotonic()
     tools = [t.schema() for t in local_tools] + (mcp.schemas if mcp is not None else [])
     out = SessionResult(offered=tuple(t["function"]["name"] for t in tools), positional=positional_parameters(tools))
@@ -293,7 +295,7 @@ async def run_session(
             if time.monotonic() > deadline:
                 out.stopped = "timeout"
                 break
-            reply = await _chat(http, agent_url, model, messages, tools, sampling)
+            reply = await _chat(http, agent_url, model, messages, tools, sampling, headers)
             message, record = _record(reply, out)
             calls, content, text_calls = _calls_of(message, out.offered, out.positional)
             record["calls_in_text"] = len(text_calls)

@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 CONTROL_TASK = "control"
+GUARDED_CONTROL = "control_guarded"  # the control again under a gate profile, its tool guarded (reported beside)
+NOT_MEMORY_TASKS = (CONTROL_TASK, GUARDED_CONTROL)
 Z95 = 1.959964
 
 
@@ -89,15 +91,15 @@ def aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per profile: each task over its seeds, then `overall` (the memory tasks: all but the control) and
-    `control` (the control task's runs)."""
+    """Per profile: each task over its seeds, then `overall` (the memory tasks: all but the control and the
+    guarded control), `control` (the control task's runs) and `control_guarded` (gate profiles only)."""
     grouped: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for run in runs:
         grouped.setdefault(run["profile"], {}).setdefault(run["task"], []).append(run_numbers(run))
     out: dict[str, Any] = {}
     for name, tasks in grouped.items():
         rows = {task: aggregate(numbers) for task, numbers in tasks.items()}
-        memory = [r for task, r in rows.items() if task != CONTROL_TASK]
+        memory = [r for task, r in rows.items() if task not in NOT_MEMORY_TASKS]
         out[name] = {
             "tasks": rows,
             "overall": {
@@ -111,6 +113,7 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
                 "wall_time_s": round(sum(r["wall_time_s"] for r in memory), 1),
             },
             "control": rows.get(CONTROL_TASK),
+            "control_guarded": rows.get(GUARDED_CONTROL),
         }
     return out
 
@@ -199,7 +202,40 @@ def control_line(result: dict[str, Any]) -> str:
         return ""
     k = sum(p["control"]["k"] for p in summary.values() if p.get("control"))
     n = sum(p["control"]["n"] for p in summary.values() if p.get("control"))
-    return f"Control task (tools, no memory): {k}/{n} ({_interval(rate(k, n))}); {', '.join(parts)}.\n"
+    line = f"Control task (tools, no memory): {k}/{n} ({_interval(rate(k, n))}); {', '.join(parts)}.\n"
+    guarded = {name: p["control_guarded"] for name, p in summary.items() if p.get("control_guarded")}
+    if guarded:
+        said = ", ".join(f"{name} {g['k']}/{g['n']} ({_interval(g)})" for name, g in guarded.items())
+        line += f"Guarded control (the same task, process_item once per item behind the gate): {said}.\n"
+    return line
+
+
+def wording_line(result: dict[str, Any]) -> str:
+    """Where a task's prompts differ by profile (the parts naming a memory tool, filled only where it is
+    offered: agent_tasks.wording), said once per task; nothing for a result file from before it was kept."""
+    by_task: dict[str, dict[str, list[str]]] = {}
+    for run in result["runs"]:
+        if "wording" not in run:
+            continue
+        said = json.dumps(run["wording"], sort_keys=True, ensure_ascii=False)
+        profiles = by_task.setdefault(run["task"], {}).setdefault(said, [])
+        if run["profile"] not in profiles:
+            profiles.append(run["profile"])
+    differ = []
+    for task, variants in by_task.items():
+        if len(variants) < 2:
+            continue
+        parts = []
+        for said, profiles in variants.items():
+            filled = {k: v for k, v in json.loads(said).items() if v}
+            words = "; ".join(f"{k} = {v.strip(' ;')!r}" for k, v in filled.items()) or "no tool named"
+            parts.append(f"{', '.join(profiles)}: {words}")
+        differ.append(f"{task} ({' | '.join(parts)})")
+    if not by_task:
+        return ""
+    if not differ:
+        return "Prompts: the same words under every profile.\n"
+    return "Prompts differ by profile (a prompt names only tools its profile offers): " + "; ".join(differ) + ".\n"
 
 
 def heading(result: dict[str, Any]) -> str:
@@ -217,7 +253,7 @@ def markdown(*results: dict[str, Any]) -> str:
     """The audit, the control's rate and the table for one run's result or several (one model each)."""
     lines: list[str] = []
     for result in results:
-        lines += [heading(result), audit_line(result), control_line(result)]
+        lines += [heading(result), audit_line(result), control_line(result), wording_line(result)]
     lines += ["\n", HEADER]
     for result in results:
         lines += rows(result)
