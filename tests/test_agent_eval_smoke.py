@@ -321,6 +321,46 @@ def test_gate_and_proxy_profiles_end_to_end(tmp_path: Path) -> None:
     assert "Prompts: the same words under every profile." in table
 
 
+def test_the_task_tools_server_lists_and_checks_as_the_local_tools(tmp_path: Path) -> None:
+    """The gate profiles' upstream (an MCP server over stdio, through the SDK's client): the schemas the loop
+    gives the model for the local tools, the same refusal of a list of addresses, and one JSON line per call in
+    its log, from which the scoring reads only what ran."""
+    import os
+    import sys
+
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    from memory_service.evals.agent_loop import mcp_tool_schemas
+    from memory_service.evals.task_tools_server import LOG_ENV, read_effects
+
+    log = tmp_path / "tools.jsonl"
+
+    async def calls() -> tuple[list[Any], list[Any]]:
+        params = StdioServerParameters(
+            command=sys.executable, args=["-m", "memory_service.evals.task_tools_server", "--task", "daily_limit"],
+            env={**os.environ, LOG_ENV: str(log)},
+        )  # fmt: skip
+        async with Client(params) as client:
+            listed = (await client.list_tools()).tools
+            answers = [
+                await client.call_tool("send_email", {"to": "ana.x@example.com"}),
+                await client.call_tool("send_email", {"to": ["ben.x@example.com", "cleo.x@example.com"]}),
+                await client.call_tool("send_email", {"to": "ben.x@example.com, cleo.x@example.com"}),
+            ]
+        return listed, answers
+
+    listed, answers = anyio.run(calls)
+    assert mcp_tool_schemas(listed) == [agent_tasks.SEND_EMAIL.schema()]
+    assert [a.is_error for a in answers] == [False, True, True]
+    local = agent_tasks.RunState(nonce="x")
+    with pytest.raises(ValueError) as refused:
+        agent_tasks.SEND_EMAIL.run(local, {"to": ["ben.x@example.com", "cleo.x@example.com"]})
+    assert answers[1].content[0].text == str(refused.value)
+    assert len(log.read_text().splitlines()) == 3
+    assert read_effects(log) == [{"tool": "send_email", "to": "ana.x@example.com"}]
+
+
 def _run_alone(url: str, prompt: str, state: agent_tasks.RunState) -> Any:
     async def session() -> Any:
         async with httpx.AsyncClient(timeout=30, trust_env=False) as http:
@@ -405,6 +445,17 @@ def test_runs_over_seeds_aggregate_to_k_of_n_and_the_audit_sums_lost_calls() -> 
     flagged["sessions"][0]["audit"]["replies_with_unread_call_text"] = 1
     unread = markdown({"runs": [*runs, flagged], "agent_model": "m"})
     assert "looks like a call in 1 session(s)" in unread and "core/stale_id/seed 2/session 1" in unread
+    assert "Prompts" not in table and "Guarded control" not in table  # a file from before: no such lines
+    gated = [{**r, "profile": "gate", "wording": {}} for r in runs] + [
+        {**run("control", 1, False), "task": "control_guarded", "profile": "gate", "wording": {}},
+        {**run("daily_limit", 1, True), "profile": "gate", "wording": {"limit_rule": ""}},
+        {**run("daily_limit", 1, True), "wording": {"limit_rule": "; use 1 unit of it with consume_limit"}},
+    ]
+    both = markdown({"runs": gated, "agent_model": "m"})
+    assert "Guarded control (the same task, process_item once per item behind the gate): gate 0/1" in both
+    assert "Control task (tools, no memory): 1/1" in both  # the guarded control is not the control
+    assert "Prompts differ by profile" in both and "daily_limit (gate: no tool named | core: limit_rule" in both
+    assert summarise(gated)["gate"]["overall"]["n"] == 3  # feed_dedupe twice and daily_limit: no control
     lost = markdown({"runs": [*runs, run("stale_id", 1, False, lost=1)], "agent_model": "m"})
     assert "HARNESS AUDIT FAILED: 1 call(s) lost" in lost and "core/stale_id/seed 1/session 1: 1" in lost
 
@@ -455,9 +506,13 @@ def test_the_models_broken_template_is_replaced_by_the_shipped_fix_only_on_its_e
 
 
 def test_profiles_seeds_and_sampling_options() -> None:
-    from memory_service.evals.agent_runner import parse_profiles, sampling_for, seed_counts
+    from memory_service.evals.agent_runner import Parts, parse_profiles, parts, sampling_for, seed_counts
 
     assert parse_profiles("off,core+brief") == ["off", "core+brief"]
+    assert parse_profiles("gate,proxy,gate+proxy") == ["gate", "proxy", "gate+proxy"]
+    assert parts("gate+proxy") == Parts(None, brief=False, gate=True, proxy=True)
+    assert parts("core+brief") == Parts("core", brief=True) and parts("off") == Parts(None)
+    assert eval_parser().parse_args(["--agent"]).profiles == "off,core,core+brief,full,gate,proxy,gate+proxy"
     with pytest.raises(SystemExit):
         parse_profiles("core+recall")
     args = eval_parser().parse_args(["--agent"])
