@@ -23,6 +23,8 @@ from limits_helpers import KEYS, Clock, Server, concurrently
 from memory_service.app import create_app
 from memory_service.client import AsyncMemoryClient, MemoryClient, Refused
 from memory_service.config import Settings
+from memory_service.contract.gate import render_key
+from memory_service.contract.limit_rules import InvalidInput
 from memory_service.services import LimitsAndKeys
 from memory_service.storage.database import Database, PostgresDatabase
 from memory_service.storage.gate import GateCall
@@ -179,6 +181,8 @@ def test_a_limit_of_3_allows_3_of_5_and_names_the_limit(env: Env) -> None:
         )
         assert int(refused.headers["Retry-After"]) == 14 * 3600
     assert env.used("emails") == 3
+    events = [payload for _, team, payload, _ in env.store.limit_events() if team == "team-a"]
+    assert [(e["name"], e["agent_id"], e["limit"]) for e in events] == [("emails", "mailer", 3)]  # once
     # a refused limit changes nothing: a key in the same call stays free
     refused = env.reserve(tool="send_email", key="mail:1", limit="emails")
     assert refused.status_code == 429
@@ -302,6 +306,28 @@ def test_bad_input_is_a_422_naming_the_field(env: Env) -> None:
     assert r.status_code == 422 and "counts per agent" in r.json()["detail"]
     assert env.a.post(FINISH, json={"reservation": "res_" + "0" * 24, "result": "x" * 501}).status_code == 422
     assert env.a.post(FINISH, json={"reservation": "res_" + "0" * 24}).status_code == 404
+
+
+def test_the_store_refuses_what_the_api_refuses(database: Database) -> None:
+    """A direct caller (the CLI, a test) cannot write what the API would refuse."""
+    store = LimitStore(database)
+    try:
+        for call in (
+            GateCall(tool="bad tool", key="k"),
+            GateCall(tool="t"),
+            GateCall(tool="t", key="k\x00"),
+            GateCall(tool="t", key="k", scope="agent"),
+            GateCall(tool="t", key="k", lease_s=float("nan")),
+            GateCall(tool="t", limit="a..b"),
+        ):
+            with pytest.raises(InvalidInput):
+                store.reserve("team-a", call)
+        held = store.reserve("team-a", GateCall(tool="t", key="k"))
+        with pytest.raises(InvalidInput):
+            store.finish("team-a", held.reservation or "", "x" * 501)
+        assert store.finish("team-a", held.reservation or "", "x" * 500).key == "k"
+    finally:
+        store.close()
 
 
 # ---------------------------------------------------------------- the upgrade of an older store
@@ -473,3 +499,24 @@ def test_guard_refuses_the_wrong_kind_of_function_and_a_bad_template(sqlite_env:
             memory.guard(once="x:{a!r}")
         with pytest.raises(ValueError, match="once="):
             memory.guard()
+        with pytest.raises(ValueError, match="limit="):
+            memory.guard(once="x:{a}", units=2)
+
+
+# ---------------------------------------------------------------- key templates
+
+
+def test_render_key_trims_and_normalises_the_fields_and_nothing_else() -> None:
+    assert render_key("ticket:{item_id}", {"item_id": 42}) == "ticket:42"
+    assert render_key("ticket:{item_id}", {"item_id": "  42\n"}) == "ticket:42"
+    assert render_key("{a}/{b}", {"a": "Caf\u0065\u0301", "b": "X Y"}) == "Caf\u00e9/X Y"  # NFC; inner space kept
+    assert render_key("t:{a}", {"a": "Ticket-7"}) != render_key("t:{a}", {"a": "ticket-7"})  # case is kept
+    assert render_key("{{literal}}:{a}", {"a": 1, "unused": 2}) == "{literal}:1"
+    for arguments, named in (({}, "'item_id' is missing"), ({"item_id": None}, "missing"), ({"item_id": " "}, "empty")):
+        with pytest.raises(ValueError, match=named):
+            render_key("ticket:{item_id}", arguments)
+    for template in ("t:{a!r}", "t:{a:>3}", "t:{a.b}", "t:{a[0]}", "t:{", "t:{}"):
+        with pytest.raises(ValueError):
+            render_key(template, {"a": 1})
+    with pytest.raises(ValueError, match="1-2048 characters"):
+        render_key("t:{a}", {"a": "x" * 2048})

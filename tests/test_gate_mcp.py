@@ -180,6 +180,24 @@ def test_memory_tools_core_adds_the_core_memory_tools(service: InProcessService,
     run(scenario)
 
 
+def test_an_upstream_tool_named_like_a_memory_tool_stops_the_gate_with_memory_tools(
+    service: InProcessService, tmp_path: Path
+):
+    scene = Scene(tmp_path, PROCESS)
+    done = subprocess.run(
+        [sys.executable, *gate_args(scene, "--memory-tools", "core")],
+        env=gate_env(service.url, scene, GATE_UPSTREAM_RECALL="1"),
+        cwd=str(ROOT),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "memory-service gate: the upstream lists recall, a name of the memory tools too" in done.stderr
+    assert "--memory-tools none" in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
 # ---------------------------------------------------------------- once per key
 
 
@@ -421,6 +439,20 @@ def test_two_gates_on_one_service_share_the_ledger_and_the_limits(
     run(scenario)
     assert len(scene.runs("process_item")) == 1 and len(scene.runs("send_email")) == 2, scene.runs()
     assert len({line["ppid"] for line in scene.runs("send_email")}) == 2  # one run through each gate
+
+
+def test_scope_agent_gives_each_agent_its_own_ledger(service: InProcessService, tmp_path: Path):
+    scene = Scene(tmp_path, '[tools.process_item]\nonce = "ticket:{item_id}"\nscope = "agent"\n')
+    item = unique("T")
+
+    async def scenario() -> list[tuple[bool, str]]:
+        async with gate(service.url, scene, agent="gate-1") as one, gate(service.url, scene, agent="gate-2") as two:
+            return [await call(client, "process_item", item_id=item) for client in (one, two, one, two)]
+
+    answers = run(scenario)
+    assert [failed for failed, _ in answers] == [False, False, True, True], answers
+    assert "was already handled by gate-1" in answers[2][1] and "was already handled by gate-2" in answers[3][1]
+    assert len(scene.runs("process_item")) == 2
 
 
 # ---------------------------------------------------------------- start-up, and the HTTP transport

@@ -110,3 +110,10 @@ def test_http_beyond_loopback_wants_a_token_as_mcp_does(tmp_path: Path, capsys: 
     code = main(["gate", "--policy", str(path), "--transport", "http", "--host", "0.0.0.0", "--", "python", "t.py"])
     err = capsys.readouterr().err
     assert code == 2 and "refusing to serve MCP over HTTP on 0.0.0.0 without a token" in err, err
+
+
+def test_a_bad_agent_id_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, '[tools.process_item]\nonce = "ticket:{item_id}"\n')
+    assert main(["gate", "--policy", str(path), "--agent-id", "triage 2", "--", "python", "t.py"]) == 2
+    err = capsys.readouterr().err
+    assert "--agent-id 'triage 2' is not an agent id" in err and "Traceback" not in err, err

@@ -12,6 +12,7 @@ import argparse
 from pathlib import Path
 
 from ..config import ClientEnv
+from ..contract.ids import ID_RULE, is_id
 from .common import Subcommands, add_client_arguments
 from .errors import EXIT_USAGE, CommandFailed
 
@@ -80,6 +81,8 @@ def run_gate(args: argparse.Namespace) -> int:
             "memory-service gate --policy gate.toml -- python my_tools.py",
             EXIT_USAGE,
         )
+    if not is_id(args.agent_id):
+        raise CommandFailed(f"--agent-id {args.agent_id!r} is not an agent id: use {ID_RULE}", EXIT_USAGE)
     policy = load_policy(args.policy)
     if args.transport == "http":
         from ..mcp_server.http_access import check_http_exposure

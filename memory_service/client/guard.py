@@ -53,6 +53,8 @@ class Policy:
     def __post_init__(self) -> None:
         if self.once is None and self.limit is None:
             raise ValueError("guard needs once= (a key template such as 'ticket:{item_id}'), limit=, or both")
+        if self.units != 1 and self.limit is None:
+            raise ValueError("units= counts against a daily limit: name it with limit=")
         if self.once is not None:
             template_fields(self.once)  # a malformed template fails at decoration, not at the first call
 

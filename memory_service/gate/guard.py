@@ -32,6 +32,7 @@ log = logging.getLogger("memory_service.gate")
 RESULT_CHARS = 200  # what finish keeps of the tool's answer: the ledger's short result
 ERROR_CHARS = 500
 FINISH_TRIES = 3
+UNREACHABLE = (0, 502, 503, 504)  # no answer, or none from the service itself: worth another try
 META = "memory-service/gate"  # the `_meta` key of the gate's own answers: {"refused": why}
 
 UpstreamCall = Callable[[str, dict[str, Any] | None], Awaitable[types.CallToolResult]]
@@ -151,6 +152,12 @@ class Guard:
         elif exc.status in (400, 413, 422):
             reason = "values_refused"
             text = f"{not_run}: the memory service refused its guard's values ({exc.message}). Tell the user."
+        elif exc.status not in UNREACHABLE:
+            reason = "service_error"
+            text = (
+                f"{not_run}: the memory service that guards it answered {exc.status} ({exc.message}), so it cannot "
+                "be checked that it was not done already. Try again in a minute; if it keeps failing, tell the user."
+            )
         else:
             reason = "unavailable"
             text = (
@@ -177,7 +184,10 @@ class Guard:
                 await self.memory.gate.finish(reservation, result=result or None)
                 return
             except MemoryServiceError as exc:
-                if exc.status not in (0, 500, 502, 503, 504) or attempt == FINISH_TRIES - 1:
+                if attempt and exc.status == 404:  # the try before did reach it, only its answer was lost
+                    log.info("gate: %s recorded handled by an earlier try (%s)", tool, reservation)
+                    return
+                if exc.status not in (500, *UNREACHABLE) or attempt == FINISH_TRIES - 1:
                     log.error(
                         "gate: %s ran, but recording it handled failed (%s): reservation %s blocks it until its "
                         "lease ends, then it could run again",

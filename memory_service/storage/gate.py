@@ -12,6 +12,7 @@ What it cannot know: whether a tool whose gate died ran. A reservation past its 
 
 from __future__ import annotations
 
+import re
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from typing import Any
 
 from ..contract.gate import (
     MAX_LEASE_S,
+    MAX_RESULT_CHARS,
     GateLimit,
     HandledBy,
     handled_message,
@@ -41,6 +43,7 @@ from .limit_days import iso, to_us
 from .limit_schema import FINISH_HANDLED
 from .limit_views import TEAM_SCOPE, ConsumeResult
 
+_TOOL = re.compile(r"[A-Za-z0-9._-]{1,128}")
 # an expired reservation is kept this long after its lease, so a slow gate's finish can still record its key
 RESERVATION_RETENTION = timedelta(days=1)
 _LIVE_HANDLED = (
@@ -178,6 +181,8 @@ class Gate:
         A reservation whose lease ran out is still recorded if nobody else holds or finished its key since;
         else ReservationConflict and nothing changes. `pinned`: a key pinned to that agent finishes only its
         own agent's reservations (another's is as unknown)."""
+        if result is not None and (not isinstance(result, str) or len(result) > MAX_RESULT_CHARS or "\x00" in result):
+            raise InvalidInput(f"result must be at most {MAX_RESULT_CHARS} characters (no NUL)")
         now_us = to_us(self._now())
         with self._write() as db:
             row = _take(db, team, reservation, pinned, "ledger, key, agent_id, tool, expires_us")
@@ -227,7 +232,7 @@ class Gate:
 
 def _check(call: GateCall) -> str:
     """The store's own bounds (a direct caller cannot write what the API refuses); the key's ledger."""
-    if not isinstance(call.tool, str) or not 1 <= len(call.tool) <= 128:
+    if not isinstance(call.tool, str) or _TOOL.fullmatch(call.tool) is None:
         raise InvalidInput("tool must be 1-128 characters of A-Z a-z 0-9 . _ -")
     if call.key is None and call.limit is None:
         raise InvalidInput("give a key (the item), a limit (a daily limit's name), or both: nothing to guard")

@@ -3,7 +3,8 @@
 Every tool RUN appends one JSON line to the file named by GATE_UPSTREAM_LOG (tool, arguments, its pid and its
 parent's: the gate), before it does anything else: the upstream's own log is what proves how often a guarded
 tool ran, whatever the gate says. `slow_item` then sleeps GATE_UPSTREAM_SLOW_S seconds (default 30), so a test
-can kill the gate while the tool runs; `crash_item` kills the upstream itself mid-run.
+can kill the gate while the tool runs; `crash_item` kills the upstream itself mid-run. With GATE_UPSTREAM_RECALL
+set it also lists a tool named `recall`, like a memory tool.
 
     python tests/fakes/mcp_upstream.py
 """
@@ -73,6 +74,13 @@ def crash_item(item_id: str) -> str:
 def lookup(item_id: str) -> dict[str, str]:
     ran("lookup", item_id=item_id)
     return {"item_id": item_id, "state": "open"}
+
+
+if os.environ.get("GATE_UPSTREAM_RECALL"):  # a tool named like a memory tool, for the clash at start
+
+    @server.tool(name="recall", description="Recall an item from the queue's archive.")
+    def recall(item_id: str) -> str:
+        return f"archived {item_id}"
 
 
 if __name__ == "__main__":
