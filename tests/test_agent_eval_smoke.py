@@ -73,8 +73,13 @@ def _limit_script() -> list[dict[str, Any]]:
         {"when": first, "step": 0, "vars": v1, "tool_calls": send("ana") + send("ben"), **MEMORY_OFF},
         {"when": second, "step": 0, "vars": v2, "tool_calls": send("cleo") + send("dan") + send("eve"), **MEMORY_OFF},
         # without memory tools the model answers with what the tools told it: behind the gate, the refusal
-        {"when": second, "step": 1, "vars": {"r": r"(The daily limit '[^']+' is used up[^.]*)"},
-         "content": "Sent them. {r}", **MEMORY_OFF},  # fmt: skip
+        {
+            "when": second,
+            "step": 1,
+            "vars": {"r": r"(The daily limit '[^']+' is used up[^.]*)"},
+            "content": "Sent them. {r}",
+            **MEMORY_OFF,
+        },
     ]
 
 
@@ -294,12 +299,18 @@ def test_gate_and_proxy_profiles_end_to_end(tmp_path: Path) -> None:
     assert {t for p, t in runs if p == "off"} == set(agent_tasks.TASK_NAMES)  # no guarded control without a gate
     # the proxy: its brief reached the model, with what session 1 said; the sessions were briefed by its log
     asked = [r for r in requests if "What is its Wi-Fi password" in r["messages"][1]["content"]]
-    briefs = [r["messages"][0]["content"].split(PROXY_BRIEF_HEAD)[1] for r in asked if PROXY_BRIEF_HEAD in r["messages"][0]["content"]]
+    briefs = [
+        r["messages"][0]["content"].split(PROXY_BRIEF_HEAD)[1]
+        for r in asked
+        if PROXY_BRIEF_HEAD in r["messages"][0]["content"]
+    ]
     assert len(briefs) == 2 and len(asked) == 4  # proxy and gate+proxy, not off and gate
     for profile in ("proxy", "gate+proxy"):  # each run's own password (its nonce's), told in its session 1
         assert any(runs[(profile, "fact_carryover")]["checks"]["expected"] in brief for brief in briefs)
     assert runs[("proxy", "fact_carryover")]["sessions"][2]["proxy"]["brief_lines"] >= 1
-    assert all(not s["proxy"]["without_brief"] for r in result["runs"] if "proxy" in r["profile"] for s in r["sessions"])
+    assert all(
+        not s["proxy"]["without_brief"] for r in result["runs"] if "proxy" in r["profile"] for s in r["sessions"]
+    )
     # the gate: each ticket ran once by the tool server's own log; the repeats were refused by name
     feed = runs[("gate", "feed_dedupe")]
     assert feed["guarded"] and feed["upstream_calls"] == 5

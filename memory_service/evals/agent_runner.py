@@ -163,9 +163,10 @@ async def run_task(
     agent_id = f"agent-{task.name.replace('_', '-')}"
     shape = parts(profile)
     gated = shape.gate and bool(task.tools) and (task is not CONTROL or guarded)
-    with tempfile.TemporaryDirectory(prefix="agent-eval-run-") as tmp, MemoryClient(
-        target.url, api_key=target.key, timeout_s=60
-    ) as client:
+    with (
+        tempfile.TemporaryDirectory(prefix="agent-eval-run-") as tmp,
+        MemoryClient(target.url, api_key=target.key, timeout_s=60) as client,
+    ):
         policy, tools_log = Path(tmp) / "gate.toml", Path(tmp) / "task-tools.jsonl"
         if task.setup is not None:
             await anyio.to_thread.run_sync(task.setup, state, client, state.nonce)

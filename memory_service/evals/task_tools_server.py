@@ -54,7 +54,7 @@ def build_server(tools: tuple[LocalTool, ...], log: Path) -> Server[Any]:
     by_name = {tool.name: tool for tool in tools}
 
     async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        listed = [types.Tool(name=t.name, description=t.description, inputSchema=t.parameters) for t in tools]
+        listed = [types.Tool(name=t.name, description=t.description, input_schema=t.parameters) for t in tools]
         return types.ListToolsResult(tools=listed)
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
