@@ -318,6 +318,7 @@ def test_gate_and_proxy_profiles_end_to_end(tmp_path: Path) -> None:
     assert len(done) == len(set(done)) == 5
     refused = [c for c in feed["sessions"][1]["calls"] if c.get("error")]
     assert len(refused) == 2 and all("do not handle it again" in c["error"] for c in refused)
+    assert [c["refused"] for c in refused] == ["handled", "handled"]  # the gate's reason, from its _meta
     assert runs[("off", "feed_dedupe")]["checks"]["handled_twice"]  # the same model, ungated
     limit = runs[("gate", "daily_limit")]
     assert limit["checks"] == {"emails_sent": 3, "counter_used": 3, "final_says_limit": True}
@@ -329,6 +330,7 @@ def test_gate_and_proxy_profiles_end_to_end(tmp_path: Path) -> None:
     for profile in ("gate", "proxy", "gate+proxy"):
         assert f"| {profile} | daily_limit |" in table
     assert "Harness audit: 0 calls lost" in table and "Guarded control" in table
+    assert "| gate | daily_limit | 1/1 | 21%–100% | 5 (0) | 2 (0), 2 refused by the gate |" in table
     assert "Prompts: the same words under every profile." in table
 
 

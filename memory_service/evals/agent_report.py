@@ -50,6 +50,7 @@ def run_numbers(run: dict[str, Any]) -> dict[str, Any]:
         "tool_calls_from_text": sum(s.get("tool_calls_from_text", 0) for s in sessions),
         "tool_errors": sum(s["tool_errors"] for s in sessions),
         "tool_errors_recovered": sum(s["tool_errors_recovered"] for s in sessions),
+        "gate_refusals": sum(s.get("gate_refusals", 0) for s in sessions),
         "calls_lost": sum(s.get("calls_lost", 0) for s in sessions),
         "schema_tokens": run["schema_tokens"],
         "requests": len(prompts),
@@ -71,7 +72,14 @@ def aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
     sessions = sum(r["sessions"] for r in rows)
     summed = {
         key: sum(r[key] for r in rows)
-        for key in ("tool_calls", "tool_calls_from_text", "tool_errors", "tool_errors_recovered", "calls_lost")
+        for key in (
+            "tool_calls",
+            "tool_calls_from_text",
+            "tool_errors",
+            "tool_errors_recovered",
+            "gate_refusals",
+            "calls_lost",
+        )
     }
     ended = Counter(stop for r in rows for stop in r["sessions_ended"])
     return {
@@ -143,6 +151,11 @@ def _interval(row: dict[str, Any]) -> str:
     return f"{low:.0%}–{high:.0%}"
 
 
+def _refused(row: dict[str, Any]) -> str:
+    """The errors that were the gate's refusals (the tool did not run), when there were any."""
+    return f", {row['gate_refusals']} refused by the gate" if row.get("gate_refusals") else ""
+
+
 def _ended(row: dict[str, Any]) -> str:
     return ", ".join(f"{stop} {n}" for stop, n in row["sessions_ended"].items())
 
@@ -182,7 +195,7 @@ def rows(result: dict[str, Any]) -> list[str]:
         for task, r in profile["tasks"].items():
             lines.append(
                 f"| {model} | {name} | {task} | {r['k']}/{r['n']} | {_interval(r)} | {r['tool_calls']} "
-                f"({r['tool_calls_from_text']}) | {r['tool_errors']} ({r['tool_errors_recovered']}) | "
+                f"({r['tool_calls_from_text']}) | {r['tool_errors']} ({r['tool_errors_recovered']}){_refused(r)} | "
                 f"{r['schema_tokens']} | {r['prompt_tokens_per_session']} | {r['wall_s_per_session']} | {_ended(r)} |\n"
             )
         o = profile["overall"]
