@@ -3,8 +3,9 @@
 For each seed, each profile (`off`: no memory tools, the baseline; `core`, `full`: the MCP server's tool
 profiles; `core+brief`: core, and the session starts with what a recall of its prompt returns; `gate`, `proxy`,
 `gate+proxy`: no memory tools, the task's tools behind `memory-service gate` and/or the model behind
-`memory-service proxy`, agent_fronts) and each scripted task, the runner sets the task up through the service's API, runs its sessions (each a fresh context
-with a fresh `memory-service mcp` process over stdio), then scores it by state. One run of a sampled model
+`memory-service proxy`: agent_fronts) and each scripted task, the runner sets the task up through the service's
+API, runs its sessions (each a fresh context with a fresh `memory-service mcp` process over stdio, or a gate
+and a proxy of its own), then scores it by state. One run of a sampled model
 says little, so every task runs under N seeds (the model card's sampling, `seed` set, no prompt cache) and the
 report gives k/N with its interval. Without --url it starts its own service with one key (one team) per
 profile, task and seed, so no run sees another's memory; with --url every run shares the given (admin) key and
