@@ -72,7 +72,14 @@ def _limit_script() -> list[dict[str, Any]]:
         {"when": second, "step": 3, "content": "The cap was hit, so Dan and Eve got nothing today.", **MEMORY_ON},
         {"when": first, "step": 0, "vars": v1, "tool_calls": send("ana") + send("ben"), **MEMORY_OFF},
         {"when": second, "step": 0, "vars": v2, "tool_calls": send("cleo") + send("dan") + send("eve"), **MEMORY_OFF},
-        {"when": second, "step": 1, "content": "Sent all three.", **MEMORY_OFF},
+        # without memory tools the model answers with what the tools told it: behind the gate, the refusal
+        {
+            "when": second,
+            "step": 1,
+            "vars": {"r": r"(The daily limit '[^']+' is used up[^.]*)"},
+            "content": "Sent them. {r}",
+            **MEMORY_OFF,
+        },
     ]
 
 
@@ -82,7 +89,12 @@ def _recall_script() -> list[dict[str, Any]]:
     asked = "What is its Wi-Fi password"
     stale = "The release checklist was saved"
     oslo = "booking reference of the flight"
+    no_recall = {"tools_exclude": ["recall"]}
     return [
+        # without memory tools (the proxy's profiles): the answer is in the prompt's brief, or it is not known
+        {"when": asked, "vars": {"pw": r"office is ([a-z]+-\d{4})"}, "content": "It is {pw}.", **no_recall},
+        {"when": stale, "vars": {"c": code}, "content": "The release code is {c}.", **no_recall},
+        {"when": oslo, "vars": {"b": booking}, "content": "The booking reference is {b}.", **no_recall},
         {
             "when": "For later: the Wi-Fi",
             "vars": {"pw": r"office is ([a-z]+-\d{4})"},
@@ -199,7 +211,7 @@ def test_agent_eval_end_to_end_scores_by_state(tmp_path: Path) -> None:
         agent.set_mode("script", script=script)
         args = eval_parser().parse_args(
             ["--agent", "--agent-url", agent.url, "--llm-url", extraction.url, "--out", str(out), "--url", "",
-             "--seeds", "2", "--profile-seeds", "off=1,full=1,core+brief=1"]
+             "--seeds", "2", "--profile-seeds", "off=1,full=1,core+brief=1", "--profiles", "off,core,core+brief,full"]
         )  # fmt: skip
         from memory_service.evals.agent_runner import run_agent_eval
 
@@ -245,6 +257,121 @@ def test_agent_eval_end_to_end_scores_by_state(tmp_path: Path) -> None:
     assert briefed and all(password in r["messages"][0]["content"].split(BRIEF_HEAD)[1] for r in briefed)
     assert len(asked) > len(briefed)  # the other profiles' sessions, without a brief
     assert runs[("core+brief", "fact_carryover", 1)]["sessions"][2]["brief"]
+
+
+@pytest.mark.process  # its own `serve`; per session a `memory-service proxy`, and a `memory-service gate` in front of
+# the task-tools MCP server
+def test_gate_and_proxy_profiles_end_to_end(tmp_path: Path) -> None:
+    """gate, proxy and gate+proxy beside off, one seed, the same scripted model (it calls no memory tool):
+
+    - the proxy is in the model's path: session 3 of fact_carryover reaches the model with the proxy's brief in
+      its system prompt, holding the password that session 1's user message said (saved by the proxy, since no
+      memory tool was offered), and the stale id and Oslo tasks are answered from their briefs;
+    - the gate refuses a second process_item for an item: the tool server's own log shows each feed ticket run
+      once, and the refused calls carry the gate's sentence; send_email stops at the task's limit (3 run, the
+      counter at 3) and the answer passes on the gate's refusal;
+    - the control runs unguarded everywhere, and a guarded control beside it under the gate profiles;
+    - the table has the new profiles, the audit line, and the prompts are the `off` words (no tool named)."""
+    from memory_service.evals.agent_runner import run_agent_eval
+    from memory_service.proxy.brief import HEAD as PROXY_BRIEF_HEAD
+
+    script = _control_script() + _feed_script() + _limit_script() + _recall_script()
+    out = tmp_path / "out"
+    with FakeLlamaServer("ok", tokens_per_s=20_000) as extraction, FakeLlamaServer("ok", tokens_per_s=50_000) as agent:
+        agent.set_mode("script", script=script)
+        args = eval_parser().parse_args(
+            ["--agent", "--agent-url", agent.url, "--llm-url", extraction.url, "--out", str(out), "--url", "",
+             "--seeds", "1", "--profiles", "off,gate,proxy,gate+proxy"]
+        )  # fmt: skip
+        assert run_agent_eval(args, {}) == 0
+        requests = agent.recorded()
+    result = json.loads((out / "agent-eval.json").read_text())
+    assert result["notes"] == []
+    runs = {(r["profile"], r["task"]): r for r in result["runs"]}
+    expected = {
+        "off": {"control"},
+        "gate": {"control", "control_guarded", "feed_dedupe", "daily_limit"},
+        "proxy": {"control", "fact_carryover", "stale_id", "empty_recall"},
+        "gate+proxy": {"control", "control_guarded", *agent_tasks.TASK_NAMES},
+    }
+    for (profile, task), run in runs.items():
+        assert run["success"] == (task in expected[profile]), (profile, task, run["checks"], run.get("problem"))
+    assert {t for p, t in runs if p == "off"} == set(agent_tasks.TASK_NAMES)  # no guarded control without a gate
+    # the proxy: its brief reached the model, with what session 1 said; the sessions were briefed by its log
+    asked = [r for r in requests if "What is its Wi-Fi password" in r["messages"][1]["content"]]
+    briefs = [
+        r["messages"][0]["content"].split(PROXY_BRIEF_HEAD)[1]
+        for r in asked
+        if PROXY_BRIEF_HEAD in r["messages"][0]["content"]
+    ]
+    assert len(briefs) == 2 and len(asked) == 4  # proxy and gate+proxy, not off and gate
+    for profile in ("proxy", "gate+proxy"):  # each run's own password (its nonce's), told in its session 1
+        assert any(runs[(profile, "fact_carryover")]["checks"]["expected"] in brief for brief in briefs)
+    assert runs[("proxy", "fact_carryover")]["sessions"][2]["proxy"]["brief_lines"] >= 1
+    assert all(
+        not s["proxy"]["without_brief"] for r in result["runs"] if "proxy" in r["profile"] for s in r["sessions"]
+    )
+    # the gate: each ticket ran once by the tool server's own log; the repeats were refused by name
+    feed = runs[("gate", "feed_dedupe")]
+    assert feed["guarded"] and feed["upstream_calls"] == 5
+    done = [agent_tasks.normalise_id(e["item"]) for e in feed["side_effects"]]
+    assert len(done) == len(set(done)) == 5
+    refused = [c for c in feed["sessions"][1]["calls"] if c.get("error")]
+    assert len(refused) == 2 and all("do not handle it again" in c["error"] for c in refused)
+    assert [c["refused"] for c in refused] == ["handled", "handled"]  # the gate's reason, from its _meta
+    assert runs[("off", "feed_dedupe")]["checks"]["handled_twice"]  # the same model, ungated
+    limit = runs[("gate", "daily_limit")]
+    assert limit["checks"] == {"emails_sent": 3, "counter_used": 3, "final_says_limit": True}
+    assert limit["upstream_calls"] == 3 and runs[("off", "daily_limit")]["checks"]["emails_sent"] == 5
+    assert runs[("gate", "control_guarded")]["guarded"] and not runs[("gate", "control")]["guarded"]
+    # the prompts name no tool these profiles lack: the limit's words are the off profile's
+    assert all("consume_limit" not in s["prompt"] for r in result["runs"] for s in r["sessions"])
+    table = (out / "agent-eval.md").read_text()
+    for profile in ("gate", "proxy", "gate+proxy"):
+        assert f"| {profile} | daily_limit |" in table
+    assert "Harness audit: 0 calls lost" in table and "Guarded control" in table
+    assert "| gate | daily_limit | 1/1 | 21%–100% | 5 (0) | 2 (0), 2 refused by the gate |" in table
+    assert "Prompts: the same words under every profile." in table
+
+
+def test_the_task_tools_server_lists_and_checks_as_the_local_tools(tmp_path: Path) -> None:
+    """The gate profiles' upstream (an MCP server over stdio, through the SDK's client): the schemas the loop
+    gives the model for the local tools, the same refusal of a list of addresses, and one JSON line per call in
+    its log, from which the scoring reads only what ran."""
+    import os
+    import sys
+
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    from memory_service.evals.agent_loop import mcp_tool_schemas
+    from memory_service.evals.task_tools_server import LOG_ENV, read_effects
+
+    log = tmp_path / "tools.jsonl"
+
+    async def calls() -> tuple[list[Any], list[Any]]:
+        params = StdioServerParameters(
+            command=sys.executable, args=["-m", "memory_service.evals.task_tools_server", "--task", "daily_limit"],
+            env={**os.environ, LOG_ENV: str(log)},
+        )  # fmt: skip
+        async with Client(params) as client:
+            listed = (await client.list_tools()).tools
+            answers = [
+                await client.call_tool("send_email", {"to": "ana.x@example.com"}),
+                await client.call_tool("send_email", {"to": ["ben.x@example.com", "cleo.x@example.com"]}),
+                await client.call_tool("send_email", {"to": "ben.x@example.com, cleo.x@example.com"}),
+            ]
+        return listed, answers
+
+    listed, answers = anyio.run(calls)
+    assert mcp_tool_schemas(listed) == [agent_tasks.SEND_EMAIL.schema()]
+    assert [a.is_error for a in answers] == [False, True, True]
+    local = agent_tasks.RunState(nonce="x")
+    with pytest.raises(ValueError) as refused:
+        agent_tasks.SEND_EMAIL.run(local, {"to": ["ben.x@example.com", "cleo.x@example.com"]})
+    assert answers[1].content[0].text == str(refused.value)
+    assert len(log.read_text().splitlines()) == 3
+    assert read_effects(log) == [{"tool": "send_email", "to": "ana.x@example.com"}]
 
 
 def _run_alone(url: str, prompt: str, state: agent_tasks.RunState) -> Any:
@@ -331,6 +458,17 @@ def test_runs_over_seeds_aggregate_to_k_of_n_and_the_audit_sums_lost_calls() -> 
     flagged["sessions"][0]["audit"]["replies_with_unread_call_text"] = 1
     unread = markdown({"runs": [*runs, flagged], "agent_model": "m"})
     assert "looks like a call in 1 session(s)" in unread and "core/stale_id/seed 2/session 1" in unread
+    assert "Prompts" not in table and "Guarded control" not in table  # a file from before: no such lines
+    gated = [{**r, "profile": "gate", "wording": {}} for r in runs] + [
+        {**run("control", 1, False), "task": "control_guarded", "profile": "gate", "wording": {}},
+        {**run("daily_limit", 1, True), "profile": "gate", "wording": {"limit_rule": ""}},
+        {**run("daily_limit", 1, True), "wording": {"limit_rule": "; use 1 unit of it with consume_limit"}},
+    ]
+    both = markdown({"runs": gated, "agent_model": "m"})
+    assert "Guarded control (the same task, process_item once per item behind the gate): gate 0/1" in both
+    assert "Control task (tools, no memory): 1/1" in both  # the guarded control is not the control
+    assert "Prompts differ by profile" in both and "daily_limit (gate: no tool named | core: limit_rule" in both
+    assert summarise(gated)["gate"]["overall"]["n"] == 3  # feed_dedupe twice and daily_limit: no control
     lost = markdown({"runs": [*runs, run("stale_id", 1, False, lost=1)], "agent_model": "m"})
     assert "HARNESS AUDIT FAILED: 1 call(s) lost" in lost and "core/stale_id/seed 1/session 1: 1" in lost
 
@@ -381,9 +519,13 @@ def test_the_models_broken_template_is_replaced_by_the_shipped_fix_only_on_its_e
 
 
 def test_profiles_seeds_and_sampling_options() -> None:
-    from memory_service.evals.agent_runner import parse_profiles, sampling_for, seed_counts
+    from memory_service.evals.agent_runner import Parts, parse_profiles, parts, sampling_for, seed_counts
 
     assert parse_profiles("off,core+brief") == ["off", "core+brief"]
+    assert parse_profiles("gate,proxy,gate+proxy") == ["gate", "proxy", "gate+proxy"]
+    assert parts("gate+proxy") == Parts(None, brief=False, gate=True, proxy=True)
+    assert parts("core+brief") == Parts("core", brief=True) and parts("off") == Parts(None)
+    assert eval_parser().parse_args(["--agent"]).profiles == "off,core,core+brief,full,gate,proxy,gate+proxy"
     with pytest.raises(SystemExit):
         parse_profiles("core+recall")
     args = eval_parser().parse_args(["--agent"])

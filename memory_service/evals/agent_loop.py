@@ -43,11 +43,14 @@ class ToolCall:
     # stale id is recovered by recall), rather than stopping at the error?
     recovered: bool | None = None
     from_text: bool = False  # written as text in the reply's content, not in its tool_calls
+    refused: str | None = None  # the gate refused it (its `_meta` reason: handled, in_progress, limit...)
 
     def report(self) -> dict[str, Any]:
         out: dict[str, Any] = {"tool": self.name, "arguments": self.arguments}
         if self.from_text:
             out["from_text"] = True
+        if self.refused is not None:
+            out["refused"] = self.refused
         if self.error is not None:
             out.update(error=self.error[:300], recovered=self.recovered)
         return out
@@ -119,6 +122,7 @@ class SessionResult:
             "tool_calls_from_text": self.calls_from_text,
             "tool_errors": len(errors),
             "tool_errors_recovered": sum(1 for c in errors if c.recovered),
+            "gate_refusals": sum(1 for c in errors if c.refused is not None),
             "calls_lost": audit["calls_lost"],
             "audit": audit,
             "calls": [c.report() for c in self.calls],
@@ -213,6 +217,7 @@ async def _chat(
     messages: list[Any],
     tools: list[Any],
     sampling: Mapping[str, Any],
+    headers: Mapping[str, str] | None = None,
 ) -> Any:
     body: dict[str, Any] = {"messages": messages, "max_tokens": MAX_REPLY_TOKENS, **sampling}
     if model:
@@ -220,14 +225,22 @@ async def _chat(
     if tools:
         body["tools"] = tools
         body["parallel_tool_calls"] = True  # as agent harnesses allow; llama-server otherwise keeps only the first
-    response = await http.post(url.rstrip("/") + "/v1/chat/completions", json=body)
+    response = await http.post(url.rstrip("/") + "/v1/chat/completions", json=body, headers=dict(headers or {}))
     if response.status_code != 200:
         raise RuntimeError(f"the agent model answered {response.status_code}: {response.text[:300]}")
     return response.json()
 
 
+GATE_META = "memory-service/gate"  # the `_meta` key of `memory-service gate`'s refusals: {"refused": why}
+
+
 class ToolError(Exception):
-    """A tool call that failed; its text goes back to the model as the tool's answer."""
+    """A tool call that failed; its text goes back to the model as the tool's answer. `refused`: the gate's
+    reason, when the gate refused it (the tool never ran)."""
+
+    def __init__(self, text: str, refused: str | None = None) -> None:
+        super().__init__(text)
+        self.refused = refused
 
 
 async def _run_tool(
@@ -243,7 +256,9 @@ async def _run_tool(
         result = await mcp.client.call_tool(name, args)
         text = "\n".join(part.text for part in result.content if getattr(part, "text", None))
         if result.is_error:
-            raise ToolError(text or "the tool failed")
+            said = (result.meta or {}).get(GATE_META)
+            refused = str(said.get("refused")) if isinstance(said, dict) and said.get("refused") else None
+            raise ToolError(text or "the tool failed", refused)
         return text
     # passed through, never dropped and never the end of the run (the field report's lesson)
     raise ToolError(f"There is no tool named {name!r}. The tools you have are: {', '.join(offered)}.")
@@ -272,11 +287,12 @@ async def run_session(
     mcp: Any,
     deadline: float,
     sampling: Mapping[str, Any] | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> SessionResult:
     """One session from a fresh context until the model answers without a tool call (or a bound is hit).
 
     `sampling`: fields merged into every request body (seed, temperature, top_p...); DEFAULT_SAMPLING when
-    None."""
+    None. `headers`: sent with every model request (the proxy's X-Memory-Agent and X-Memory-Session)."""
     started = time.monotonic()
     tools = [t.schema() for t in local_tools] + (mcp.schemas if mcp is not None else [])
     out = SessionResult(offered=tuple(t["function"]["name"] for t in tools), positional=positional_parameters(tools))
@@ -293,7 +309,7 @@ async def run_session(
             if time.monotonic() > deadline:
                 out.stopped = "timeout"
                 break
-            reply = await _chat(http, agent_url, model, messages, tools, sampling)
+            reply = await _chat(http, agent_url, model, messages, tools, sampling, headers)
             message, record = _record(reply, out)
             calls, content, text_calls = _calls_of(message, out.offered, out.positional)
             record["calls_in_text"] = len(text_calls)
@@ -378,6 +394,7 @@ async def _one_call(
         text = await _run_tool(call.name, record.arguments, local, mcp, state, out.offered)
     except (ToolError, ValueError) as exc:
         text = record.error = str(exc) or type(exc).__name__
+        record.refused = exc.refused if isinstance(exc, ToolError) else None
     out.calls.append(record)
     if call.from_text:
         out.calls_from_text += 1

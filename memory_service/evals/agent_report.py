@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 CONTROL_TASK = "control"
+GUARDED_CONTROL = "control_guarded"  # the control again under a gate profile, its tool guarded (reported beside)
+NOT_MEMORY_TASKS = (CONTROL_TASK, GUARDED_CONTROL)
 Z95 = 1.959964
 
 
@@ -48,6 +50,7 @@ def run_numbers(run: dict[str, Any]) -> dict[str, Any]:
         "tool_calls_from_text": sum(s.get("tool_calls_from_text", 0) for s in sessions),
         "tool_errors": sum(s["tool_errors"] for s in sessions),
         "tool_errors_recovered": sum(s["tool_errors_recovered"] for s in sessions),
+        "gate_refusals": sum(s.get("gate_refusals", 0) for s in sessions),
         "calls_lost": sum(s.get("calls_lost", 0) for s in sessions),
         "schema_tokens": run["schema_tokens"],
         "requests": len(prompts),
@@ -69,7 +72,14 @@ def aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
     sessions = sum(r["sessions"] for r in rows)
     summed = {
         key: sum(r[key] for r in rows)
-        for key in ("tool_calls", "tool_calls_from_text", "tool_errors", "tool_errors_recovered", "calls_lost")
+        for key in (
+            "tool_calls",
+            "tool_calls_from_text",
+            "tool_errors",
+            "tool_errors_recovered",
+            "gate_refusals",
+            "calls_lost",
+        )
     }
     ended = Counter(stop for r in rows for stop in r["sessions_ended"])
     return {
@@ -89,15 +99,15 @@ def aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per profile: each task over its seeds, then `overall` (the memory tasks: all but the control) and
-    `control` (the control task's runs)."""
+    """Per profile: each task over its seeds, then `overall` (the memory tasks: all but the control and the
+    guarded control), `control` (the control task's runs) and `control_guarded` (gate profiles only)."""
     grouped: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for run in runs:
         grouped.setdefault(run["profile"], {}).setdefault(run["task"], []).append(run_numbers(run))
     out: dict[str, Any] = {}
     for name, tasks in grouped.items():
         rows = {task: aggregate(numbers) for task, numbers in tasks.items()}
-        memory = [r for task, r in rows.items() if task != CONTROL_TASK]
+        memory = [r for task, r in rows.items() if task not in NOT_MEMORY_TASKS]
         out[name] = {
             "tasks": rows,
             "overall": {
@@ -111,6 +121,7 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
                 "wall_time_s": round(sum(r["wall_time_s"] for r in memory), 1),
             },
             "control": rows.get(CONTROL_TASK),
+            "control_guarded": rows.get(GUARDED_CONTROL),
         }
     return out
 
@@ -138,6 +149,11 @@ def audit(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def _interval(row: dict[str, Any]) -> str:
     low, high = row["ci95"]
     return f"{low:.0%}–{high:.0%}"
+
+
+def _refused(row: dict[str, Any]) -> str:
+    """The errors that were the gate's refusals (the tool did not run), when there were any."""
+    return f", {row['gate_refusals']} refused by the gate" if row.get("gate_refusals") else ""
 
 
 def _ended(row: dict[str, Any]) -> str:
@@ -179,7 +195,7 @@ def rows(result: dict[str, Any]) -> list[str]:
         for task, r in profile["tasks"].items():
             lines.append(
                 f"| {model} | {name} | {task} | {r['k']}/{r['n']} | {_interval(r)} | {r['tool_calls']} "
-                f"({r['tool_calls_from_text']}) | {r['tool_errors']} ({r['tool_errors_recovered']}) | "
+                f"({r['tool_calls_from_text']}) | {r['tool_errors']} ({r['tool_errors_recovered']}){_refused(r)} | "
                 f"{r['schema_tokens']} | {r['prompt_tokens_per_session']} | {r['wall_s_per_session']} | {_ended(r)} |\n"
             )
         o = profile["overall"]
@@ -199,7 +215,40 @@ def control_line(result: dict[str, Any]) -> str:
         return ""
     k = sum(p["control"]["k"] for p in summary.values() if p.get("control"))
     n = sum(p["control"]["n"] for p in summary.values() if p.get("control"))
-    return f"Control task (tools, no memory): {k}/{n} ({_interval(rate(k, n))}); {', '.join(parts)}.\n"
+    line = f"Control task (tools, no memory): {k}/{n} ({_interval(rate(k, n))}); {', '.join(parts)}.\n"
+    guarded = {name: p["control_guarded"] for name, p in summary.items() if p.get("control_guarded")}
+    if guarded:
+        said = ", ".join(f"{name} {g['k']}/{g['n']} ({_interval(g)})" for name, g in guarded.items())
+        line += f"Guarded control (the same task, process_item once per item behind the gate): {said}.\n"
+    return line
+
+
+def wording_line(result: dict[str, Any]) -> str:
+    """Where a task's prompts differ by profile (the parts naming a memory tool, filled only where it is
+    offered: agent_tasks.wording), said once per task; nothing for a result file from before it was kept."""
+    by_task: dict[str, dict[str, list[str]]] = {}
+    for run in result["runs"]:
+        if "wording" not in run:
+            continue
+        said = json.dumps(run["wording"], sort_keys=True, ensure_ascii=False)
+        profiles = by_task.setdefault(run["task"], {}).setdefault(said, [])
+        if run["profile"] not in profiles:
+            profiles.append(run["profile"])
+    differ = []
+    for task, variants in by_task.items():
+        if len(variants) < 2:
+            continue
+        parts = []
+        for said, profiles in variants.items():
+            filled = {k: v for k, v in json.loads(said).items() if v}
+            words = "; ".join(f"{k} = {v.strip(' ;')!r}" for k, v in filled.items()) or "no tool named"
+            parts.append(f"{', '.join(profiles)}: {words}")
+        differ.append(f"{task} ({' | '.join(parts)})")
+    if not by_task:
+        return ""
+    if not differ:
+        return "Prompts: the same words under every profile.\n"
+    return "Prompts differ by profile (a prompt names only tools its profile offers): " + "; ".join(differ) + ".\n"
 
 
 def heading(result: dict[str, Any]) -> str:
@@ -217,7 +266,7 @@ def markdown(*results: dict[str, Any]) -> str:
     """The audit, the control's rate and the table for one run's result or several (one model each)."""
     lines: list[str] = []
     for result in results:
-        lines += [heading(result), audit_line(result), control_line(result)]
+        lines += [heading(result), audit_line(result), control_line(result), wording_line(result)]
     lines += ["\n", HEADER]
     for result in results:
         lines += rows(result)

@@ -1,9 +1,11 @@
 """`memory-service eval --agent`: a small local model as the agent, in a real loop, with and without memory.
 
-For each seed, each MCP profile (`off`: no memory tools, the baseline; `core`, `full`: the MCP server's tool
-profiles; `core+brief`: core, and the session starts with what a recall of its prompt returns) and each
-scripted task, the runner sets the task up through the service's API, runs its sessions (each a fresh context
-with a fresh `memory-service mcp` process over stdio), then scores it by state. One run of a sampled model
+For each seed, each profile (`off`: no memory tools, the baseline; `core`, `full`: the MCP server's tool
+profiles; `core+brief`: core, and the session starts with what a recall of its prompt returns; `gate`, `proxy`,
+`gate+proxy`: no memory tools, the task's tools behind `memory-service gate` and/or the model behind
+`memory-service proxy`: agent_fronts) and each scripted task, the runner sets the task up through the service's
+API, runs its sessions (each a fresh context with a fresh `memory-service mcp` process over stdio, or a gate
+and a proxy of its own), then scores it by state. One run of a sampled model
 says little, so every task runs under N seeds (the model card's sampling, `seed` set, no prompt cache) and the
 report gives k/N with its interval. Without --url it starts its own service with one key (one team) per
 profile, task and seed, so no run sees another's memory; with --url every run shares the given (admin) key and
@@ -17,6 +19,7 @@ import contextlib
 import json
 import os
 import secrets
+import subprocess
 import sys
 import tempfile
 import time
@@ -32,11 +35,13 @@ from ..client import MemoryClient
 from ..testbed.probes import machine_info
 from ..testbed.results import write_json
 from .agent_endpoint import agent_endpoint
+from .agent_fronts import gate_session, new_session_id, policy_toml, proxy_process, proxy_report, upstream_calls
 from .agent_loop import mcp_tool_schemas, run_session
-from .agent_report import markdown, summarise
-from .agent_tasks import RunState, Task, new_state, pick
+from .agent_report import GUARDED_CONTROL, markdown, summarise
+from .agent_tasks import CONTROL, RunState, Task, new_state, pick, wording
+from .task_tools_server import read_effects
 
-PROFILES = ("off", "core", "core+brief", "full")
+PROFILES = ("off", "core", "core+brief", "full", "gate", "proxy", "gate+proxy")
 BRIEF_HEAD = "What your team's memory holds that may bear on this task:"
 # Qwen2.5-Coder-Instruct's generation_config.json (repetition_penalty is llama-server's repeat_penalty)
 MODEL_CARD_SAMPLING: dict[str, Any] = {"temperature": 0.7, "top_p": 0.8, "top_k": 20, "repeat_penalty": 1.05}
@@ -58,9 +63,26 @@ class McpHandle:
     instructions: str | None
 
 
+@dataclass(frozen=True)
+class Parts:
+    """What an eval profile is made of: the memory tools' MCP profile (None: no memory tools), a harness brief,
+    the task's tools behind the gate, the model behind the proxy."""
+
+    tools: str | None
+    brief: bool = False
+    gate: bool = False
+    proxy: bool = False
+
+
+def parts(profile: str) -> Parts:
+    words = profile.split("+")
+    tools = next((w for w in words if w in ("core", "full")), None)
+    return Parts(tools, "brief" in words, "gate" in words, "proxy" in words)
+
+
 def server_profile(profile: str) -> str:
-    """The MCP server's tool profile of an eval profile (`core+brief` runs the core tools)."""
-    return profile.partition("+")[0]
+    """The MCP server's tool profile of an eval profile (`core+brief` runs the core tools; `off` for none)."""
+    return parts(profile).tools or "off"
 
 
 def mcp_env(url: str, key: str | None, agent_id: str, profile: str) -> dict[str, str]:
@@ -77,8 +99,8 @@ def mcp_env(url: str, key: str | None, agent_id: str, profile: str) -> dict[str,
 
 @contextlib.asynccontextmanager
 async def mcp_session(url: str, key: str | None, agent_id: str, profile: str) -> AsyncIterator[McpHandle | None]:
-    """`memory-service mcp` over stdio for one session; None for the `off` profile (no memory tools)."""
-    if profile == "off":
+    """`memory-service mcp` over stdio for one session; None for a profile without memory tools."""
+    if parts(profile).tools is None:
         yield None
         return
     from mcp import Client
@@ -129,54 +151,95 @@ class Target:
     sampling: dict[str, Any] | None = None
 
 
-async def run_task(http: httpx.AsyncClient, target: Target, profile: str, task: Task) -> dict[str, Any]:
-    """One task under one profile and seed: setup, every session from a fresh context, the score by state."""
+async def run_task(
+    http: httpx.AsyncClient, target: Target, profile: str, task: Task, *, guarded: bool = False
+) -> dict[str, Any]:
+    """One task under one profile and seed: setup, every session from a fresh context, the score by state.
+
+    Under a gate profile the task's tools are the gate's (the control only as the `guarded` control: the plain
+    control measures bare tool use, unguarded in every profile), and the side effects are read from the tool
+    server's own log. Under a proxy profile each session's model requests go through a proxy of its own."""
     started = time.monotonic()
     state: RunState = new_state(task, secrets.token_hex(3))
     agent_id = f"agent-{task.name.replace('_', '-')}"
-    with MemoryClient(target.url, api_key=target.key, timeout_s=60) as client:
+    shape = parts(profile)
+    gated = shape.gate and bool(task.tools) and (task is not CONTROL or guarded)
+    with (
+        tempfile.TemporaryDirectory(prefix="agent-eval-run-") as tmp,
+        MemoryClient(target.url, api_key=target.key, timeout_s=60) as client,
+    ):
+        policy, tools_log = Path(tmp) / "gate.toml", Path(tmp) / "task-tools.jsonl"
         if task.setup is not None:
             await anyio.to_thread.run_sync(task.setup, state, client, state.nonce)
+        if gated:
+            policy.write_text(policy_toml(task.tools, state))
         sessions: list[dict[str, Any]] = []
         schema_tokens: int | None = None
         tools_listed: list[str] = []
+        said: dict[str, str] = {}
         for n in range(1, len(task.sessions) + 1):
-            async with mcp_session(target.url, target.key, agent_id, profile) as mcp:
-                offered = {t.name for t in task.tools} | (mcp.names if mcp is not None else frozenset())
+            proxy_log = Path(tmp) / f"proxy-session-{n}.log"
+            async with contextlib.AsyncExitStack() as stack:
+                agent_url, headers = target.agent_url, None
+                if shape.proxy:  # entered first, left last: its saves are sent once the session is over
+                    front = stack.enter_context(
+                        proxy_process(target.agent_url, target.url, target.key, agent_id,
+                                      new_session_id(agent_id, state.nonce, n), proxy_log)
+                    )  # fmt: skip
+                    agent_url, headers = front.url, front.headers
+                mcp = await stack.enter_async_context(mcp_session(target.url, target.key, agent_id, profile))
+                local_tools = task.tools
+                if gated:  # no memory tools in a gate profile: the gate's MCP server takes their place
+                    gate, listed, said_by_gate = await stack.enter_async_context(
+                        gate_session(target.url, target.key, agent_id, task.name, policy, tools_log)
+                    )
+                    mcp = McpHandle(gate, frozenset(t.name for t in listed), mcp_tool_schemas(listed), said_by_gate)
+                    local_tools = ()
+                offered = {t.name for t in local_tools} | (mcp.names if mcp is not None else frozenset())
                 prompt = task.prompts(state, offered)[n - 1]  # it names only tools this profile offers
+                said = {k: v for k, v in wording(offered).items() if "{" + k + "}" in "".join(task.sessions)}
                 brief = None
-                if mcp is not None and profile.endswith("+brief"):
+                if mcp is not None and shape.brief:
                     mcp, brief = await with_brief(mcp, prompt)
-                tools = [t.schema() for t in task.tools] + (mcp.schemas if mcp is not None else [])
+                tools = [t.schema() for t in local_tools] + (mcp.schemas if mcp is not None else [])
                 tools_listed = [t["function"]["name"] for t in tools]
                 if schema_tokens is None:
                     schema_tokens = (await count_tokens(http, target.agent_url, json.dumps(tools)))[0] if tools else 0
                 result = await run_session(
                     http,
-                    target.agent_url,
+                    agent_url,
                     target.agent_model,
                     prompt,
                     state=state,
-                    local_tools=task.tools,
+                    local_tools=local_tools,
                     mcp=mcp,
                     deadline=time.monotonic() + target.session_timeout_s,
                     sampling=target.sampling,
+                    headers=headers,
                 )
+            if gated:  # what ran is what the tool server recorded, not what the loop sent
+                state.effects = read_effects(tools_log)
             state.answers.append(result.final_answer)
             sessions.append({"session": n, "prompt": prompt, **({"brief": brief} if brief is not None else {})})
+            if shape.proxy:
+                sessions[-1]["proxy"] = proxy_report(proxy_log)
             sessions[-1].update(result.report())
             _progress(
                 f"{profile}/{task.name} seed {target.seed} session {n}: {result.stopped}, {len(result.calls)} call(s)"
             )
         score = await anyio.to_thread.run_sync(task.score, state, client)
+        reached = upstream_calls(tools_log) if gated else None
     return {
-        "task": task.name,
+        "task": GUARDED_CONTROL if guarded else task.name,
         "profile": profile,
         "seed": target.seed,
         "sampling": target.sampling,
         "success": bool(score.pop("success")),
         "checks": score,
         "tools": tools_listed,
+        "guarded": gated,
+        "wording": said,
+        **({"upstream_calls": reached} if reached is not None else {}),
         "schema_tokens": schema_tokens or 0,
         "side_effects": state.effects,
         "sessions": sessions,
@@ -201,14 +264,26 @@ def failed_run(profile: str, task: Task, seed: int, problem: str) -> dict[str, A
     }
 
 
+def command_available(command: str) -> bool:
+    """Does this build have `memory-service COMMAND` (the gate and the proxy came with issue 54)?"""
+    probe = subprocess.run(
+        [sys.executable, "-m", "memory_service", command, "--help"], capture_output=True, timeout=120, check=False
+    )
+    return probe.returncode == 0
+
+
 async def profile_available(url: str, key: str | None, profile: str) -> tuple[bool, list[str]]:
-    """Does the MCP server know this profile? `core` lists fewer tools than `full` once it exists; a brief
-    needs `recall`."""
-    if profile == "off":
+    """Does this build serve the profile? `core` lists fewer tools than `full` once it exists; a brief needs
+    `recall`; the gate and proxy profiles need their commands."""
+    shape = parts(profile)
+    missing = [c for c in ("gate", "proxy") if getattr(shape, c) and not command_available(c)]
+    if missing:
+        return False, [f"no `memory-service {c}`" for c in missing]
+    if shape.tools is None:
         return True, []
     async with mcp_session(url, key, "agent-probe", profile) as mcp:
         names = sorted(mcp.names) if mcp else []
-    if profile.endswith("+brief") and "recall" not in names:
+    if shape.brief and "recall" not in names:
         return False, names
     if server_profile(profile) != "core":
         return True, names
@@ -264,24 +339,35 @@ async def run_all(args: argparse.Namespace, service_url: str, agent_url: str, ke
             if available:
                 served.append(profile)
             else:
-                notes.append(f"profile {profile!r} is not served by this build's MCP server (it listed {listed})")
+                notes.append(f"profile {profile!r} is not served by this build ({listed})")
                 _progress(notes[-1])
         for seed in range(1, max(seeds.values(), default=0) + 1):
             for profile in (p for p in served if seed <= seeds[p]):
-                for task in tasks:
+                for task, guarded in runs_of(tasks, profile):
+                    name = GUARDED_CONTROL if guarded else task.name
                     target = Target(
-                        service_url, keys[(profile, task.name, seed)], agent_url, args.agent_model_name,
+                        service_url, keys[(profile, name, seed)], agent_url, args.agent_model_name,
                         float(args.sessions_timeout), seed, sampling_for(args, seed),
                     )  # fmt: skip
                     try:
-                        runs.append(await run_task(http, target, profile, task))
+                        runs.append(await run_task(http, target, profile, task, guarded=guarded))
                     except Exception as exc:  # one broken run (setup refused, MCP server down) must not end the eval
                         runs.append(failed_run(profile, task, seed, f"{type(exc).__name__}: {exc}"))
-                        notes.append(f"{profile}/{task.name}/seed {seed} could not run: {runs[-1]['problem']}")
-                    _progress(f"{profile}/{task.name} seed {seed}: {'success' if runs[-1]['success'] else 'FAILED'}")
+                        runs[-1]["task"] = name
+                        notes.append(f"{profile}/{name}/seed {seed} could not run: {runs[-1]['problem']}")
+                    _progress(f"{profile}/{name} seed {seed}: {'success' if runs[-1]['success'] else 'FAILED'}")
                     # a long run cut short (a busy machine, a deadline) keeps what it measured
                     write_json(Path(args.out) / "agent-eval.partial.json", {"runs": runs, "notes": notes})
     return {"runs": runs, "notes": notes, "seeds": seeds}
+
+
+def runs_of(tasks: list[Task], profile: str) -> list[tuple[Task, bool]]:
+    """The (task, guarded) runs of a profile: every task, and under a gate profile the control once more with
+    its tool guarded (reported beside the control, which stays unguarded)."""
+    out = [(task, False) for task in tasks]
+    if parts(profile).gate and CONTROL in tasks:
+        out.insert(tasks.index(CONTROL) + 1, (CONTROL, True))
+    return out
 
 
 def parse_profiles(raw: str) -> list[str]:
@@ -306,9 +392,9 @@ def run_agent_eval(args: argparse.Namespace, settings: dict[str, str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     own = not args.url
     keys: Keys = {
-        (p, t.name, s): (f"agent-eval-{secrets.token_hex(12)}" if own else args.api_key)
+        (p, GUARDED_CONTROL if guarded else t.name, s): (f"agent-eval-{secrets.token_hex(12)}" if own else args.api_key)
         for p in profiles
-        for t in tasks
+        for t, guarded in runs_of(tasks, p)
         for s in range(1, seeds[p] + 1)
     }
     with contextlib.ExitStack() as stack:

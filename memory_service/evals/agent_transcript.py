@@ -68,6 +68,8 @@ def transcript(result: dict[str, Any], spec: str) -> str:
         lines += ["", f"session {session['session']}: {session['prompt']}"]
         if session.get("brief") is not None:
             lines.append(f"  brief: {json.dumps(session['brief'], ensure_ascii=False)}")
+        if session.get("proxy") is not None:
+            lines.append(f"  proxy: {json.dumps(session['proxy'], ensure_ascii=False)}")
         calls = list(session.get("calls") or [])
         for reply in session.get("raw_replies") or []:
             lines += _turn(reply, calls)

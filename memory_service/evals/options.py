@@ -95,9 +95,10 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
     )
     agent.add_argument(
         "--profiles",
-        default="off,core,core+brief,full",
+        default="off,core,core+brief,full,gate,proxy,gate+proxy",
         help="comma-separated: off (no memory tools, the baseline), core, core+brief (core, and a recall of the "
-        "session's prompt put in its system prompt first), full",
+        "session's prompt put in its system prompt first), full, gate (no memory tools; the task's tools behind "
+        "`memory-service gate`), proxy (no memory tools; the model behind `memory-service proxy`), gate+proxy",
     )
     agent.add_argument("--tasks", action="append", default=None, help="only this task (repeatable); default all")
     agent.add_argument(
