@@ -20,7 +20,7 @@ import pytest
 
 from memory_service.evals import agent_tasks
 from memory_service.evals.agent_loop import run_session
-from memory_service.evals.agent_runner import BRIEF_HEAD
+from memory_service.evals.agent_profiles import BRIEF_HEAD
 from memory_service.evals.options import eval_parser
 from tests.fakes.fake_llama_server import FakeLlamaServer
 
@@ -519,7 +519,8 @@ def test_the_models_broken_template_is_replaced_by_the_shipped_fix_only_on_its_e
 
 
 def test_profiles_seeds_and_sampling_options() -> None:
-    from memory_service.evals.agent_runner import Parts, parse_profiles, parts, sampling_for, seed_counts
+    from memory_service.evals.agent_profiles import Parts, parts
+    from memory_service.evals.agent_runner import parse_profiles, sampling_for, seed_counts
 
     assert parse_profiles("off,core+brief") == ["off", "core+brief"]
     assert parse_profiles("gate,proxy,gate+proxy") == ["gate", "proxy", "gate+proxy"]

@@ -30,6 +30,7 @@ SYSTEM = (
 MAX_TURNS = 14
 MAX_REPLY_TOKENS = 384
 STUCK_REPEATS = 3  # the same calls this many turns running, or one call this many times in one reply: stuck
+GATE_META = "memory-service/gate"  # the `_meta` key of `memory-service gate`'s refusals: {"refused": why}
 # greedy and reproducible: llama-server's prompt cache otherwise makes two identical requests differ
 DEFAULT_SAMPLING: dict[str, Any] = {"temperature": 0, "cache_prompt": False}
 
@@ -229,9 +230,6 @@ async def _chat(
     if response.status_code != 200:
         raise RuntimeError(f"the agent model answered {response.status_code}: {response.text[:300]}")
     return response.json()
-
-
-GATE_META = "memory-service/gate"  # the `_meta` key of `memory-service gate`'s refusals: {"refused": why}
 
 
 class ToolError(Exception):

@@ -17,13 +17,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import secrets
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,12 +35,12 @@ from ..testbed.results import write_json
 from .agent_endpoint import agent_endpoint
 from .agent_fronts import gate_session, new_session_id, policy_toml, proxy_process, proxy_report, upstream_calls
 from .agent_loop import mcp_tool_schemas, run_session
+from .agent_profiles import McpHandle, mcp_session, parts, server_profile, with_brief
 from .agent_report import GUARDED_CONTROL, markdown, summarise
 from .agent_tasks import CONTROL, RunState, Task, new_state, pick, wording
 from .task_tools_server import read_effects
 
 PROFILES = ("off", "core", "core+brief", "full", "gate", "proxy", "gate+proxy")
-BRIEF_HEAD = "What your team's memory holds that may bear on this task:"
 # Qwen2.5-Coder-Instruct's generation_config.json (repetition_penalty is llama-server's repeat_penalty)
 MODEL_CARD_SAMPLING: dict[str, Any] = {"temperature": 0.7, "top_p": 0.8, "top_k": 20, "repeat_penalty": 1.05}
 GREEDY: dict[str, Any] = {"temperature": 0, "cache_prompt": False}  # with the prompt cache greedy still varies
@@ -51,80 +49,6 @@ SESSION_TIMEOUT_S = 300.0
 
 def _progress(message: str) -> None:
     print(f"[eval --agent] {message}", file=sys.stderr, flush=True)
-
-
-@dataclass
-class McpHandle:
-    """The MCP server of one session, as the loop uses it."""
-
-    client: Any
-    names: frozenset[str]
-    schemas: list[dict[str, Any]]
-    instructions: str | None
-
-
-@dataclass(frozen=True)
-class Parts:
-    """What an eval profile is made of: the memory tools' MCP profile (None: no memory tools), a harness brief,
-    the task's tools behind the gate, the model behind the proxy."""
-
-    tools: str | None
-    brief: bool = False
-    gate: bool = False
-    proxy: bool = False
-
-
-def parts(profile: str) -> Parts:
-    words = profile.split("+")
-    tools = next((w for w in words if w in ("core", "full")), None)
-    return Parts(tools, "brief" in words, "gate" in words, "proxy" in words)
-
-
-def server_profile(profile: str) -> str:
-    """The MCP server's tool profile of an eval profile (`core+brief` runs the core tools; `off` for none)."""
-    return parts(profile).tools or "off"
-
-
-def mcp_env(url: str, key: str | None, agent_id: str, profile: str) -> dict[str, str]:
-    """The MCP server's environment: no MEMORY_* of ours but where the service is, who the agent is, the profile."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORY_")}
-    tools = server_profile(profile)
-    env.update(
-        {"MEMORY_URL": url, "MEMORY_AGENT_ID": agent_id, "MEMORY_MCP_TOOLS": tools, "MEMORY_LOG_LEVEL": "WARNING"}
-    )
-    if key:
-        env["MEMORY_API_KEY"] = key
-    return env
-
-
-@contextlib.asynccontextmanager
-async def mcp_session(url: str, key: str | None, agent_id: str, profile: str) -> AsyncIterator[McpHandle | None]:
-    """`memory-service mcp` over stdio for one session; None for a profile without memory tools."""
-    if parts(profile).tools is None:
-        yield None
-        return
-    from mcp import Client
-    from mcp.client.stdio import StdioServerParameters
-
-    params = StdioServerParameters(
-        command=sys.executable, args=["-m", "memory_service", "mcp"], env=mcp_env(url, key, agent_id, profile)
-    )
-    async with Client(params) as client:
-        listed = (await client.list_tools()).tools
-        yield McpHandle(client, frozenset(t.name for t in listed), mcp_tool_schemas(listed), client.instructions)
-
-
-async def with_brief(mcp: McpHandle, prompt: str) -> tuple[McpHandle, str]:
-    """core+brief: the harness recalls the session's prompt before the first turn and the answer joins the
-    system prompt. One brief at the start with recall still a tool is what helped agents in published
-    benchmarks, where recalling into every prompt did not."""
-    result = await mcp.client.call_tool("recall", {"query": prompt})
-    text = "\n".join(part.text for part in result.content if getattr(part, "text", None)).strip()
-    if result.is_error or not text:
-        text = f"(the recall failed: {text[:200]})" if result.is_error else "(nothing)"
-    brief = f"{BRIEF_HEAD}\n{text}"
-    instructions = f"{mcp.instructions}\n\n{brief}" if mcp.instructions else brief
-    return McpHandle(mcp.client, mcp.names, mcp.schemas, instructions), text
 
 
 async def count_tokens(http: httpx.AsyncClient, agent_url: str, text: str) -> tuple[int, str]:
@@ -155,10 +79,8 @@ async def run_task(
     http: httpx.AsyncClient, target: Target, profile: str, task: Task, *, guarded: bool = False
 ) -> dict[str, Any]:
     """One task under one profile and seed: setup, every session from a fresh context, the score by state.
-
-    Under a gate profile the task's tools are the gate's (the control only as the `guarded` control: the plain
-    control measures bare tool use, unguarded in every profile), and the side effects are read from the tool
-    server's own log. Under a proxy profile each session's model requests go through a proxy of its own."""
+    Under a gate profile the task's tools are the gate's (the plain control stays unguarded: it measures bare
+    tool use) and side effects come from the tool server's log; under a proxy profile, a proxy per session."""
     started = time.monotonic()
     state: RunState = new_state(task, secrets.token_hex(3))
     agent_id = f"agent-{task.name.replace('_', '-')}"
@@ -180,20 +102,11 @@ async def run_task(
         for n in range(1, len(task.sessions) + 1):
             proxy_log = Path(tmp) / f"proxy-session-{n}.log"
             async with contextlib.AsyncExitStack() as stack:
-                agent_url, headers = target.agent_url, None
-                if shape.proxy:  # entered first, left last: its saves are sent once the session is over
-                    front = stack.enter_context(
-                        proxy_process(target.agent_url, target.url, target.key, agent_id,
-                                      new_session_id(agent_id, state.nonce, n), proxy_log)
-                    )  # fmt: skip
-                    agent_url, headers = front.url, front.headers
-                mcp = await stack.enter_async_context(mcp_session(target.url, target.key, agent_id, profile))
+                session_id = new_session_id(agent_id, state.nonce, n)
+                agent_url, headers, mcp = await _fronts(stack, target, profile, agent_id, session_id, proxy_log)
                 local_tools = task.tools
                 if gated:  # no memory tools in a gate profile: the gate's MCP server takes their place
-                    gate, listed, said_by_gate = await stack.enter_async_context(
-                        gate_session(target.url, target.key, agent_id, task.name, policy, tools_log)
-                    )
-                    mcp = McpHandle(gate, frozenset(t.name for t in listed), mcp_tool_schemas(listed), said_by_gate)
+                    mcp = await _gate(stack, target, agent_id, task.name, policy, tools_log)
                     local_tools = ()
                 offered = {t.name for t in local_tools} | (mcp.names if mcp is not None else frozenset())
                 prompt = task.prompts(state, offered)[n - 1]  # it names only tools this profile offers
@@ -220,10 +133,7 @@ async def run_task(
             if gated:  # what ran is what the tool server recorded, not what the loop sent
                 state.effects = read_effects(tools_log)
             state.answers.append(result.final_answer)
-            sessions.append({"session": n, "prompt": prompt, **({"brief": brief} if brief is not None else {})})
-            if shape.proxy:
-                sessions[-1]["proxy"] = proxy_report(proxy_log)
-            sessions[-1].update(result.report())
+            sessions.append(_session_record(n, prompt, brief, proxy_log if shape.proxy else None, result.report()))
             _progress(
                 f"{profile}/{task.name} seed {target.seed} session {n}: {result.stopped}, {len(result.calls)} call(s)"
             )
@@ -245,6 +155,40 @@ async def run_task(
         "sessions": sessions,
         "wall_time_s": round(time.monotonic() - started, 1),
     }
+
+
+def _session_record(
+    n: int, prompt: str, brief: str | None, proxy_log: Path | None, report: dict[str, Any]
+) -> dict[str, Any]:
+    """One session in the run's JSON: its prompt, the brief it began with, what its proxy logged, the loop's report."""
+    record: dict[str, Any] = {"session": n, "prompt": prompt, **({"brief": brief} if brief is not None else {})}
+    if proxy_log is not None:
+        record["proxy"] = proxy_report(proxy_log)
+    return record | report
+
+
+async def _fronts(
+    stack: contextlib.AsyncExitStack, target: Target, profile: str, agent_id: str, session_id: str, proxy_log: Path
+) -> tuple[str, dict[str, str] | None, McpHandle | None]:
+    """A session's agent URL and headers (a proxy of its own under a proxy profile) and its memory MCP server."""
+    agent_url, headers = target.agent_url, None
+    if parts(profile).proxy:  # entered first, left last: its saves are sent once the session is over
+        front = stack.enter_context(
+            proxy_process(target.agent_url, target.url, target.key, agent_id, session_id, proxy_log)
+        )
+        agent_url, headers = front.url, front.headers
+    mcp = await stack.enter_async_context(mcp_session(target.url, target.key, agent_id, profile))
+    return agent_url, headers, mcp
+
+
+async def _gate(
+    stack: contextlib.AsyncExitStack, target: Target, agent_id: str, task: str, policy: Path, tools_log: Path
+) -> McpHandle:
+    """`memory-service gate` in front of the task's tool server, as the session's MCP server."""
+    gate, listed, said_by_gate = await stack.enter_async_context(
+        gate_session(target.url, target.key, agent_id, task, policy, tools_log)
+    )
+    return McpHandle(gate, frozenset(t.name for t in listed), mcp_tool_schemas(listed), said_by_gate)
 
 
 def failed_run(profile: str, task: Task, seed: int, problem: str) -> dict[str, Any]:
