@@ -15,6 +15,7 @@ from ..config import ClientEnv
 from ..contract.ids import ID_RULE, is_id
 from .common import Subcommands, add_client_arguments
 from .errors import EXIT_USAGE, CommandFailed
+from .harness import add_mcp_transport_arguments
 
 MEMORY_TOOLS = ("none", "core")  # gate/server.py's MemoryTools; here without importing the MCP SDK
 
@@ -29,20 +30,7 @@ def add_gate_parser(subcommands: Subcommands) -> None:
         "python my_tools.py",
     )
     parser.add_argument("--policy", type=Path, required=True, help="the policy file (TOML; see docs/gate.md)")
-    parser.add_argument(
-        "--transport",
-        choices=["stdio", "http"],
-        default="stdio",
-        help="stdio: the harness spawns this command; http: streamable HTTP at /mcp",
-    )
-    parser.add_argument("--host", default="127.0.0.1", help="HTTP: address to listen on")
-    parser.add_argument("--port", type=int, default=8701, help="HTTP: port (default 8701)")
-    parser.add_argument(
-        "--token",
-        default=ClientEnv.from_env().mcp_token,
-        help="HTTP: the bearer token every request must carry, at least 16 characters; required to listen beyond "
-        "loopback (env MEMORY_MCP_TOKEN, preferred: a flag shows in the process list)",
-    )
+    add_mcp_transport_arguments(parser)
     parser.add_argument(
         "--agent-id",
         default=ClientEnv.from_env().agent_id,

@@ -15,14 +15,7 @@ from .common import Subcommands, add_client_arguments
 
 def add_mcp_parser(subcommands: Subcommands) -> None:
     parser = subcommands.add_parser("mcp", help="serve the memory tools to agent harnesses over MCP (stdio or HTTP)")
-    parser.add_argument(
-        "--transport",
-        choices=["stdio", "http"],
-        default="stdio",
-        help="stdio: the harness spawns this command; http: streamable HTTP at /mcp",
-    )
-    parser.add_argument("--host", default="127.0.0.1", help="HTTP: address to listen on")
-    parser.add_argument("--port", type=int, default=8701, help="HTTP: port (default 8701)")
+    add_mcp_transport_arguments(parser)
     parser.add_argument(
         "--agent-id",
         default=ClientEnv.from_env().agent_id,
@@ -42,14 +35,26 @@ def add_mcp_parser(subcommands: Subcommands) -> None:
         help="core (default): remember, recall, consume_limit, mark_handled, under 500 tokens for small models; "
         "full: also get_memory, forget, check_limit, was_handled (env MEMORY_MCP_TOOLS)",
     )
+    add_client_arguments(parser)
+    parser.set_defaults(func=run_mcp)
+
+
+def add_mcp_transport_arguments(parser: argparse.ArgumentParser) -> None:
+    """How an MCP server of ours is reached (`mcp` and `gate`): stdio, or HTTP with its address and token."""
+    parser.add_argument(
+        "--transport",
+        choices=["stdio", "http"],
+        default="stdio",
+        help="stdio: the harness spawns this command; http: streamable HTTP at /mcp",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="HTTP: address to listen on")
+    parser.add_argument("--port", type=int, default=8701, help="HTTP: port (default 8701)")
     parser.add_argument(
         "--token",
         default=ClientEnv.from_env().mcp_token,
         help="HTTP: the bearer token every request must carry, at least 16 characters; required to listen beyond "
         "loopback (env MEMORY_MCP_TOKEN, preferred: a flag shows in the process list)",
     )
-    add_client_arguments(parser)
-    parser.set_defaults(func=run_mcp)
 
 
 def _profile(value: str) -> str:
